@@ -1,0 +1,1 @@
+"""Agents: algorithms, nets, memories, action policies and schedules. Never imports ``orchestrator``."""

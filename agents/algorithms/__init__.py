@@ -1,0 +1,17 @@
+"""Algorithm registry: the spec's ``agent.algorithm.name`` -> class (checked by ``orchestrator.spec``)."""
+
+from agents.algorithms.base import AgentSpec, Algorithm, AlgorithmSpec, LossStats
+from agents.algorithms.double_dqn import DoubleDQN
+from agents.algorithms.dqn import DQN
+from agents.algorithms.ppo import PPO
+from agents.algorithms.reinforce import Reinforce
+
+ALGORITHMS: dict[str, type[Algorithm]] = {
+    "REINFORCE": Reinforce,
+    "Reinforce": Reinforce,
+    "DQN": DQN,
+    "DoubleDQN": DoubleDQN,
+    "PPO": PPO,
+}
+
+__all__ = ["ALGORITHMS", "AgentSpec", "Algorithm", "AlgorithmSpec", "LossStats"]

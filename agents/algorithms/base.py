@@ -1,0 +1,229 @@
+"""The algorithm base: acting, the optimizer-step helper and the whole training state.
+
+Subclasses add their networks and losses only. The session loop calls, per vector step:
+
+    act_NA = algorithm.act(obs_NO, clock)           # no grad; only side effect: RNG draws
+    algorithm.memory.add(...)                        # store the transition
+    if algorithm.train_ready(clock):                 # the algorithm decides, from clock + memory
+        stats = algorithm.update(clock)              # learn; returns LossStats
+
+``state_dict()`` is an explicit allow-list (nets, optimizers, frame-driven LR schedulers, RNG
+states, algorithm counters, optionally the memory) of tensors, arrays and numbers, so a checkpoint
+needs no pickled classes and a resumed session continues exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from agents.memory import MEMORIES, MemorySpec
+from agents.nets import NetSpec, make_net, make_optim
+from agents.schedules import FrameLR, VarSchedule, make_lr_scheduler
+from envs.clock import Clock
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """Keys shared by every ``agent.algorithm`` section (SLM-Lab names).
+
+    Fields:
+        name: key of ``agents.algorithms.ALGORITHMS``.
+        action_pdtype: SLM-Lab's action distribution name; ``default`` picks Categorical for
+            Discrete and Normal for Box spaces (kept for spec compatibility).
+        action_policy: ``default`` (sample the policy), ``epsilon_greedy`` or ``boltzmann``.
+        gamma: discount factor in [0, 1].
+        explore_var_spec: schedule of epsilon / temperature (frames), see ``VarSchedule``.
+        entropy_coef_spec: schedule of the entropy bonus coefficient (frames).
+        training_frequency: algorithm-specific cadence (see each subclass).
+    """
+
+    name: str = ""
+    action_pdtype: str = field(default="default",
+                               metadata={"choices": ("default", "Categorical", "Argmax", "Normal")})
+    action_policy: str = field(default="default",
+                               metadata={"choices": ("default", "epsilon_greedy", "boltzmann")})
+    gamma: float = field(default=0.99, metadata={"ge": 0, "le": 1})
+    explore_var_spec: dict | None = None
+    entropy_coef_spec: dict | None = None
+    training_frequency: int = field(default=1, metadata={"gt": 0})
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """The validated ``agent`` section: algorithm, memory and net specs."""
+
+    algorithm: AlgorithmSpec
+    memory: MemorySpec
+    net: NetSpec
+
+
+@dataclass
+class LossStats:
+    """Means over the optimizer steps of one ``update`` (NaN where not applicable)."""
+
+    loss: float = math.nan
+    entropy: float = math.nan
+    grad_norm: float = math.nan
+
+
+def pick_device(gpu: bool | str) -> torch.device:
+    """``cuda`` when ``gpu`` is true or ``"auto"`` and CUDA is visible, else ``cpu``."""
+    return torch.device("cuda" if gpu in (True, "auto") and torch.cuda.is_available() else "cpu")
+
+
+class Algorithm:
+    """Base of every algorithm.
+
+    Args:
+        spec: the agent section.
+        obs_space: single-env observation space (O = its shape).
+        action_space: single-env action space.
+        num_envs: N, sub-envs per vector step.
+        seed: seeds net init (in a forked torch RNG, so the global RNG is untouched), the
+            algorithm's ``torch.Generator`` and its ``np.random.Generator``.
+
+    Raises:
+        ValueError: memory not allowed for the algorithm, or a bad net/optimizer spec.
+    """
+
+    spec_cls: ClassVar[type[AlgorithmSpec]] = AlgorithmSpec
+    memory_names: ClassVar[tuple[str, ...]] = tuple(MEMORIES)
+
+    def __init__(self, spec: AgentSpec, obs_space: gym.Space, action_space: gym.Space,
+                 num_envs: int, seed: int) -> None:
+        self.spec, self.algo, self.net_spec = spec, spec.algorithm, spec.net
+        if spec.memory.name not in self.memory_names:
+            raise ValueError(f"{type(self).__name__} needs agent.memory.name in {list(self.memory_names)}, "
+                             f"got '{spec.memory.name}'")
+        self.obs_space, self.action_space, self.num_envs = obs_space, action_space, num_envs
+        self.obs_dim = int(np.prod(obs_space.shape))
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        self.device = pick_device(spec.net.gpu)
+        self.gen = torch.Generator(device=self.device).manual_seed(seed)
+        self.rng = np.random.default_rng(seed)
+        self.explore_var = VarSchedule.from_spec(self.algo.explore_var_spec, default=math.nan)
+        self.entropy_coef = VarSchedule.from_spec(self.algo.entropy_coef_spec, default=0.0)
+        self.nets: dict[str, nn.Module] = {}
+        self.optims: dict[str, torch.optim.Optimizer] = {}
+        self.lr_scheds: dict[str, FrameLR] = {}
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.init_nets()
+        self.memory = self.init_memory()
+
+    # ---- construction (subclasses) ----
+    def init_nets(self) -> None:
+        """Create ``self.nets`` and, via ``add_optim``, their optimizers."""
+        raise NotImplementedError
+
+    def init_memory(self) -> Any:
+        """Create the memory named in the spec."""
+        raise NotImplementedError
+
+    def make_net(self, out_dims: int | list[int]) -> nn.Module:
+        """Net of the spec's type mapping (B, *O) observations to ``out_dims``, on ``self.device``."""
+        ns = self.net_spec
+        return make_net(ns.type, self.obs_dim, out_dims, ns.hid_layers, ns.hid_layers_activation,
+                        ns.init_fn, ns.out_layer_activation).to(self.device)
+
+    def add_optim(self, name: str, params: Any, optim_spec: dict[str, Any]) -> None:
+        """Register optimizer ``name`` and its frame-driven LR scheduler."""
+        self.optims[name] = make_optim(params, optim_spec)
+        self.lr_scheds[name] = make_lr_scheduler(self.optims[name], self.net_spec.lr_scheduler_spec)
+
+    # ---- acting and learning (subclasses) ----
+    def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:
+        """Actions for a vector of observations (N, *O) -> (N,) int or (N, A) float, no grad."""
+        raise NotImplementedError
+
+    def train_ready(self, clock: Clock) -> bool:
+        """True when ``update`` should run now (memory filled, cadence reached)."""
+        raise NotImplementedError
+
+    def update(self, clock: Clock) -> LossStats:
+        """Learn from memory; advances ``clock.opt_step`` once per optimizer step."""
+        raise NotImplementedError
+
+    # ---- shared helpers ----
+    def to_tensor(self, x: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """numpy -> tensor on the algorithm's device (no copy on CPU when dtypes match)."""
+        return torch.as_tensor(x, dtype=dtype, device=self.device)
+
+    def optim_step(self, loss: torch.Tensor, optim_names: tuple[str, ...], clock: Clock) -> float:
+        """One optimizer step: zero-grad, backward, clip, step, count ``opt_step``.
+
+        Sets each optimizer's lr for ``clock.frame`` first (frame-driven schedules).
+
+        Args:
+            loss: scalar loss.
+            optim_names: optimizers stepped together (e.g. actor and critic of one loss).
+            clock: the session clock.
+
+        Returns:
+            Global grad norm (L2, before clipping) over the stepped parameters.
+        """
+        optims = [self.optims[n] for n in optim_names]
+        for name, optim in zip(optim_names, optims):
+            self.lr_scheds[name].step_to(clock.frame)
+            optim.zero_grad(set_to_none=True)
+        loss.backward()
+        params = [p for optim in optims for g in optim.param_groups for p in g["params"]]
+        max_norm = self.net_spec.clip_grad_val
+        grad_norm = nn.utils.clip_grad_norm_(params, max_norm if max_norm is not None else math.inf)
+        for optim in optims:
+            optim.step()
+        clock.tick_opt_step()
+        return float(grad_norm)
+
+    def current_lr(self) -> float:
+        """Learning rate of the first optimizer's first param group."""
+        return float(next(iter(self.optims.values())).param_groups[0]["lr"])
+
+    # ---- training state ----
+    def extra_state(self) -> dict[str, Any]:
+        """Algorithm counters beyond nets/optimizers (subclasses extend)."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore ``extra_state``."""
+
+    def state_dict(self, with_memory: bool = False) -> dict[str, Any]:
+        """The whole training state as plain containers of tensors, arrays and numbers.
+
+        Args:
+            with_memory: include the memory (replay buffer or partial rollout).
+        """
+        state: dict[str, Any] = {
+            "nets": {k: v.state_dict() for k, v in self.nets.items()},
+            "optims": {k: v.state_dict() for k, v in self.optims.items()},
+            "lr_scheds": {k: v.state_dict() for k, v in self.lr_scheds.items()},
+            "rng": {"torch": self.gen.get_state(), "numpy": self.rng.bit_generator.state},
+            "extra": self.extra_state(),
+        }
+        if with_memory:
+            state["memory"] = self.memory.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore exactly what ``state_dict`` saved.
+
+        Raises:
+            KeyError: naming a missing or unexpected net/optimizer/scheduler key.
+        """
+        for group, objs in (("nets", self.nets), ("optims", self.optims), ("lr_scheds", self.lr_scheds)):
+            if set(state[group]) != set(objs):
+                raise KeyError(f"state '{group}' has {sorted(state[group])}, expected {sorted(objs)}")
+            for name, obj in objs.items():
+                obj.load_state_dict(state[group][name])
+        self.gen.set_state(state["rng"]["torch"])
+        self.rng.bit_generator.state = state["rng"]["numpy"]
+        self.load_extra_state(state["extra"])
+        if "memory" in state:
+            self.memory.load_state_dict(state["memory"])

@@ -1,0 +1,104 @@
+"""DQN (Mnih et al. 2015, "Human-level control through deep reinforcement learning").
+
+Q-learning with a replay buffer and a target net updated every ``net.update_frequency`` frames by
+replacement or polyak averaging (``net.polyak_coef`` = weight kept of the old target, SLM-Lab
+semantics). Acting: epsilon-greedy or Boltzmann with ``explore_var_spec`` as epsilon/temperature.
+Training: once the replay holds ``training_start_step`` transitions, every ``training_frequency``
+frames run ``training_iter`` samples x ``training_batch_iter`` gradient steps (SLM-Lab cadence).
+Because readiness is measured on the buffer, a resumed session that refills its replay makes no
+gradient step until the buffer is full again, and then makes no catch-up burst.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from agents import policy
+from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats
+from agents.memory import Replay
+from agents.nets import make_loss, polyak_update
+from envs.clock import Clock
+
+
+@dataclass(frozen=True)
+class DQNSpec(AlgorithmSpec):
+    """DQN keys (SLM-Lab names); ``training_frequency`` is in frames here."""
+
+    action_policy: str = field(default="epsilon_greedy",
+                               metadata={"choices": ("epsilon_greedy", "boltzmann")})
+    explore_var_spec: dict = field(default_factory=lambda: {
+        "name": "linear_decay", "start_val": 1.0, "end_val": 0.05, "start_step": 0, "end_step": 10000})
+    training_start_step: int = field(default=32, metadata={"gt": 0})
+    training_iter: int = field(default=1, metadata={"gt": 0})
+    training_batch_iter: int = field(default=1, metadata={"gt": 0})
+
+
+class DQN(Algorithm):
+    """Deep Q-network; see module docstring. Nets: ``net`` (online) and ``target_net``."""
+
+    spec_cls = DQNSpec
+    memory_names = ("Replay",)
+
+    def init_nets(self) -> None:
+        if not self.discrete:
+            raise ValueError(f"{type(self).__name__} needs a Discrete action space, got {self.action_space}")
+        self.nets["net"] = self.make_net(int(self.action_space.n))
+        self.nets["target_net"] = copy.deepcopy(self.nets["net"]).requires_grad_(False)
+        self.add_optim("net", self.nets["net"].parameters(), self.net_spec.optim_spec)
+        self.loss_fn = make_loss(self.net_spec.loss_spec)
+        self.last_train_frame = 0
+        self.last_target_frame = 0
+
+    def init_memory(self) -> Replay:
+        ms = self.spec.memory
+        return Replay(ms.max_size, self.obs_space.shape, (), np.int64, ms.batch_size, ms.use_cer)
+
+    @torch.no_grad()
+    def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:
+        q = self.nets["net"](self.to_tensor(obs_NO))
+        if deterministic:
+            return q.argmax(dim=-1).cpu().numpy()
+        if self.algo.action_policy == "boltzmann":
+            return policy.boltzmann(q, self.explore_var(clock.frame), self.gen)
+        return policy.epsilon_greedy(q, self.explore_var(clock.frame), self.rng)
+
+    def train_ready(self, clock: Clock) -> bool:
+        return (len(self.memory) >= self.algo.training_start_step
+                and clock.frame - self.last_train_frame >= self.algo.training_frequency)
+
+    @torch.no_grad()
+    def q_target(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``r + gamma * (1 - terminated) * max_a Q_target(s', a)``, (B,)."""
+        next_q = self.nets["target_net"](batch["next_obs"]).max(dim=-1).values
+        return batch["reward"] + self.algo.gamma * (1.0 - batch["terminated"]) * next_q
+
+    def update(self, clock: Clock) -> LossStats:
+        """Replay-sampled TD regression steps, then the target-net update when due."""
+        self.last_train_frame = clock.frame
+        losses, grad_norms = [], []
+        for _ in range(self.algo.training_iter):
+            batch = {k: self.to_tensor(v, torch.int64 if k == "act" else torch.float32)
+                     for k, v in self.memory.sample(self.rng).items()}
+            target = self.q_target(batch)
+            for _ in range(self.algo.training_batch_iter):
+                q = self.nets["net"](batch["obs"]).gather(-1, batch["act"].unsqueeze(-1)).squeeze(-1)
+                loss = self.loss_fn(q, target)
+                grad_norms.append(self.optim_step(loss, ("net",), clock))
+                losses.append(loss.detach())
+        if clock.frame - self.last_target_frame >= self.net_spec.update_frequency:
+            self.last_target_frame = clock.frame
+            coef = 1.0 if self.net_spec.update_type == "replace" else 1.0 - self.net_spec.polyak_coef
+            polyak_update(self.nets["net"], self.nets["target_net"], coef)
+        return LossStats(float(torch.stack(losses).mean()), float("nan"), float(np.mean(grad_norms)))
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"last_train_frame": self.last_train_frame, "last_target_frame": self.last_target_frame}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        self.last_train_frame = int(state["last_train_frame"])
+        self.last_target_frame = int(state["last_target_frame"])

@@ -1,0 +1,66 @@
+"""REINFORCE (Williams 1992, "Simple statistical gradient-following algorithms...").
+
+Policy gradient with Monte-Carlo returns, optional return centering (a constant baseline) and an
+entropy bonus. Memory: ``OnPolicyReplay`` (``training_frequency`` = completed episodes per update)
+or ``OnPolicyBatchReplay`` (``training_frequency`` = vector steps per update).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from agents import policy
+from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats
+from agents.memory import OnPolicyBatchReplay, OnPolicyReplay
+from agents.returns import calc_returns
+from envs.clock import Clock
+
+
+@dataclass(frozen=True)
+class ReinforceSpec(AlgorithmSpec):
+    """REINFORCE keys: ``center_return`` subtracts the batch mean return (SLM-Lab name)."""
+
+    center_return: bool = True
+
+
+class Reinforce(Algorithm):
+    """Vanilla policy gradient; see module docstring. Net: one policy head (``pdparam_dim``)."""
+
+    spec_cls = ReinforceSpec
+    memory_names = ("OnPolicyReplay", "OnPolicyBatchReplay")
+
+    def init_nets(self) -> None:
+        self.nets["net"] = self.make_net(policy.pdparam_dim(self.action_space))
+        self.add_optim("net", self.nets["net"].parameters(), self.net_spec.optim_spec)
+
+    def init_memory(self) -> OnPolicyReplay | OnPolicyBatchReplay:
+        if self.spec.memory.name == "OnPolicyReplay":
+            return OnPolicyReplay(self.algo.training_frequency, self.num_envs)
+        return OnPolicyBatchReplay(self.algo.training_frequency)
+
+    @torch.no_grad()
+    def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:
+        pdparam = self.nets["net"](self.to_tensor(obs_NO))
+        return policy.sample(pdparam, self.discrete, self.gen, deterministic).cpu().numpy()
+
+    def train_ready(self, clock: Clock) -> bool:
+        return self.memory.ready()
+
+    def update(self, clock: Clock) -> LossStats:
+        """One gradient step on the stored episodes/rollout: ``-(logp * G).mean() - c * H``."""
+        batch = self.memory.pop()
+        reward = self.to_tensor(batch["reward"])
+        done = self.to_tensor(np.logical_or(batch["terminated"], batch["truncated"]))
+        ret = calc_returns(reward, done, self.algo.gamma).reshape(-1)
+        if self.algo.center_return:
+            ret = ret - ret.mean()
+        obs = self.to_tensor(batch["obs"]).reshape(-1, *self.obs_space.shape)
+        act_dtype = torch.int64 if self.discrete else torch.float32
+        act = self.to_tensor(batch["act"], act_dtype).reshape(len(obs), *self.action_space.shape)
+        logp, entropy = policy.log_prob_entropy(self.nets["net"](obs), act, self.discrete)
+        loss = -(logp * ret).mean() - self.entropy_coef(clock.frame) * entropy.mean()
+        grad_norm = self.optim_step(loss, ("net",), clock)
+        return LossStats(float(loss), float(entropy.mean()), grad_norm)

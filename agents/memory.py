@@ -1,0 +1,235 @@
+"""Memories: store transitions and hand them out; they never decide when to train.
+
+``MEMORIES`` maps the spec's ``agent.memory.name`` to a class. All memories take vector-env
+transitions, one row of N sub-envs per ``add``:
+
+    obs_NO (N, *O) float32, act_NA (N, *A), reward_N (N,), next_obs_NO (N, *O) (the true next
+    observation, also on done rows), terminated_N (N,) bool, truncated_N (N,) bool.
+
+Each exposes ``state_dict()`` / ``load_state_dict()`` of plain numpy arrays and ints, so a
+checkpoint can store it (``memory.checkpoint: true``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+Batch = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class MemorySpec:
+    """The spec ``agent.memory`` section (SLM-Lab key names).
+
+    Fields: ``name`` (key of ``MEMORIES``), ``batch_size`` (transitions per replay sample),
+    ``max_size`` (replay capacity in transitions), ``use_cer`` (combined experience replay),
+    ``checkpoint`` (store the replay buffer in checkpoints so a resume continues training at once).
+    """
+
+    name: str = "Replay"
+    batch_size: int = field(default=32, metadata={"gt": 0})
+    max_size: int = field(default=10000, metadata={"gt": 0})
+    use_cer: bool = False
+    checkpoint: bool = False
+FIELDS = ("obs", "act", "reward", "next_obs", "terminated", "truncated")
+
+
+class Replay:
+    """Off-policy experience replay: a preallocated numpy ring buffer (Lin 1992; Mnih et al. 2015).
+
+    Args:
+        max_size: capacity in transitions.
+        obs_shape: O, shape of one observation.
+        act_shape: A, shape of one action (``()`` for discrete).
+        act_dtype: numpy dtype of actions.
+        batch_size: transitions per ``sample``.
+        use_cer: combined experience replay (Zhang & Sutton 2017): the newest transition is always
+            in the sample.
+
+    Raises:
+        ValueError: if ``max_size`` or ``batch_size`` is not positive.
+    """
+
+    def __init__(self, max_size: int, obs_shape: tuple[int, ...], act_shape: tuple[int, ...],
+                 act_dtype: np.dtype, batch_size: int, use_cer: bool = False) -> None:
+        if max_size <= 0 or batch_size <= 0:
+            raise ValueError(f"max_size ({max_size}) and batch_size ({batch_size}) must be > 0")
+        self.max_size, self.batch_size, self.use_cer = int(max_size), int(batch_size), use_cer
+        self.data: Batch = {
+            "obs": np.zeros((max_size, *obs_shape), np.float32),
+            "act": np.zeros((max_size, *act_shape), act_dtype),
+            "reward": np.zeros(max_size, np.float32),
+            "next_obs": np.zeros((max_size, *obs_shape), np.float32),
+            "terminated": np.zeros(max_size, np.float32),
+        }
+        self.head = 0  # next write index
+        self.size = 0  # number of valid rows
+
+    def add(self, obs_NO: np.ndarray, act_NA: np.ndarray, reward_N: np.ndarray, next_obs_NO: np.ndarray,
+            terminated_N: np.ndarray, truncated_N: np.ndarray) -> None:
+        """Write N transitions at the head, wrapping around and overwriting the oldest."""
+        n = len(reward_N)
+        idx = (self.head + np.arange(n)) % self.max_size if self.head + n > self.max_size \
+            else slice(self.head, self.head + n)
+        data = self.data
+        data["obs"][idx] = obs_NO
+        data["act"][idx] = act_NA
+        data["reward"][idx] = reward_N
+        data["next_obs"][idx] = next_obs_NO
+        data["terminated"][idx] = terminated_N
+        self.head = (self.head + n) % self.max_size
+        self.size = min(self.size + n, self.max_size)
+
+    def sample(self, rng: np.random.Generator) -> Batch:
+        """Uniform sample with replacement of ``batch_size`` transitions.
+
+        Returns:
+            dict of arrays with leading dim B = batch_size: obs (B, *O), act (B, *A), reward (B,),
+            next_obs (B, *O), terminated (B,) float32.
+
+        Raises:
+            ValueError: if the buffer is empty.
+        """
+        if self.size == 0:
+            raise ValueError("cannot sample from an empty Replay")
+        idx = rng.integers(0, self.size, size=self.batch_size)
+        if self.use_cer:
+            idx[-1] = (self.head - 1) % self.max_size
+        return {k: v[idx] for k, v in self.data.items()}
+
+    def __len__(self) -> int:
+        return self.size
+
+    def state_dict(self) -> dict[str, Any]:
+        """The valid rows (in storage order) plus ``head`` and ``size``."""
+        return {"data": {k: v[: self.size].copy() for k, v in self.data.items()},
+                "head": self.head, "size": self.size}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore rows and write pointer.
+
+        Raises:
+            ValueError: if the saved buffer does not fit this capacity or shapes differ.
+        """
+        size = int(state["size"])
+        if size > self.max_size:
+            raise ValueError(f"saved replay holds {size} rows > max_size {self.max_size}")
+        for k, v in self.data.items():
+            saved = np.asarray(state["data"][k])
+            if saved.shape[1:] != v.shape[1:]:
+                raise ValueError(f"replay field '{k}' shape {saved.shape[1:]} != {v.shape[1:]}")
+            v[:size] = saved
+        self.head, self.size = int(state["head"]), size
+
+
+class OnPolicyBatchReplay:
+    """On-policy rollout of a fixed horizon: T vector steps of N sub-envs (SLM-Lab ``OnPolicyBatchReplay``).
+
+    Args:
+        horizon: T, vector steps per rollout (``training_frequency`` / ``time_horizon``).
+
+    ``ready()`` is true once T steps are stored; ``pop()`` returns arrays shaped (T, N, ...) and
+    empties the memory.
+    """
+
+    def __init__(self, horizon: int) -> None:
+        if horizon <= 0:
+            raise ValueError(f"horizon must be > 0 steps, got {horizon}")
+        self.horizon = int(horizon)
+        self.rows: list[tuple[np.ndarray, ...]] = []
+
+    def add(self, obs_NO: np.ndarray, act_NA: np.ndarray, reward_N: np.ndarray, next_obs_NO: np.ndarray,
+            terminated_N: np.ndarray, truncated_N: np.ndarray) -> None:
+        """Append one vector step."""
+        self.rows.append((obs_NO, act_NA, reward_N, next_obs_NO, terminated_N, truncated_N))
+
+    def ready(self) -> bool:
+        """True when a full rollout of ``horizon`` steps is stored."""
+        return len(self.rows) >= self.horizon
+
+    def pop(self) -> Batch:
+        """Stack and clear: obs (T, N, *O), act (T, N, *A), reward/terminated/truncated (T, N)."""
+        batch = {k: np.stack(col) for k, col in zip(FIELDS, zip(*self.rows))}
+        self.rows = []
+        return batch
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The partial rollout as stacked arrays (empty dict when no rows)."""
+        if not self.rows:
+            return {"data": {}}
+        return {"data": {k: np.stack(col) for k, col in zip(FIELDS, zip(*self.rows))}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a partial rollout."""
+        data = state["data"]
+        self.rows = [tuple(np.asarray(data[k][i]) for k in FIELDS) for i in range(len(data.get("obs", [])))]
+
+
+class OnPolicyReplay:
+    """Episodic on-policy memory (SLM-Lab ``OnPolicyReplay``): whole episodes per sub-env.
+
+    Args:
+        num_episodes: completed episodes (summed over sub-envs) that make the memory ``ready``.
+
+    ``pop()`` returns the completed episodes concatenated along one time axis (T_total,), each
+    ending in a done step, and keeps any unfinished episodes.
+    """
+
+    def __init__(self, num_episodes: int, num_envs: int) -> None:
+        if num_episodes <= 0:
+            raise ValueError(f"training_frequency must be > 0 episodes, got {num_episodes}")
+        self.num_episodes, self.num_envs = int(num_episodes), int(num_envs)
+        self.current: list[list[tuple[np.ndarray, ...]]] = [[] for _ in range(num_envs)]
+        self.done_episodes: list[list[tuple[np.ndarray, ...]]] = []
+
+    def add(self, obs_NO: np.ndarray, act_NA: np.ndarray, reward_N: np.ndarray, next_obs_NO: np.ndarray,
+            terminated_N: np.ndarray, truncated_N: np.ndarray) -> None:
+        """Append one step per sub-env; a terminated or truncated step closes that env's episode."""
+        for i in range(self.num_envs):
+            self.current[i].append((obs_NO[i], act_NA[i], reward_N[i], next_obs_NO[i],
+                                    terminated_N[i], truncated_N[i]))
+            if terminated_N[i] or truncated_N[i]:
+                self.done_episodes.append(self.current[i])
+                self.current[i] = []
+
+    def ready(self) -> bool:
+        """True once ``num_episodes`` episodes are complete."""
+        return len(self.done_episodes) >= self.num_episodes
+
+    def pop(self) -> Batch:
+        """Completed episodes, concatenated: obs (T, *O), act (T, *A), reward/terminated/truncated (T,)."""
+        steps = [step for episode in self.done_episodes for step in episode]
+        self.done_episodes = []
+        return {k: np.stack(col) for k, col in zip(FIELDS, zip(*steps))}
+
+    def __len__(self) -> int:
+        return sum(map(len, self.done_episodes)) + sum(map(len, self.current))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every stored step with its env index and episode boundaries, as arrays."""
+        def pack(episodes: list[list[tuple[np.ndarray, ...]]]) -> dict[str, Any]:
+            steps = [s for ep in episodes for s in ep]
+            data = {k: np.stack(col) for k, col in zip(FIELDS, zip(*steps))} if steps else {}
+            return {"data": data, "lengths": np.array([len(ep) for ep in episodes], np.int64)}
+        return {"done": pack(self.done_episodes), "current": pack(self.current)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore completed and unfinished episodes."""
+        def unpack(packed: dict[str, Any]) -> list[list[tuple[np.ndarray, ...]]]:
+            data, episodes, start = packed["data"], [], 0
+            for length in np.asarray(packed["lengths"]).tolist():
+                episodes.append([tuple(np.asarray(data[k][j]) for k in FIELDS)
+                                 for j in range(start, start + length)])
+                start += length
+            return episodes
+        self.done_episodes = unpack(state["done"])
+        self.current = unpack(state["current"])
+
+
+MEMORIES = {"Replay": Replay, "OnPolicyReplay": OnPolicyReplay, "OnPolicyBatchReplay": OnPolicyBatchReplay}

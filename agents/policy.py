@@ -1,0 +1,90 @@
+"""Action policies: turn a net's output ("pdparam") into actions, log-probs and entropies.
+
+Discrete action spaces use a categorical distribution over logits (B, A). Continuous (Box) spaces
+use a diagonal Gaussian whose pdparam is (B, 2A): mean then log-std, log-std clamped to
+[-20, 2]. Sampling draws from an explicit ``torch.Generator`` so sessions sharing a process do not
+share randomness and a resumed run replays exactly.
+
+Value-based policies (``epsilon_greedy``, ``boltzmann``) follow SLM-Lab ``policy_util``.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch.distributions import Categorical, Normal
+
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+
+
+def pdparam_dim(action_space: gym.Space) -> int:
+    """Width of the policy head: A logits (Discrete) or 2A (Box: mean and log-std).
+
+    Raises:
+        ValueError: for action spaces other than Discrete and 1-D Box.
+    """
+    if isinstance(action_space, gym.spaces.Discrete):
+        return int(action_space.n)
+    if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+        return 2 * action_space.shape[0]
+    raise ValueError(f"unsupported action space {action_space}; expected Discrete or 1-D Box")
+
+
+def _gaussian(pdparam: torch.Tensor) -> Normal:
+    mean, log_std = pdparam.chunk(2, dim=-1)
+    return Normal(mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp(), validate_args=False)
+
+
+def sample(pdparam: torch.Tensor, discrete: bool, gen: torch.Generator,
+           deterministic: bool = False) -> torch.Tensor:
+    """Sample actions.
+
+    Args:
+        pdparam: (B, A) logits or (B, 2A) Gaussian parameters.
+        discrete: action space kind.
+        gen: generator to draw from.
+        deterministic: take the mode (argmax / mean) instead of sampling.
+
+    Returns:
+        (B,) int64 for discrete, (B, A) float for continuous.
+    """
+    if discrete:
+        if deterministic:
+            return pdparam.argmax(dim=-1)
+        probs = torch.softmax(pdparam, dim=-1)
+        return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+    mean, log_std = pdparam.chunk(2, dim=-1)
+    if deterministic:
+        return mean
+    noise = torch.randn(mean.shape, generator=gen, device=mean.device, dtype=mean.dtype)
+    return mean + log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp() * noise
+
+
+def log_prob_entropy(pdparam: torch.Tensor, act: torch.Tensor,
+                     discrete: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probability of ``act`` and entropy of the distribution, both (B,)."""
+    if discrete:
+        dist = Categorical(logits=pdparam, validate_args=False)
+        return dist.log_prob(act), dist.entropy()
+    dist = _gaussian(pdparam)
+    return dist.log_prob(act).sum(-1), dist.entropy().sum(-1)
+
+
+def epsilon_greedy(q_BA: torch.Tensor, epsilon: float, rng: np.random.Generator) -> np.ndarray:
+    """Greedy action of Q-values (B, A), replaced by a uniform random one with prob ``epsilon``.
+
+    Returns (B,) int64. Draws exactly 2B numbers from ``rng`` whatever epsilon is, so the RNG
+    stream does not depend on the schedule.
+    """
+    act = q_BA.argmax(dim=-1).cpu().numpy()
+    b, a = q_BA.shape
+    explore = rng.random(b) < epsilon
+    random_act = rng.integers(0, a, size=b)
+    return np.where(explore, random_act, act)
+
+
+def boltzmann(q_BA: torch.Tensor, tau: float, gen: torch.Generator) -> np.ndarray:
+    """Sample from ``softmax(Q / tau)`` (B, A) -> (B,) int64; ``tau`` is the temperature."""
+    probs = torch.softmax(q_BA / max(tau, 1e-8), dim=-1)
+    return torch.multinomial(probs, 1, generator=gen).squeeze(-1).cpu().numpy()

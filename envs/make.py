@@ -1,0 +1,131 @@
+"""Env construction: spec ``env`` section -> a seeded ``gymnasium.vector`` env.
+
+Every session env is a vector env (``num_envs`` = 1 included), so the session loop has one shape
+contract: observations ``(N, *O)``, rewards/terminated/truncated ``(N,)``. Sub-envs auto-reset in
+``SAME_STEP`` mode: the observation returned on a done step is the next episode's first one and
+the true final observation is in ``info["final_obs"]``.
+
+The sync vector env is built from ``functools.partial(gym.make, ...)`` so it pickles (DESIGN.md
+section 5: env state can be checkpointed).
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
+
+# SLM-Lab / old gym ids that gymnasium no longer registers -> their successors.
+OLD_ENV_IDS: dict[str, str] = {
+    "LunarLander-v2": "LunarLander-v3",
+    "LunarLanderContinuous-v2": "LunarLanderContinuous-v3",
+    "BipedalWalker-v2": "BipedalWalker-v3",
+    "BipedalWalkerHardcore-v2": "BipedalWalkerHardcore-v3",
+    "CarRacing-v0": "CarRacing-v3",
+    "Pendulum-v0": "Pendulum-v1",
+    "Acrobot-v0": "Acrobot-v1",
+}
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """The spec ``env`` section, validated by ``orchestrator.spec``.
+
+    Fields: ``name`` (gymnasium id), ``num_envs`` (sub-envs per vector env), ``max_frame``
+    (frame budget of a session, summed over sub-envs), ``max_t`` (episode step limit or None for
+    the env's own), ``normalize_state`` (running mean/std of observations), ``reward_scale``
+    (float multiplier, ``"sign"`` for sign clipping, or None), ``vectorization`` (``"sync"`` or
+    ``"async"``).
+    """
+
+    name: str
+    max_frame: int
+    num_envs: int = 1
+    max_t: int | None = None
+    normalize_state: bool = False
+    reward_scale: float | str | None = None
+    vectorization: str = "sync"
+
+
+def resolve_env_id(name: str) -> str:
+    """Map an id gymnasium no longer registers to its successor, with a warning.
+
+    Ids gymnasium still has (e.g. ``CartPole-v0``) are returned as they are.
+
+    Raises:
+        ValueError: if neither ``name`` nor its mapped successor is registered.
+    """
+    if name in gym.registry:
+        return name
+    new = OLD_ENV_IDS.get(name)
+    if new is not None and new in gym.registry:
+        warnings.warn(f"env '{name}' is not in gymnasium; using its successor '{new}'", stacklevel=2)
+        return new
+    raise ValueError(f"unknown env id '{name}': gymnasium has no such environment registered")
+
+
+def make_env(spec: EnvSpec, seed: int | None) -> VectorEnv:
+    """Build the session's vector env and reset-seed it.
+
+    Args:
+        spec: the env section.
+        seed: session seed; sub-env i is seeded ``seed + i`` on the first reset (None: unseeded).
+
+    Returns:
+        A ``VectorEnv`` with ``num_envs`` sub-envs; the episode statistics wrapper sits before
+        reward scaling so ``info["episode"]["r"]`` is the true undiscounted return.
+
+    Raises:
+        ValueError: unknown env id or vectorization mode.
+    """
+    env_id = resolve_env_id(spec.name)
+    kwargs = {} if spec.max_t is None else {"max_episode_steps": spec.max_t}
+    env_fns = [functools.partial(gym.make, env_id, **kwargs) for _ in range(spec.num_envs)]
+    if spec.vectorization == "sync":
+        venv: VectorEnv = SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    elif spec.vectorization == "async":
+        venv = AsyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    else:
+        raise ValueError(f"env.vectorization must be 'sync' or 'async', got '{spec.vectorization}'")
+    venv = gym.wrappers.vector.RecordEpisodeStatistics(venv)
+    if spec.normalize_state:
+        venv = gym.wrappers.vector.NormalizeObservation(venv)
+    if spec.reward_scale == "sign":
+        venv = gym.wrappers.vector.TransformReward(venv, np.sign)
+    elif spec.reward_scale is not None:
+        venv = gym.wrappers.vector.TransformReward(venv, functools.partial(np.multiply, float(spec.reward_scale)))
+    venv.action_space.seed(seed)
+    return venv
+
+
+def final_obs(next_obs_NO: np.ndarray, done_N: np.ndarray, info: dict[str, Any]) -> np.ndarray:
+    """The true next observations of a step: ``info["final_obs"]`` where an episode ended.
+
+    Args:
+        next_obs_NO: observations returned by ``env.step`` (N, *O); on done rows these already
+            belong to the next episode (SAME_STEP autoreset).
+        done_N: bool (N,), terminated | truncated.
+        info: the step's info dict.
+
+    Returns:
+        (N, *O) array; a copy only when some sub-env is done.
+    """
+    if not done_N.any():
+        return next_obs_NO
+    out = next_obs_NO.copy()
+    for i in np.flatnonzero(done_N):
+        out[i] = info["final_obs"][i]
+    return out
+
+
+def episode_returns(info: dict[str, Any]) -> np.ndarray:
+    """Undiscounted returns of the episodes that ended this step (before reward scaling), (k,)."""
+    episode = info.get("episode")
+    if episode is None:
+        return np.empty(0)
+    return np.asarray(episode["r"])[info["_episode"]]

@@ -1,0 +1,1 @@
+"""Orchestration: CLI, spec, trials of Ray session actors, storage, search, analysis."""

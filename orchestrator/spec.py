@@ -1,0 +1,456 @@
+"""Spec files: load, normalise, override, fill defaults, validate, and build typed sections.
+
+A spec file maps ``spec_name -> spec``. Two shapes load (DESIGN.md section 7):
+
+* SLM-Lab v4: ``agent`` and ``env`` are one-element lists, a top-level ``body`` key (ignored),
+  trailing commas allowed;
+* v5 / flat: ``agent``, ``env``, ``meta`` are dicts; JSON or YAML.
+
+The loader normalises to the flat shape before ``-s key.path=value`` overrides. Defaults come from
+one place: the typed section dataclasses (``AlgorithmSpec`` subclasses, ``NetSpec``,
+``MemorySpec``, ``EnvSpec``, ``MetaSpec``). Validation collects every problem with its dotted
+path before raising one ``SpecError``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import yaml
+
+from agents.algorithms import ALGORITHMS, AgentSpec, AlgorithmSpec
+from agents.memory import MEMORIES, MemorySpec
+from agents.nets import LOSSES, NETS, OPTIMIZERS, NetSpec
+from agents.schedules import DECAYS, LR_SCHEDULERS
+from envs.make import EnvSpec, resolve_env_id
+from orchestrator import storage
+
+
+class SpecError(Exception):
+    """One or more problems in a spec; ``problems`` lists each with its dotted path."""
+
+    def __init__(self, problems: list[str] | str) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+@dataclass(frozen=True)
+class MetaSpec:
+    """The spec ``meta`` section.
+
+    Fields:
+        max_session: sessions (seeds) per trial.
+        max_trial: search samples (Ray Tune ``num_samples``).
+        log_frequency: frames between train_df rows.
+        eval_frequency: frames between eval checkpoints (used when ``rigorous_eval`` > 0).
+        rigorous_eval: evaluation episodes per eval checkpoint (0 disables eval_df).
+        random_seed: base seed; session s of trial t uses ``random_seed + 1000 * t + s``. None: a
+            seed is drawn once and written into the saved spec.
+        ma_window: episodes in the ``total_reward_ma`` moving average.
+        checkpoint_frequency: frames between checkpoints (None: ``log_frequency``).
+        keep_checkpoints: newest checkpoints kept per session (plus the best).
+        resources: per-session Ray resources ``{"num_cpus": float, "num_gpus": float}``.
+        max_restarts: replacements of a dead session actor before it is marked failed.
+        shutdown_grace_s: seconds sessions get to commit a final checkpoint on SIGTERM/SIGINT.
+        distributed: SLM-Lab Hogwild mode; only ``false`` is supported.
+        search_scheduler: optional Ray Tune scheduler for ``search`` mode.
+    """
+
+    max_session: int = field(default=1, metadata={"gt": 0})
+    max_trial: int = field(default=1, metadata={"gt": 0})
+    log_frequency: int = field(default=1000, metadata={"gt": 0})
+    eval_frequency: int = field(default=10000, metadata={"gt": 0})
+    rigorous_eval: int = field(default=0, metadata={"ge": 0})
+    random_seed: int | None = None
+    ma_window: int = field(default=20, metadata={"gt": 0})
+    checkpoint_frequency: int | None = field(default=None, metadata={"gt": 0})
+    keep_checkpoints: int = field(default=3, metadata={"gt": 0})
+    resources: dict = field(default_factory=lambda: {"num_cpus": 1, "num_gpus": 0})
+    max_restarts: int = field(default=3, metadata={"ge": 0})
+    shutdown_grace_s: float = field(default=30.0, metadata={"gt": 0})
+    distributed: bool = field(default=False, metadata={"choices": (False,)})
+    search_scheduler: dict | None = None
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """A validated spec as typed sections; ``raw`` is the full dict as run (defaults filled)."""
+
+    name: str
+    agent: AgentSpec
+    env: EnvSpec
+    meta: MetaSpec
+    search: dict
+    raw: dict
+
+
+TOP_KEYS = ("name", "agent", "env", "meta", "search")
+AGENT_KEYS = ("name", "algorithm", "memory", "net")
+
+# SLM-Lab keys this lab does not implement: accepted only with their neutral values.
+INERT_KEYS: dict[str, tuple[Any, ...]] = {
+    "agent.algorithm.num_step_returns": (None,),
+    "agent.algorithm.policy_loss_coef": (1.0, 1),
+    "agent.net.batch_norm": (False, None),
+    "agent.net.normalize": (False, None),
+    "agent.net.use_same_optim": (False, None),
+    "env.frame_op": (None,),
+    "env.frame_op_len": (None,),
+}
+
+
+# ---------------------------------------------------------------- reading files
+
+def _strip_trailing_commas(text: str) -> str:
+    """Remove JSON trailing commas (``,}`` / ``,]``) outside strings (SLM-Lab v4 files)."""
+    out, in_str, esc, i = [], False, False, 0
+    while i < len(text):
+        ch = text[i]
+        if in_str:
+            esc = (ch == "\\") and not esc
+            if ch == '"' and not esc:
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch == ",":
+            j = i + 1
+            while j < len(text) and text[j] in " \t\r\n":
+                j += 1
+            if j < len(text) and text[j] in "}]":
+                i += 1
+                continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def read_spec_file(uri: str) -> dict[str, Any]:
+    """Parse a spec file (JSON, JSON with trailing commas, or YAML by extension).
+
+    Raises:
+        SpecError: file missing, unreadable, not valid JSON/YAML (with line and column), or not a
+            mapping of spec names to specs.
+    """
+    try:
+        text = storage.read_text(uri)
+    except FileNotFoundError:
+        raise SpecError(f"spec file '{uri}' does not exist") from None
+    except (storage.StorageError, UnicodeDecodeError) as err:
+        raise SpecError(f"spec file '{uri}' cannot be read: {err}") from None
+    if uri.endswith((".yml", ".yaml")):
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise SpecError(f"spec file '{uri}' is not valid YAML{where}: {getattr(err, 'problem', err)}") from None
+    else:
+        try:
+            data = json.loads(_strip_trailing_commas(text))
+        except json.JSONDecodeError as err:
+            raise SpecError(f"spec file '{uri}' is not valid JSON: {err.msg} at line {err.lineno}, "
+                            f"column {err.colno}") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise SpecError(f"spec file '{uri}' must map spec names to spec objects")
+    return data
+
+
+# ---------------------------------------------------------------- shape and overrides
+
+def normalize(raw: dict[str, Any]) -> dict[str, Any]:
+    """SLM-Lab v4 shape -> flat shape: unwrap one-element ``agent``/``env`` lists, drop ``body``.
+
+    Raises:
+        SpecError: a list with other than one element (multi-agent/multi-env is not supported).
+    """
+    spec = copy.deepcopy(raw)
+    spec.pop("body", None)
+    for key in ("agent", "env"):
+        value = spec.get(key)
+        if isinstance(value, list):
+            if len(value) != 1:
+                raise SpecError(f"{key}: expected one {key} (a dict or a one-element list), got {len(value)}")
+            spec[key] = value[0]
+    meta = spec.get("meta")
+    if isinstance(meta, dict):  # SLM-Lab per-session resource keys
+        for old, new in (("num_cpus", "num_cpus"), ("num_gpus", "num_gpus")):
+            if old in meta:
+                spec["meta"].setdefault("resources", {})[new] = meta.pop(old)
+    return spec
+
+
+def parse_value(text: str) -> Any:
+    """An override's value: JSON if it parses (numbers, true, null, lists), else the raw string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def apply_overrides(spec: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key.path=value`` overrides to a flat spec, creating missing dicts on the way.
+
+    Raises:
+        SpecError: an override without ``=`` or whose path runs through a non-dict.
+    """
+    spec = copy.deepcopy(spec)
+    for item in overrides:
+        if "=" not in item:
+            raise SpecError(f"override '{item}': expected key.path=value")
+        path, value = item.split("=", 1)
+        keys = path.strip().split(".")
+        node = spec
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise SpecError(f"override '{item}': '{key}' is not a section")
+        node[keys[-1]] = parse_value(value)
+    return spec
+
+
+# ---------------------------------------------------------------- defaults and validation
+
+def _defaults(cls: type) -> dict[str, Any]:
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
+def _section_classes(spec: dict[str, Any]) -> dict[str, type]:
+    """The dataclass that defines each section, chosen by the names the spec gives."""
+    agent = spec.get("agent") if isinstance(spec.get("agent"), dict) else {}
+    algo = agent.get("algorithm") if isinstance(agent.get("algorithm"), dict) else {}
+    algo_cls = ALGORITHMS.get(algo.get("name"))
+    return {
+        "agent.algorithm": algo_cls.spec_cls if algo_cls else AlgorithmSpec,
+        "agent.memory": MemorySpec,
+        "agent.net": NetSpec,
+        "env": EnvSpec,
+        "meta": MetaSpec,
+    }
+
+
+def _get(spec: dict[str, Any], path: str) -> Any:
+    node: Any = spec
+    for key in path.split("."):
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
+
+
+def fill_defaults(spec: dict[str, Any]) -> dict[str, Any]:
+    """Fill every missing key from the section dataclasses (sections must be dicts)."""
+    spec = copy.deepcopy(spec)
+    spec.setdefault("meta", {})
+    spec.setdefault("search", {})
+    if isinstance(spec.get("agent"), dict):
+        spec["agent"].setdefault("memory", {})
+        spec["agent"].setdefault("net", {})
+    for path, cls in _section_classes(spec).items():
+        section = _get(spec, path)
+        if isinstance(section, dict):
+            for key, value in _defaults(cls).items():
+                section.setdefault(key, value)
+    return spec
+
+
+def _type_ok(value: Any, hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        return any(_type_ok(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, origin or hint)
+
+
+def _type_name(hint: Any) -> str:
+    if typing.get_origin(hint) in (Union, types.UnionType):
+        return " or ".join(_type_name(h) for h in typing.get_args(hint))
+    return "null" if hint is type(None) else getattr(hint, "__name__", str(hint))
+
+
+def _check_section(section: Any, cls: type, path: str, problems: list[str]) -> None:
+    """Unknown keys (with a suggestion), types and ranges of one section."""
+    if not isinstance(section, dict):
+        problems.append(f"{path}: expected an object, got {type(section).__name__}")
+        return
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key, value in section.items():
+        dotted = f"{path}.{key}"
+        if key not in fields:
+            if dotted in INERT_KEYS:
+                if value not in INERT_KEYS[dotted]:
+                    problems.append(f"{dotted}: SLM-Lab key not supported here; allowed only as "
+                                    f"{INERT_KEYS[dotted]}, got {value!r}")
+                continue
+            close = difflib.get_close_matches(key, list(fields), n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else f"; valid keys: {sorted(fields)}"
+            problems.append(f"{dotted}: unknown key{hint}")
+            continue
+        if not _type_ok(value, hints[key]):
+            problems.append(f"{dotted}: expected {_type_name(hints[key])}, got {value!r}")
+            continue
+        _check_range(value, fields[key].metadata, dotted, problems)
+
+
+def _check_range(value: Any, meta: Any, dotted: str, problems: list[str]) -> None:
+    if value is None:
+        return
+    if "choices" in meta and value not in meta["choices"]:
+        problems.append(f"{dotted}: expected one of {list(meta['choices'])}, got {value!r}")
+    if "gt" in meta and not value > meta["gt"]:
+        problems.append(f"{dotted}: must be > {meta['gt']}, got {value!r}")
+    if "ge" in meta and not value >= meta["ge"]:
+        problems.append(f"{dotted}: must be >= {meta['ge']}, got {value!r}")
+    if "le" in meta and not value <= meta["le"]:
+        problems.append(f"{dotted}: must be <= {meta['le']}, got {value!r}")
+
+
+def _check_names(spec: dict[str, Any], problems: list[str]) -> None:
+    """Registry names: algorithm, net, memory, optimizers, losses, schedules, env id."""
+    def check(path: str, value: Any, valid: Any) -> None:
+        if value not in valid:
+            problems.append(f"{path}: unknown name {value!r}; expected one of {sorted(valid)}")
+
+    algo_name = _get(spec, "agent.algorithm.name")
+    check("agent.algorithm.name", algo_name, ALGORITHMS)
+    check("agent.net.type", _get(spec, "agent.net.type"), NETS)
+    mem_name = _get(spec, "agent.memory.name")
+    check("agent.memory.name", mem_name, MEMORIES)
+    if algo_name in ALGORITHMS and mem_name in MEMORIES and mem_name not in ALGORITHMS[algo_name].memory_names:
+        problems.append(f"agent.memory.name: {algo_name} needs one of "
+                        f"{list(ALGORITHMS[algo_name].memory_names)}, got {mem_name!r}")
+    for key in ("optim_spec", "actor_optim_spec", "critic_optim_spec"):
+        optim = _get(spec, f"agent.net.{key}")
+        if isinstance(optim, dict):
+            check(f"agent.net.{key}.name", optim.get("name"), OPTIMIZERS)
+            lr = optim.get("lr", 1e-3)
+            if not _type_ok(lr, float) or lr < 0:
+                problems.append(f"agent.net.{key}.lr: expected a number >= 0, got {lr!r}")
+    loss = _get(spec, "agent.net.loss_spec")
+    if isinstance(loss, dict):
+        check("agent.net.loss_spec.name", loss.get("name"), LOSSES)
+    sched = _get(spec, "agent.net.lr_scheduler_spec")
+    if isinstance(sched, dict):
+        check("agent.net.lr_scheduler_spec.name", sched.get("name"), LR_SCHEDULERS)
+    algo = _get(spec, "agent.algorithm")
+    for key, value in (algo.items() if isinstance(algo, dict) else []):
+        if key.endswith("_spec") and isinstance(value, dict):
+            check(f"agent.algorithm.{key}.name", value.get("name", "no_decay"), DECAYS)
+    env_name = _get(spec, "env.name")
+    if isinstance(env_name, str):
+        try:
+            resolve_env_id(env_name)
+        except ValueError as err:
+            problems.append(f"env.name: {err}")
+    else:
+        problems.append(f"env.name: expected a gymnasium env id string, got {env_name!r}")
+
+
+def validate(spec: dict[str, Any]) -> list[str]:
+    """Every problem of a defaults-filled flat spec, each prefixed by its dotted path."""
+    problems: list[str] = []
+    for key in spec:
+        if key not in TOP_KEYS:
+            close = difflib.get_close_matches(key, TOP_KEYS, n=1)
+            problems.append(f"{key}: unknown top-level key" + (f"; did you mean '{close[0]}'?" if close else ""))
+    agent = spec.get("agent")
+    if not isinstance(agent, dict):
+        return problems + [f"agent: expected an object with {list(AGENT_KEYS[1:])}, got {agent!r}"]
+    for key in agent:
+        if key not in AGENT_KEYS:
+            close = difflib.get_close_matches(key, AGENT_KEYS, n=1)
+            problems.append(f"agent.{key}: unknown key" + (f"; did you mean '{close[0]}'?" if close else ""))
+    if not isinstance(spec.get("env"), dict):
+        return problems + [f"env: expected an object, got {spec.get('env')!r}"]
+    for path, cls in _section_classes(spec).items():
+        _check_section(_get(spec, path), cls, path, problems)
+    _check_names(spec, problems)
+    if not isinstance(spec.get("search"), dict):
+        problems.append(f"search: expected an object, got {spec.get('search')!r}")
+    return problems
+
+
+# ---------------------------------------------------------------- entry points
+
+def load_spec(uri: str, name: str, overrides: list[str] | None = None) -> dict[str, Any]:
+    """Read, normalise, override, default and validate one spec.
+
+    Args:
+        uri: spec file path or URI.
+        name: spec name inside the file.
+        overrides: ``key.path=value`` strings applied after normalisation.
+
+    Returns:
+        The full flat spec as run (defaults filled), with ``name`` set.
+
+    Raises:
+        SpecError: listing every problem found.
+    """
+    specs = read_spec_file(uri)
+    if name not in specs:
+        close = difflib.get_close_matches(name, list(specs), n=1)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        raise SpecError(f"spec name '{name}' is not in '{uri}'; it has: {', '.join(sorted(specs))}.{hint}")
+    spec = apply_overrides(normalize(specs[name]), overrides or [])
+    spec["name"] = name
+    return check(spec)
+
+
+def check(spec: dict[str, Any]) -> dict[str, Any]:
+    """Fill defaults and validate a flat spec; returns the filled copy.
+
+    Raises:
+        SpecError: listing every problem found.
+    """
+    spec = fill_defaults(spec)
+    problems = validate(spec)
+    if problems:
+        raise SpecError(problems)
+    return spec
+
+
+def _known(cls: type, section: dict[str, Any]) -> dict[str, Any]:
+    """The keys of ``section`` that are fields of ``cls`` (drops inert SLM-Lab keys)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in section.items() if k in names}
+
+
+def build(spec: dict[str, Any]) -> RunSpec:
+    """Typed sections of a checked spec (``check``/``load_spec`` output)."""
+    agent, env = spec["agent"], spec["env"]
+    algo_cls = ALGORITHMS[agent["algorithm"]["name"]]
+    agent_spec = AgentSpec(algo_cls.spec_cls(**_known(algo_cls.spec_cls, agent["algorithm"])),
+                           MemorySpec(**_known(MemorySpec, agent["memory"])),
+                           NetSpec(**_known(NetSpec, agent["net"])))
+    return RunSpec(spec["name"], agent_spec, EnvSpec(**_known(EnvSpec, env)),
+                   MetaSpec(**_known(MetaSpec, spec["meta"])), spec.get("search", {}), spec)
+
+
+def spec_hash(spec: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of a spec (first 16 hex digits)."""
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def session_seed(base_seed: int, trial: int, session: int) -> int:
+    """Seed of session ``session`` of trial ``trial``: ``base_seed + 1000 * trial + session``."""
+    return int(base_seed) + 1000 * int(trial) + int(session)
+
