@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -44,12 +44,12 @@ class EnvSpec:
     """
 
     name: str
-    max_frame: int
-    num_envs: int = 1
-    max_t: int | None = None
+    max_frame: int = field(metadata={"gt": 0})
+    num_envs: int = field(default=1, metadata={"gt": 0})
+    max_t: int | None = field(default=None, metadata={"gt": 0})
     normalize_state: bool = False
     reward_scale: float | str | None = None
-    vectorization: str = "sync"
+    vectorization: str = field(default="sync", metadata={"choices": ("sync", "async")})
 
 
 def resolve_env_id(name: str) -> str:

@@ -293,6 +293,10 @@ def _check_section(section: Any, cls: type, path: str, problems: list[str]) -> N
         return
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    for name, f in fields.items():
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and name not in section:
+            problems.append(f"{path}.{name}: required key is missing ({_type_name(hints[name])} expected)")
     for key, value in section.items():
         dotted = f"{path}.{key}"
         if key not in fields:
@@ -381,8 +385,10 @@ def validate(spec: dict[str, Any]) -> list[str]:
             problems.append(f"agent.{key}: unknown key" + (f"; did you mean '{close[0]}'?" if close else ""))
     if not isinstance(spec.get("env"), dict):
         return problems + [f"env: expected an object, got {spec.get('env')!r}"]
+    known_algo = _get(spec, "agent.algorithm.name") in ALGORITHMS
     for path, cls in _section_classes(spec).items():
-        _check_section(_get(spec, path), cls, path, problems)
+        if path != "agent.algorithm" or known_algo:  # an unknown algorithm has no key set to check
+            _check_section(_get(spec, path), cls, path, problems)
     _check_names(spec, problems)
     if not isinstance(spec.get("search"), dict):
         problems.append(f"search: expected an object, got {spec.get('search')!r}")

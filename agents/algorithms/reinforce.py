@@ -63,4 +63,4 @@ class Reinforce(Algorithm):
         logp, entropy = policy.log_prob_entropy(self.nets["net"](obs), act, self.discrete)
         loss = -(logp * ret).mean() - self.entropy_coef(clock.frame) * entropy.mean()
         grad_norm = self.optim_step(loss, ("net",), clock)
-        return LossStats(float(loss), float(entropy.mean()), grad_norm)
+        return LossStats(float(loss.detach()), float(entropy.detach().mean()), grad_norm)

@@ -1,0 +1,127 @@
+"""Command line: ``lab SPEC_FILE SPEC_NAME MODE [options]`` (also ``python run_lab.py ...``).
+
+Modes:
+  dev                 one session in-process with live progress, outputs in a new predir
+  train               ``meta.max_session`` sessions as Ray actors, checkpointed
+  train@latest        resume the newest run of SPEC_NAME in ``--data-dir``
+  train@{predir}      resume that run (path or URI)
+
+Exit codes: 0 success; 1 a session failed or could not be checkpointed; 2 bad input (spec, paths,
+arguments): one clear message, no traceback, nothing existing is changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import sys
+import warnings
+from typing import Any, NoReturn
+
+from orchestrator import storage
+from orchestrator.spec import SpecError, load_spec, session_seed
+
+MODES = ("dev", "train", "train@latest", "train@{predir}")
+
+
+class UsageError(Exception):
+    """Bad command-line input; printed without a traceback, exit code 2."""
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Parse the command line (argparse exits 2 on malformed options)."""
+    parser = argparse.ArgumentParser(
+        prog="lab", description="Spec-driven deep RL trials on Ray, checkpointed and resumable.")
+    parser.add_argument("spec_file", help="spec file (JSON or YAML), path or URI")
+    parser.add_argument("spec_name", help="name of the spec inside the file")
+    parser.add_argument("mode", help=f"one of: {', '.join(MODES)}")
+    parser.add_argument("-s", "--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+                        help="override a spec leaf, e.g. -s env.max_frame=20000 (repeatable)")
+    parser.add_argument("--data-dir", default="data", help="root of run directories: path, file://, s3:// or gs://")
+    parser.add_argument("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or a local Ray)")
+    parser.add_argument("--allow-fresh", action="store_true",
+                        help="on train@, start sessions that have no committed checkpoint from frame 0")
+    parser.add_argument("--quiet", action="store_true", help="no live progress display")
+    return parser.parse_args(argv)
+
+
+def resolve_seed(spec: dict[str, Any]) -> dict[str, Any]:
+    """Draw ``meta.random_seed`` once if unset, so the saved spec replays the run."""
+    if spec["meta"]["random_seed"] is None:
+        spec["meta"]["random_seed"] = secrets.randbelow(2**31 - 1)
+    return spec
+
+
+def run_dev(spec: dict[str, Any], data_dir: str, quiet: bool) -> int:
+    """Run one session in-process; write specs, train_df/eval_df and log.txt into a new predir."""
+    import torch
+
+    from orchestrator import predir as predir_mod
+    from orchestrator.progress import SessionProgress
+    from orchestrator.session import Session
+
+    spec = resolve_seed(spec)
+    spec["meta"]["max_session"] = 1
+    torch.set_num_threads(max(1, int(spec["meta"]["resources"].get("num_cpus", 1))))
+    seed = session_seed(spec["meta"]["random_seed"], 0, 0)
+    predir = predir_mod.new_predir(data_dir, spec["name"])
+    predir_mod.save_specs(predir, spec, 0, [seed])
+    sdir = predir_mod.session_dir(predir, 0, 0)
+    session = Session(spec, seed)
+    log_lines: list[str] = []
+
+    def on_log(sess: Session, row: dict[str, Any]) -> None:
+        log_lines.append(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
+        progress.update("t0_s0", row, sess.clock.max_frame)
+
+    with SessionProgress(disable=quiet) as progress:
+        try:
+            session.run_rl(on_log=on_log)
+        finally:
+            storage.write_parquet(storage.join(sdir, "train_df.parquet"), session.train_df)
+            if session.eval_rows:
+                storage.write_parquet(storage.join(sdir, "eval_df.parquet"), session.eval_df)
+            storage.write_text(storage.join(sdir, "log.txt"), "\n".join(log_lines) + "\n")
+            session.close()
+    last = session.train_rows[-1] if session.train_rows else {}
+    print(f"dev run done: {predir}\n  frame={session.clock.frame} epi={session.clock.epi} "
+          f"total_reward_ma={last.get('total_reward_ma', float('nan')):.2f}")
+    return 0
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    """Load the spec and run the mode; raises SpecError/UsageError/StorageError on bad input."""
+    mode = args.mode
+    if mode == "dev":
+        return run_dev(load_spec(args.spec_file, args.spec_name, args.overrides), args.data_dir, args.quiet)
+    if mode == "train" or mode.startswith("train@"):
+        from orchestrator.trial import run_train
+        return run_train(args)
+    raise UsageError(f"unknown mode '{mode}'; expected one of: {', '.join(MODES)}")
+
+
+def fail(message: str) -> NoReturn:
+    """Print a one-paragraph error and exit with code 2."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``lab`` and ``run_lab.py``; returns the exit code."""
+    args = parse_args(argv)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    try:
+        return dispatch(args)
+    except SpecError as err:
+        fail(f"invalid spec '{args.spec_name}' in {args.spec_file}:\n  " + "\n  ".join(err.problems))
+    except UsageError as err:
+        fail(str(err))
+    except storage.StorageError as err:
+        fail(str(err))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
