@@ -42,17 +42,18 @@ class Clock:
         self.opt_step = 0
         self.resume_count = 0
         self._wall_t_offset = 0.0
-        self._start = time.perf_counter()
+        self._start: float | None = None  # perf_counter() when the timer started; None: stopped
 
     @property
     def wall_t(self) -> float:
-        """Seconds of training so far, including time before any resume."""
-        return self._wall_t_offset + (time.perf_counter() - self._start)
+        """Seconds since the training loop first started, including time before any resume."""
+        running = 0.0 if self._start is None else time.perf_counter() - self._start
+        return self._wall_t_offset + running
 
     def start_timer(self) -> None:
-        """Restart the wall timer at the current ``wall_t`` (call when the loop (re)starts)."""
-        self._wall_t_offset = self.wall_t
-        self._start = time.perf_counter()
+        """Start the wall timer if it is stopped (the loop calls this each time it (re)starts)."""
+        if self._start is None:
+            self._start = time.perf_counter()
 
     def tick(self, done_N: np.ndarray) -> None:
         """Advance one vector step.
@@ -114,7 +115,7 @@ class Clock:
         self.opt_step = int(state["opt_step"])
         self.resume_count = int(state["resume_count"])
         self._wall_t_offset = float(state["wall_t"])
-        self._start = time.perf_counter()
+        self._start = None
 
     def __repr__(self) -> str:
         return (f"Clock(frame={self.frame}/{self.max_frame}, epi={self.epi}, t={self.t}, "

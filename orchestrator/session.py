@@ -13,7 +13,10 @@ episodes run on a separate env and give one ``eval_df`` row.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import math
+import pickle
 import random
 from collections import deque
 from typing import Any, Callable
@@ -71,6 +74,8 @@ class Session:
         self.train_rows: list[dict[str, Any]] = []
         self.eval_rows: list[dict[str, Any]] = []
         self.refilling = False
+        self.stop_requested = False  # set from a signal handler: run_rl returns after this step
+        self.exact = True  # false once a restore could not bring back the env state
         self._eval_env: Any = None
         self._last_log = (0, 0.0)  # (frame, wall_t) of the previous log row
 
@@ -84,7 +89,7 @@ class Session:
         stop = clock.max_frame if until_frame is None else min(until_frame, clock.max_frame)
         obs = self.obs
         clock.start_timer()
-        while clock.frame < stop:
+        while clock.frame < stop and not self.stop_requested:
             act = algo.act(obs, clock)
             next_obs, reward, terminated, truncated, info = env.step(act)
             done = terminated | truncated
@@ -93,6 +98,8 @@ class Session:
             clock.tick(done)
             if done.any():
                 self.record_returns(episode_returns(info))
+            if self.refilling:
+                self.refilling = len(algo.memory) < self.refill_size
             if algo.train_ready(clock):
                 self.loss_stats = algo.update(clock)
             if clock.crossed(prev_frame, meta.log_frequency) or clock.done():
@@ -186,8 +193,123 @@ class Session:
         self.eval_rows.append(row)
         return row
 
+    # ---------------------------------------------------------------- checkpoint state
+    @property
+    def memory_in_checkpoint(self) -> bool:
+        """On-policy memories (small) are always checkpointed; a replay buffer only on request."""
+        return self.spec.agent.memory.name != "Replay" or self.spec.agent.memory.checkpoint
+
+    @property
+    def refill_size(self) -> int:
+        """Transitions a restored off-policy session collects before training resumes."""
+        return int(getattr(self.spec.agent.algorithm, "training_start_step", 0))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything but the env and the dataframes, as tensors/numbers (``weights_only`` loadable)."""
+        np_state = np.random.get_state()
+        return {
+            "algorithm": _to_torch(self.algorithm.state_dict(with_memory=self.memory_in_checkpoint)),
+            "clock": self.clock.state_dict(),
+            "obs": torch.from_numpy(np.asarray(self.obs)),
+            "returns": list(self.returns), "recent_returns": list(self.recent_returns),
+            "loss_stats": vars(self.loss_stats).copy(), "last_log": list(self._last_log),
+            "refilling": self.refilling,
+            "global_rng": {"python": random.getstate(), "torch": torch.get_rng_state(),
+                           "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]]},
+        }
+
+    def to_checkpoint(self) -> tuple[dict[str, bytes], dict[str, Any]]:
+        """Serialize the session: files (name -> bytes) and manifest metadata.
+
+        Files: ``state.pt`` (``state_dict``, torch format), ``env.pkl`` (the pickled vector env,
+        when it pickles), ``train_df.parquet`` and ``eval_df.parquet``. Metadata: clock,
+        ``weights_sha256`` per net, ``exact`` (false when the env could not be pickled),
+        ``total_reward_ma`` of the last log row, and whether the replay buffer is included.
+        """
+        buf = io.BytesIO()
+        torch.save(self.state_dict(), buf)
+        files = {"state.pt": buf.getvalue(),
+                 "train_df.parquet": _parquet(self.train_df), "eval_df.parquet": _parquet(self.eval_df)}
+        exact = self.exact
+        try:
+            files["env.pkl"] = pickle.dumps(self.env)
+        except Exception:  # async envs and some third-party envs cannot be pickled  # noqa: BLE001
+            exact = False
+        last = self.train_rows[-1]["total_reward_ma"] if self.train_rows else math.nan
+        meta = {"clock": self.clock.state_dict(), "weights_sha256": self.weights_sha256(), "exact": exact,
+                "total_reward_ma": None if math.isnan(last) else last, "memory": self.memory_in_checkpoint}
+        return files, meta
+
+    def from_checkpoint(self, files: dict[str, bytes]) -> None:
+        """Restore a session serialized by ``to_checkpoint``; counts one more ``resume_count``.
+
+        The spec given to the constructor may raise ``max_frame``; everything else continues from
+        the checkpoint. Without ``env.pkl`` the env is reset at a seed derived from (session seed,
+        resume_count) and ``exact`` becomes false. A replay buffer left out of the checkpoint is
+        refilled: rows logged until it holds ``training_start_step`` transitions have ``refill``.
+
+        Raises:
+            KeyError / RuntimeError: the state does not fit this spec (names the part).
+        """
+        state = torch.load(io.BytesIO(files["state.pt"]), weights_only=True, map_location=self.algorithm.device)
+        self.algorithm.load_state_dict(state["algorithm"])
+        self.clock.load_state_dict(state["clock"])
+        self.clock.resume_count += 1
+        self.returns.clear()
+        self.returns.extend(state["returns"])
+        self.recent_returns = list(state["recent_returns"])
+        self.loss_stats = LossStats(**state["loss_stats"])
+        self._last_log = tuple(state["last_log"])
+        rng = state["global_rng"]
+        random.setstate(rng["python"])
+        torch.set_rng_state(rng["torch"])
+        np.random.set_state((rng["numpy"][0], np.array(rng["numpy"][1], np.uint32), *rng["numpy"][2:]))
+        self.train_rows = _read_parquet(files["train_df.parquet"]).to_dict("records")
+        self.eval_rows = _read_parquet(files["eval_df.parquet"]).to_dict("records")
+        self.refilling = not self.memory_in_checkpoint or bool(state["refilling"])
+        if "env.pkl" in files:
+            self.env.close()
+            self.env = pickle.loads(files["env.pkl"])
+            self.obs = state["obs"].numpy()
+        else:
+            self.exact = False
+            self.obs = self.env.reset(seed=self.seed + 7919 * self.clock.resume_count)[0]
+
+    def weights_sha256(self) -> dict[str, str]:
+        """Per net: sha256 over its tensors' raw bytes in ``state_dict`` order (DESIGN.md section 7)."""
+        out = {}
+        for name, net in self.algorithm.nets.items():
+            h = hashlib.sha256()
+            for tensor in net.state_dict().values():
+                h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+            out[name] = h.hexdigest()
+        return out
+
     def close(self) -> None:
         """Close the envs."""
         self.env.close()
         if self._eval_env is not None:
             self._eval_env.close()
+
+
+def _to_torch(tree: Any) -> Any:
+    """numpy arrays -> CPU tensors, recursively (so ``torch.load(weights_only=True)`` accepts them)."""
+    if isinstance(tree, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(tree))
+    if isinstance(tree, dict):
+        return {k: _to_torch(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_to_torch(v) for v in tree)
+    if isinstance(tree, np.generic):
+        return tree.item()
+    return tree
+
+
+def _parquet(df: pd.DataFrame) -> bytes:
+    buf = io.BytesIO()
+    df.to_parquet(buf, index=False)
+    return buf.getvalue()
+
+
+def _read_parquet(data: bytes) -> pd.DataFrame:
+    return pd.read_parquet(io.BytesIO(data))
