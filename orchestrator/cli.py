@@ -19,13 +19,10 @@ import warnings
 from typing import Any, NoReturn
 
 from orchestrator import storage
+from orchestrator.errors import UsageError
 from orchestrator.spec import SpecError, load_spec, session_seed
 
 MODES = ("dev", "train", "train@latest", "train@{predir}")
-
-
-class UsageError(Exception):
-    """Bad command-line input; printed without a traceback, exit code 2."""
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -460,3 +460,55 @@ def session_seed(base_seed: int, trial: int, session: int) -> int:
     """Seed of session ``session`` of trial ``trial``: ``base_seed + 1000 * trial + session``."""
     return int(base_seed) + 1000 * int(trial) + int(session)
 
+
+
+# Edits a resume may apply: they change only the future of a run (DESIGN.md section 5).
+RESUME_EDITABLE = ("env.max_frame", "meta.log_frequency", "meta.eval_frequency", "meta.checkpoint_frequency",
+                   "meta.keep_checkpoints", "meta.resources", "meta.max_session", "meta.rigorous_eval",
+                   "meta.max_restarts", "meta.shutdown_grace_s")
+
+
+def _leaves(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """Flatten nested dicts to ``{dotted.path: leaf}`` (lists are leaves)."""
+    if not isinstance(tree, dict) or not tree:
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        out.update(_leaves(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def resume_edits(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], list[str], list[str]]:
+    """Compare the spec a run was saved with against the spec given on ``train@``.
+
+    Edits under ``RESUME_EDITABLE`` are applied (``max_frame`` and ``max_session`` only upwards);
+    every other difference contradicts the past. ``meta.random_seed`` unset in the new spec means
+    "keep the saved seed".
+
+    Args:
+        saved: the checked spec stored in the predir.
+        new: the checked spec from the spec file and ``-s`` overrides.
+
+    Returns:
+        (merged spec, applied edits as "key: old -> new", conflicts as "key: saved X, given Y").
+    """
+    old_leaves, new_leaves = _leaves(saved), _leaves(new)
+    merged = copy.deepcopy(saved)
+    applied, conflicts = [], []
+    for key in sorted(set(old_leaves) | set(new_leaves)):
+        old, value = old_leaves.get(key), new_leaves.get(key)
+        if old == value or key == "name" or (key == "meta.random_seed" and value is None):
+            continue
+        editable = any(key == e or key.startswith(e + ".") for e in RESUME_EDITABLE)
+        lowered = key in ("env.max_frame", "meta.max_session") and isinstance(old, int) and value < old
+        if not editable or lowered:
+            why = " (may only be raised)" if lowered else ""
+            conflicts.append(f"{key}: the run was saved with {old!r}, the spec gives {value!r}{why}")
+            continue
+        node = merged
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+        applied.append(f"{key}: {old!r} -> {value!r}")
+    return merged, applied, conflicts

@@ -1,0 +1,157 @@
+"""The Ray actor that owns one ``Session``: runs it in checkpoint-sized frame chunks, commits a
+checkpoint after each chunk, streams progress events to the driver, and on SIGTERM commits a
+final checkpoint and reports ``interrupted``.
+
+Events (dicts yielded by ``run``; ``kind`` is one of):
+  ``started``     {pid, node, device, restored_frame (None when fresh), exact}
+  ``log``         {row}: a train_df row (frame, fps, total_reward_ma, ...)
+  ``checkpoint``  {frame, seconds}: a committed checkpoint and its cost in seconds
+  ``done``        {frame, total_reward_ma}
+  ``interrupted`` {frame, checkpoint: bool}
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any, Iterator
+
+import ray
+
+from orchestrator import predir as predir_mod
+from orchestrator import storage
+from orchestrator.checkpoint import CheckpointError, CheckpointStore
+
+
+def checkpoint_frequency(meta: dict[str, Any]) -> int:
+    """Frames between checkpoints: ``meta.checkpoint_frequency`` or ``meta.log_frequency``."""
+    return int(meta.get("checkpoint_frequency") or meta["log_frequency"])
+
+
+class SessionRunner:
+    """Runs one session with checkpoints; the Ray-free core of ``SessionActor`` (usable in-process).
+
+    Args:
+        spec: checked flat spec (its ``max_frame`` may be raised relative to the checkpoint's).
+        predir: run directory URI.
+        trial, session: indices; seed: the session seed.
+        resume: restore the newest valid checkpoint first.
+
+    Raises:
+        orchestrator.checkpoint.CheckpointError: ``resume`` is set and no checkpoint exists.
+    """
+
+    def __init__(self, spec: dict[str, Any], predir: str, trial: int, session: int, seed: int,
+                 resume: bool) -> None:
+        from orchestrator.session import Session  # heavy (torch): imported inside the worker
+
+        self.spec, self.key = spec, f"t{trial}_s{session}"
+        self.session_dir = predir_mod.session_dir(predir, trial, session)
+        self.store = CheckpointStore(self.session_dir, keep=int(spec["meta"]["keep_checkpoints"]))
+        self.session = Session(spec, seed, trial, session)
+        self.resume = resume
+        self.restored_frame: int | None = None
+        self.best: tuple[float, int] | None = None  # (total_reward_ma, frame) of the best checkpoint
+
+    def restore(self) -> None:
+        """Load the newest valid checkpoint (falls back to older ones with a warning)."""
+        self.store.collect_garbage()
+        found = self.store.latest_valid()
+        if found is None:
+            raise FileNotFoundError(f"no committed checkpoint in {self.session_dir}")
+        manifest, files = found
+        self.session.from_checkpoint(files)
+        self.restored_frame = manifest.frame
+        self.best = _best_of(self.store)
+
+    def commit(self) -> float:
+        """Commit a checkpoint at the current frame, prune old ones; returns seconds taken."""
+        start = time.perf_counter()
+        files, meta = self.session.to_checkpoint()
+        self.store.commit(self.session.clock.frame, files, meta)
+        ma = meta["total_reward_ma"]
+        if ma is not None and (self.best is None or ma >= self.best[0]):
+            self.best = (ma, self.session.clock.frame)
+        protect = {self.restored_frame} if self.restored_frame is not None else set()
+        self.store.prune(best_frame=self.best[1] if self.best else None, protect=protect)
+        storage.write_parquet(storage.join(self.session_dir, "train_df.parquet"), self.session.train_df)
+        return time.perf_counter() - start
+
+    def append_log(self, rows: list[dict[str, Any]]) -> None:
+        """Append train_df rows as text lines to the session's log.txt."""
+        if rows:
+            lines = (" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())
+                     for row in rows)
+            storage.append_text(storage.join(self.session_dir, "log.txt"), "\n".join(lines) + "\n")
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        """Run to ``max_frame`` (or until ``stop_requested``), yielding progress events."""
+        session = self.session
+        if self.resume:
+            self.restore()
+        yield {"kind": "started", "pid": os.getpid(), "restored_frame": self.restored_frame,
+               "device": str(session.algorithm.device), "exact": session.exact}
+        freq = checkpoint_frequency(self.spec["meta"])
+        rows: list[dict[str, Any]] = []
+        while not session.clock.done() and not session.stop_requested:
+            next_ckpt = (session.clock.frame // freq + 1) * freq
+            session.run_rl(until_frame=next_ckpt, on_log=lambda _s, row: rows.append(row))
+            seconds = self.commit()
+            self.append_log(rows)
+            for row in rows:
+                yield {"kind": "log", "row": row}
+            rows.clear()
+            yield {"kind": "checkpoint", "frame": session.clock.frame, "seconds": seconds}
+        last = session.train_rows[-1]["total_reward_ma"] if session.train_rows else None
+        kind = "interrupted" if session.stop_requested and not session.clock.done() else "done"
+        session.close()
+        yield {"kind": kind, "frame": session.clock.frame, "total_reward_ma": last, "checkpoint": True}
+
+
+def _best_of(store: CheckpointStore) -> tuple[float, int] | None:
+    """(total_reward_ma, frame) of the best committed checkpoint, from the manifests."""
+    best = None
+    for frame in store.frames():
+        try:
+            ma = store.load(frame)[0].meta.get("total_reward_ma")
+        except CheckpointError:
+            continue
+        if ma is not None and (best is None or ma >= best[0]):
+            best = (ma, frame)
+    return best
+
+
+@ray.remote(max_restarts=0, max_concurrency=2)
+class SessionActor:
+    """Ray actor wrapper of ``SessionRunner``; SIGTERM asks the session to stop and checkpoint.
+
+    Two concurrent calls are allowed so ``stop`` reaches the session while ``run`` streams.
+
+    Args:
+        spec, predir, trial, session, seed, resume: see ``SessionRunner``.
+        num_threads: torch intra-op threads (the actor's CPU share, at least 1).
+    """
+
+    def __init__(self, spec: dict[str, Any], predir: str, trial: int, session: int, seed: int,
+                 resume: bool, num_threads: int = 1) -> None:
+        import torch
+
+        torch.set_num_threads(max(1, num_threads))
+        self.runner = SessionRunner(spec, predir, trial, session, seed, resume)
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        self.runner.session.stop_requested = True
+
+    def pid(self) -> int:
+        """Process id of the actor's worker (tests kill it with ``os.kill``)."""
+        return os.getpid()
+
+    def stop(self) -> None:
+        """Ask the session to stop after the current step and commit a final checkpoint."""
+        self.runner.session.stop_requested = True
+
+    def run(self) -> Iterator[dict[str, Any]]:
+        """Generator method: streams the session's events (see module docstring)."""
+        yield from self.runner.events()
