@@ -94,15 +94,21 @@ class SessionRunner:
                "device": str(session.algorithm.device), "exact": session.exact}
         freq = checkpoint_frequency(self.spec["meta"])
         rows: list[dict[str, Any]] = []
-        while not session.clock.done() and not session.stop_requested:
-            next_ckpt = (session.clock.frame // freq + 1) * freq
-            session.run_rl(until_frame=next_ckpt, on_log=lambda _s, row: rows.append(row))
-            seconds = self.commit()
-            self.append_log(rows)
-            for row in rows:
-                yield {"kind": "log", "row": row}
-            rows.clear()
-            yield {"kind": "checkpoint", "frame": session.clock.frame, "seconds": seconds}
+        committed = self.restored_frame
+        while True:
+            if not session.clock.done() and not session.stop_requested:
+                next_ckpt = (session.clock.frame // freq + 1) * freq
+                session.run_rl(until_frame=next_ckpt, on_log=lambda _s, row: rows.append(row))
+            if session.clock.frame != committed:  # also the final checkpoint of a stop request
+                seconds = self.commit()
+                committed = session.clock.frame
+                self.append_log(rows)
+                for row in rows:
+                    yield {"kind": "log", "row": row}
+                rows.clear()
+                yield {"kind": "checkpoint", "frame": committed, "seconds": seconds}
+            if session.clock.done() or session.stop_requested:
+                break
         last = session.train_rows[-1]["total_reward_ma"] if session.train_rows else None
         kind = "interrupted" if session.stop_requested and not session.clock.done() else "done"
         session.close()
