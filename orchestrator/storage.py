@@ -16,13 +16,15 @@ import json
 import os
 import posixpath
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+
+if TYPE_CHECKING:  # pandas is imported where used: it doubles the import time of this module
+    import pandas as pd
 
 
 class StorageError(Exception):
@@ -42,7 +44,8 @@ def _s3_filesystem(bucket_uri: str) -> pafs.FileSystem:
     parsed = urlparse(endpoint)
     return pafs.S3FileSystem(endpoint_override=parsed.netloc or parsed.path, scheme=parsed.scheme or "http",
                              region=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
-                             connect_timeout=5, request_timeout=10, retry_strategy=pafs.AwsStandardS3RetryStrategy(2))
+                             connect_timeout=5, request_timeout=10,
+                             retry_strategy=pafs.AwsStandardS3RetryStrategy(2))
 
 
 def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
@@ -82,13 +85,41 @@ def dirname(uri: str) -> str:
     return posixpath.dirname(uri.rstrip("/")) if is_remote(uri) else os.path.dirname(uri.rstrip("/"))
 
 
+def _check_bucket(uri: str) -> None:
+    """Raise if the bucket of an object-store URI does not exist (no-op for local paths).
+
+    Called only after a "not found" answer, so a missing file costs one extra request and a missing
+    bucket (a typo, a deleted bucket) is an error instead of an empty result.
+
+    Raises:
+        StorageError: the bucket does not exist or cannot be reached.
+    """
+    if not is_remote(uri):
+        return
+    bucket = urlparse(uri).netloc
+    fs, _ = resolve(uri)
+    try:
+        missing = fs.get_file_info(bucket).type == pafs.FileType.NotFound
+    except OSError as err:
+        raise StorageError(f"cannot reach bucket '{bucket}' of '{uri}': {err}") from None
+    if missing:
+        raise StorageError(f"bucket '{bucket}' of '{uri}' does not exist")
+
+
 def exists(uri: str) -> bool:
-    """True if a file or directory exists at ``uri``."""
+    """True if a file or directory exists at ``uri``.
+
+    Raises:
+        StorageError: the store cannot be reached, or the URI's bucket does not exist.
+    """
     fs, path = resolve(uri)
     try:
-        return fs.get_file_info(path).type != pafs.FileType.NotFound
+        found = fs.get_file_info(path).type != pafs.FileType.NotFound
     except OSError as err:
         raise StorageError(f"cannot reach '{uri}': {err}") from None
+    if not found:
+        _check_bucket(uri)
+    return found
 
 
 def is_dir(uri: str) -> bool:
@@ -107,13 +138,36 @@ def makedirs(uri: str) -> None:
 
 
 def listdir(uri: str) -> list[str]:
-    """Names (not paths) of the direct children of a directory; [] if it does not exist."""
+    """Names (not paths) of the direct children of a directory; [] if it does not exist.
+
+    Raises:
+        StorageError: the store cannot be reached, or the URI's bucket does not exist.
+    """
     fs, path = resolve(uri)
     try:
         infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
     except OSError as err:
         raise StorageError(f"cannot list '{uri}': {err}") from None
+    if not infos:
+        _check_bucket(uri)
     return sorted(posixpath.basename(i.path.rstrip("/")) for i in infos)
+
+
+def list_files(uri: str) -> list[str]:
+    """Paths, relative to ``uri`` and '/'-separated, of every file below a directory; [] if none.
+
+    Raises:
+        StorageError: the store cannot be reached, or the URI's bucket does not exist.
+    """
+    fs, path = resolve(uri)
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=True))
+    except OSError as err:
+        raise StorageError(f"cannot list '{uri}': {err}") from None
+    if not infos:
+        _check_bucket(uri)
+    root = path.replace(os.sep, "/").rstrip("/") + "/"
+    return sorted(i.path.replace(os.sep, "/")[len(root):] for i in infos if i.type == pafs.FileType.File)
 
 
 def read_bytes(uri: str) -> bytes:
@@ -121,16 +175,18 @@ def read_bytes(uri: str) -> bytes:
 
     Raises:
         FileNotFoundError: no file at ``uri``.
-        StorageError: any other read failure.
+        StorageError: any other read failure, including a bucket that does not exist.
     """
     fs, path = resolve(uri)
     try:
         with fs.open_input_stream(path) as f:
             return f.read()
     except FileNotFoundError:
+        _check_bucket(uri)
         raise FileNotFoundError(f"no such file: {uri}") from None
     except OSError as err:
         if "not found" in str(err).lower() or "does not exist" in str(err).lower():
+            _check_bucket(uri)
             raise FileNotFoundError(f"no such file: {uri}") from None
         raise StorageError(f"cannot read '{uri}': {err}") from None
 
@@ -195,13 +251,111 @@ def read_parquet(uri: str) -> pd.DataFrame:
 
 
 def delete(uri: str) -> None:
-    """Delete a file or a directory tree; missing is fine."""
+    """Delete a file or a directory tree; missing is fine.
+
+    Raises:
+        StorageError: the delete failed, or the URI's bucket does not exist.
+    """
     fs, path = resolve(uri)
-    info = fs.get_file_info(path)
-    if info.type == pafs.FileType.Directory:
-        fs.delete_dir(path)
-    elif info.type == pafs.FileType.File:
-        fs.delete_file(path)
+    try:
+        kind = fs.get_file_info(path).type
+        if kind == pafs.FileType.Directory:
+            fs.delete_dir(path)
+        elif kind == pafs.FileType.File:
+            fs.delete_file(path)
+    except OSError as err:
+        raise StorageError(f"cannot delete '{uri}': {err}") from None
+    if kind == pafs.FileType.NotFound:
+        _check_bucket(uri)
+
+
+def move(src: str, dst: str) -> None:
+    """Rename a local file or directory to a path that does not exist yet (atomic on POSIX).
+
+    Object stores have no rename; use ``copy_tree`` then ``delete`` there.
+
+    Raises:
+        StorageError: ``src`` is remote, ``dst`` exists, or the rename failed.
+    """
+    if is_remote(src) or is_remote(dst):
+        raise StorageError(f"cannot move '{src}' to '{dst}': object stores have no rename")
+    fs, src_path = resolve(src)
+    _, dst_path = resolve(dst)
+    if os.path.lexists(dst_path):
+        raise StorageError(f"cannot move '{src}' to '{dst}': the destination exists")
+    try:
+        fs.move(src_path, dst_path)
+    except OSError as err:
+        raise StorageError(f"cannot move '{src}' to '{dst}': {err}") from None
+
+
+def copy_tree(src: str, dst: str, last: str | None = None) -> list[str]:
+    """Copy every file below ``src`` to the same relative path below ``dst`` (server-side on S3/GCS).
+
+    Args:
+        src: directory (object-store prefix) to copy.
+        dst: destination directory; existing files of the same name are overwritten.
+        last: relative path copied after all others (e.g. a manifest that commits the copy).
+
+    Returns:
+        The relative paths copied, in copy order.
+
+    Raises:
+        StorageError: ``src`` and ``dst`` are on different kinds of store, or a copy failed (files
+            copied before it stay).
+    """
+    kinds = {urlparse(u).scheme if is_remote(u) else "local" for u in (src, dst)}
+    if len(kinds) != 1:
+        raise StorageError(f"cannot copy '{src}' to '{dst}': not on the same kind of store")
+    names = list_files(src)
+    ordered = [n for n in names if n != last] + [n for n in names if n == last]
+    fs, src_path = resolve(src)
+    _, dst_path = resolve(dst)
+    sep_join = posixpath.join if is_remote(src) else os.path.join
+    try:
+        for name in ordered:
+            target = sep_join(dst_path, name)
+            if not is_remote(dst):
+                fs.create_dir(os.path.dirname(target), recursive=True)
+            fs.copy_file(sep_join(src_path, name), target)
+    except OSError as err:
+        raise StorageError(f"cannot copy '{src}' to '{dst}': {err}") from None
+    return ordered
+
+
+def sync_tree(uri: str, recursive: bool = True) -> None:
+    """Flush a local directory to disk (``fsync``): its files and subdirectories, then its own entries.
+
+    Syncing a directory before renaming it (and its parent after) makes the rename durable across
+    power loss, not only process death. ``recursive=False`` syncs only the directory's entries (use it
+    on the parent after a rename). A no-op on object stores, whose puts are durable when they return.
+
+    Raises:
+        StorageError: a file could not be opened or synced.
+    """
+    if is_remote(uri):
+        return
+    _, root = resolve(uri)
+    dir_flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+    try:
+        if recursive:
+            for dirpath, _dirs, files in os.walk(root, topdown=False):
+                for name in files:
+                    _fsync_path(os.path.join(dirpath, name), os.O_RDONLY)
+                if dirpath != root:
+                    _fsync_path(dirpath, dir_flags)
+        _fsync_path(root, dir_flags)
+    except OSError as err:
+        raise StorageError(f"cannot sync '{uri}': {err}") from None
+
+
+def _fsync_path(path: str, flags: int) -> None:
+    """``fsync`` one file or directory by path."""
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def append_text(uri: str, text: str) -> None:
@@ -214,3 +368,10 @@ def append_text(uri: str, text: str) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "a", encoding="utf-8") as f:
         f.write(text)
+
+
+def absolute(uri: str) -> str:
+    """A URI that means the same from any working directory (plain local paths made absolute)."""
+    if urlparse(uri).scheme in ("", "file") and not uri.startswith("file://"):
+        return os.path.abspath(os.path.expanduser(uri))
+    return uri
