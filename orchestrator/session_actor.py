@@ -120,7 +120,7 @@ def _best_of(store: CheckpointStore) -> tuple[float, int] | None:
     best = None
     for frame in store.frames():
         try:
-            ma = store.load(frame)[0].meta.get("total_reward_ma")
+            ma = store.manifest(frame).meta.get("total_reward_ma")
         except CheckpointError:
             continue
         if ma is not None and (best is None or ma >= best[0]):

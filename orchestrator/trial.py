@@ -318,7 +318,7 @@ def resolve_predir(target: str, data_dir: str, spec_name: str) -> str:
         if predir is None:
             raise UsageError(f"train@latest: no run of '{spec_name}' in data dir '{data_dir}'")
         return predir
-    predir = target.rstrip("/")
+    predir = storage.absolute(target.rstrip("/"))
     if not storage.is_dir(predir):
         raise UsageError(f"train@{target}: run directory '{predir}' does not exist")
     try:
@@ -368,6 +368,7 @@ def plan_resume(predir: str, new_spec: dict[str, Any],
 def run_train(args: argparse.Namespace) -> int:
     """``train`` and ``train@...`` modes (see module docstring); returns the exit code."""
     new_spec = load_spec(args.spec_file, args.spec_name, args.overrides)
+    args.data_dir = storage.absolute(args.data_dir)  # actors may run in another working directory
     if args.mode == "train":
         spec, applied = new_spec, []
     else:

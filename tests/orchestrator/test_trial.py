@@ -1,0 +1,186 @@
+"""Trials as Ray actors: train, SIGKILL of the driver, train@latest, edits on resume, object storage.
+
+The in-process runs share the session-scoped ``ray_local``; the SIGKILL test runs its driver as a
+subprocess (it must die), which starts a Ray of its own, whose leftover processes the test kills
+by PID.
+"""
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from orchestrator import cli, storage
+from orchestrator.session import Session
+from orchestrator.spec import load_spec, session_seed
+
+REPO = Path(__file__).resolve().parents[2]
+SPECS = str(REPO / "specs/benchmark/cartpole.json")
+PPO_SMALL = ["meta.max_session=2", "meta.log_frequency=800", "meta.random_seed=11"]
+
+
+def run_cli(*argv: str) -> int:
+    """``lab ...`` in-process; returns its exit code (SystemExit included)."""
+    try:
+        return cli.main(list(argv) + ["--quiet"])
+    except SystemExit as exc:
+        return int(exc.code)
+
+
+def overrides(items):
+    return [x for item in items for x in ("-s", item)]
+
+
+def descendants(pid: int) -> list[int]:
+    """PIDs of every process below ``pid`` (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def files_digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def only_predir(data_dir: Path) -> Path:
+    (predir,) = [p for p in data_dir.iterdir() if p.is_dir()]
+    return predir
+
+
+def uninterrupted_df(spec_overrides, session):
+    torch.set_num_threads(1)
+    spec = load_spec(SPECS, "ppo_cartpole", spec_overrides)
+    s = Session(spec, session_seed(spec["meta"]["random_seed"], 0, session))
+    s.run_rl()
+    return s.train_df
+
+
+def assert_continuous(df: pd.DataFrame, log_frequency: int, max_frame: int) -> None:
+    frames = df["frame"].tolist()
+    assert frames == list(range(log_frequency, max_frame + 1, log_frequency))
+    assert df["wall_t"].is_monotonic_increasing
+    assert df["opt_step"].is_monotonic_increasing and df["epi"].is_monotonic_increasing
+
+
+def test_train_sigkill_driver_then_resume_latest(ray_local, tmp_path):
+    items = PPO_SMALL + ["env.max_frame=16000"]
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    driver = subprocess.Popen([sys.executable, str(REPO / "run_lab.py"), SPECS, "ppo_cartpole", "train", "--quiet",
+                               *overrides(items)], cwd=tmp_path, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 180
+        while time.time() < deadline:  # wait for a committed checkpoint in both sessions
+            manifests = list(tmp_path.glob("data/*/t0/s*/ckpt/0*/MANIFEST.json"))
+            if {m.parents[2].name for m in manifests} == {"s0", "s1"}:
+                break
+            assert driver.poll() is None, "the driver ended before it could be killed"
+            time.sleep(0.2)
+        else:
+            pytest.fail("no checkpoint within 180 s")
+        tree = descendants(driver.pid)
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=30)
+    finally:
+        for pid in descendants(driver.pid) + locals().get("tree", []):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    predir = only_predir(tmp_path / "data")
+    killed_at = {s: max(int(p.name) for p in (predir / f"t0/s{s}/ckpt").glob("0*")) for s in (0, 1)}
+    assert min(killed_at.values()) < 16000, "the driver was killed after the run finished"
+
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert run_cli(SPECS, "ppo_cartpole", "train@latest", *overrides(items)) == 0
+    finally:
+        os.chdir(cwd)
+    run = storage.read_json(str(predir / "run.json"))
+    assert [r["from_frames"] for r in run["resumes"]] == [{f"t0_s{s}": killed_at[s] for s in (0, 1)}]
+    for s in (0, 1):
+        assert run["sessions"][f"t0_s{s}"]["status"] == "done"
+        resumed = pd.read_parquet(predir / f"t0/s{s}/train_df.parquet")
+        assert_continuous(resumed, 800, 16000)
+        straight = uninterrupted_df(items, s)
+        pd.testing.assert_frame_equal(resumed.drop(columns=["wall_t", "fps"]),
+                                      straight.drop(columns=["wall_t", "fps"]))
+
+
+def test_edit_on_resume_raises_max_frame_and_refuses_hid_layers(ray_local, tmp_path):
+    items = PPO_SMALL + ["env.max_frame=1600"]
+    data = str(tmp_path / "data")
+    assert run_cli(SPECS, "ppo_cartpole", "train", "--data-dir", data, *overrides(items)) == 0
+    predir = only_predir(tmp_path / "data")
+    before = files_digest(predir)
+
+    code = run_cli(SPECS, "ppo_cartpole", f"train@{predir}", "--data-dir", data,
+                   *overrides(items + ["agent.net.hid_layers=[32]"]))
+    assert code == 2
+    assert files_digest(predir) == before, "a refused resume changed the run directory"
+
+    assert run_cli(SPECS, "ppo_cartpole", "train@latest", "--data-dir", data,
+                   *overrides(PPO_SMALL + ["env.max_frame=3200"])) == 0
+    for s in (0, 1):
+        df = pd.read_parquet(predir / f"t0/s{s}/train_df.parquet")
+        assert_continuous(df, 800, 3200)
+    saved = storage.read_json(str(predir / "ppo_cartpole_spec.json"))
+    assert saved["env"]["max_frame"] == 3200
+    run = storage.read_json(str(predir / "run.json"))
+    assert run["resumes"][-1]["spec_edits"] == ["env.max_frame: 1600 -> 3200"]
+
+
+def test_refused_edit_names_key_and_values(ray_local, tmp_path, capsys):
+    items = PPO_SMALL + ["env.max_frame=800", "meta.max_session=1"]
+    data = str(tmp_path / "data")
+    assert run_cli(SPECS, "ppo_cartpole", "train", "--data-dir", data, *overrides(items)) == 0
+    capsys.readouterr()
+    code = run_cli(SPECS, "ppo_cartpole", "train@latest", "--data-dir", data,
+                   *overrides(items + ["agent.net.hid_layers=[32]", "agent.algorithm.gamma=0.9"]))
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "agent.net.hid_layers" in err and "[64, 64]" in err and "[32]" in err
+    assert "agent.algorithm.gamma" in err and "Traceback" not in err
+
+
+def test_resume_on_s3_and_from_a_copied_predir(ray_local, tmp_path, s3_bucket):
+    items = PPO_SMALL + ["env.max_frame=1600", "meta.max_session=1"]
+    data = f"{s3_bucket}/runs"
+    assert run_cli(SPECS, "ppo_cartpole", "train", "--data-dir", data, *overrides(items)) == 0
+    (name,) = storage.listdir(data)
+    assert run_cli(SPECS, "ppo_cartpole", "train@latest", "--data-dir", data,
+                   *overrides(items[:-2] + ["env.max_frame=3200", "meta.max_session=1"])) == 0
+    df = storage.read_parquet(f"{data}/{name}/t0/s0/train_df.parquet")
+    assert_continuous(df, 800, 3200)
+
+    # a local run copied into the bucket resumes from there
+    local = tmp_path / "data"
+    assert run_cli(SPECS, "ppo_cartpole", "train", "--data-dir", str(local), *overrides(items)) == 0
+    predir = only_predir(local)
+    target = f"{s3_bucket}/copied/{predir.name}"
+    for path in predir.rglob("*"):
+        if path.is_file():
+            storage.write_bytes(f"{target}/{path.relative_to(predir).as_posix()}", path.read_bytes())
+    assert run_cli(SPECS, "ppo_cartpole", f"train@{target}",
+                   *overrides(items[:-2] + ["env.max_frame=2400", "meta.max_session=1"])) == 0
+    df = storage.read_parquet(f"{target}/t0/s0/train_df.parquet")
+    assert_continuous(df, 800, 2400)
