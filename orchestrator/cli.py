@@ -86,15 +86,30 @@ def run_dev(spec: dict[str, Any], data_dir: str, quiet: bool) -> int:
     return 0
 
 
+def run_train_mode(args: argparse.Namespace) -> int:
+    """``train`` / ``train@...`` (imports Ray only when needed)."""
+    from orchestrator.trial import run_train
+    return run_train(args)
+
+
+def run_dev_mode(args: argparse.Namespace) -> int:
+    """``dev``: one in-process session."""
+    return run_dev(load_spec(args.spec_file, args.spec_name, args.overrides), args.data_dir, args.quiet)
+
+
+# mode (the part before '@') -> handler; each handler parses its own '@' target from args.mode
+MODE_HANDLERS = {
+    "dev": run_dev_mode,
+    "train": run_train_mode,
+}
+
+
 def dispatch(args: argparse.Namespace) -> int:
-    """Load the spec and run the mode; raises SpecError/UsageError/StorageError on bad input."""
-    mode = args.mode
-    if mode == "dev":
-        return run_dev(load_spec(args.spec_file, args.spec_name, args.overrides), args.data_dir, args.quiet)
-    if mode == "train" or mode.startswith("train@"):
-        from orchestrator.trial import run_train
-        return run_train(args)
-    raise UsageError(f"unknown mode '{mode}'; expected one of: {', '.join(MODES)}")
+    """Run the mode; raises SpecError/UsageError/StorageError on bad input."""
+    handler = MODE_HANDLERS.get(args.mode.split("@", 1)[0])
+    if handler is None or (args.mode == "dev@" or args.mode.startswith("dev@")):
+        raise UsageError(f"unknown mode '{args.mode}'; expected one of: {', '.join(MODES)}")
+    return handler(args)
 
 
 def fail(message: str) -> NoReturn:
