@@ -92,6 +92,7 @@ class RunSpec:
     raw: dict
 
 
+RUNTIME_META_KEYS = ("trial", "session", "session_seed", "session_dir")
 TOP_KEYS = ("name", "agent", "env", "meta", "search")
 AGENT_KEYS = ("name", "algorithm", "memory", "net")
 
@@ -135,6 +136,9 @@ def _strip_trailing_commas(text: str) -> str:
 def read_spec_file(uri: str) -> dict[str, Any]:
     """Parse a spec file (JSON, JSON with trailing commas, or YAML by extension).
 
+    A file holding one bare spec (with ``agent`` and ``env`` keys, as saved in a run directory)
+    is returned as ``{its name: spec}``.
+
     Raises:
         SpecError: file missing, unreadable, not valid JSON/YAML (with line and column), or not a
             mapping of spec names to specs.
@@ -158,6 +162,8 @@ def read_spec_file(uri: str) -> dict[str, Any]:
         except json.JSONDecodeError as err:
             raise SpecError(f"spec file '{uri}' is not valid JSON: {err.msg} at line {err.lineno}, "
                             f"column {err.colno}") from None
+    if isinstance(data, dict) and "agent" in data and "env" in data:  # a saved spec file of a run
+        return {data.get("name") or storage.basename(uri).removesuffix("_spec.json"): data}
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise SpecError(f"spec file '{uri}' must map spec names to spec objects")
     return data
@@ -173,6 +179,9 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
     """
     spec = copy.deepcopy(raw)
     spec.pop("body", None)
+    if isinstance(spec.get("meta"), dict):  # indices a run writes into its trial/session spec files
+        for key in RUNTIME_META_KEYS:
+            spec["meta"].pop(key, None)
     for key in ("agent", "env"):
         value = spec.get(key)
         if isinstance(value, list):
