@@ -53,6 +53,10 @@ class NetSpec:
         polyak_coef: weight of the old target in a polyak update (SLM-Lab semantics).
         shared: one body with actor and critic heads (actor-critic algorithms).
         gpu: use CUDA when visible: true, false or ``"auto"``.
+        init_from: initialize the nets (only: not optimizers, not the clock) of a fresh session from
+            another run's checkpoint: a session spec file ``{spec_name}_t{T}_s{S}_spec.json`` (its best
+            checkpoint), a session directory, or a checkpoint directory ``ckpt/{frame:012d}``; path or
+            URI. Loaded by ``orchestrator.transfer`` (agents never read files); None: fresh init.
     """
 
     type: str = "MLPNet"
@@ -71,6 +75,7 @@ class NetSpec:
     polyak_coef: float = field(default=0.0, metadata={"ge": 0, "le": 1})
     shared: bool = False
     gpu: bool | str = field(default=False, metadata={"choices": (True, False, "auto")})
+    init_from: str | None = None
 
 
 OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {

@@ -69,12 +69,16 @@ def resolve_env_id(name: str) -> str:
     raise ValueError(f"unknown env id '{name}': gymnasium has no such environment registered")
 
 
-def make_env(spec: EnvSpec, seed: int | None) -> VectorEnv:
+def make_env(spec: EnvSpec, seed: int | None, render_mode: str | None = None,
+             video_folder: str | None = None) -> VectorEnv:
     """Build the session's vector env and reset-seed it.
 
     Args:
         spec: the env section.
         seed: session seed; sub-env i is seeded ``seed + i`` on the first reset (None: unseeded).
+        render_mode: gymnasium render mode of every sub-env (``"human"``, ``"rgb_array"``) or None.
+        video_folder: local directory where gymnasium's ``RecordVideo`` writes every episode as MP4
+            (needs ``render_mode="rgb_array"``, moviepy, and one sub-env: names are per sub-env).
 
     Returns:
         A ``VectorEnv`` with ``num_envs`` sub-envs; the episode statistics wrapper sits before
@@ -86,6 +90,8 @@ def make_env(spec: EnvSpec, seed: int | None) -> VectorEnv:
     env_id = resolve_env_id(spec.name)
     kwargs = {} if spec.max_t is None else {"max_episode_steps": spec.max_t}
     env_fns = [functools.partial(gym.make, env_id, **kwargs) for _ in range(spec.num_envs)]
+    if render_mode is not None or video_folder is not None:
+        env_fns = [functools.partial(_make_rendered, env_id, render_mode, video_folder, kwargs)] * spec.num_envs
     if spec.vectorization == "sync":
         venv: VectorEnv = SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
     elif spec.vectorization == "async":
@@ -101,6 +107,19 @@ def make_env(spec: EnvSpec, seed: int | None) -> VectorEnv:
         venv = gym.wrappers.vector.TransformReward(venv, functools.partial(np.multiply, float(spec.reward_scale)))
     venv.action_space.seed(seed)
     return venv
+
+
+def _make_rendered(env_id: str, render_mode: str | None, video_folder: str | None,
+                   kwargs: dict[str, Any]) -> gym.Env:
+    """One sub-env with a render mode; with ``video_folder``, every episode is recorded there."""
+    env = gym.make(env_id, render_mode=render_mode, **kwargs)
+    if video_folder is not None:
+        env = gym.wrappers.RecordVideo(env, video_folder, episode_trigger=_every_episode, name_prefix="episode")
+    return env
+
+
+def _every_episode(episode: int) -> bool:
+    return True
 
 
 def final_obs(next_obs_NO: np.ndarray, done_N: np.ndarray, info: dict[str, Any]) -> np.ndarray:

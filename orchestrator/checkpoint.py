@@ -356,6 +356,84 @@ class CheckpointStore:
             raise CheckpointCorruptError(f"checkpoint {uri}: file '{name}' fails its sha256 check")
         return data
 
+    def read_file(self, frame: int, name: str) -> bytes:
+        """One file of checkpoint ``frame``, verified against its manifest (size and sha256).
+
+        Reads only the manifest and that file (e.g. ``train_df.parquet`` without the nets).
+
+        Raises:
+            CheckpointCorruptError: no manifest, the file is not listed or missing, or it fails its check.
+            CheckpointError: the store cannot be read.
+        """
+        uri = self.frame_uri(frame)
+        manifest = self.manifest(frame)
+        if name not in manifest.files:
+            raise CheckpointCorruptError(f"checkpoint {uri} does not list file '{name}'")
+        try:
+            return self._read_verified(uri, name, manifest.files[name])
+        except storage.StorageError as err:
+            raise CheckpointError(f"cannot read checkpoint {uri}: {err}") from err
+
+    def ranked(self, which: str) -> list[int]:
+        """Committed frames in the order a reader should try them, without verifying any.
+
+        Args:
+            which: ``"latest"`` (newest first) or ``"best"`` (highest ``total_reward_ma`` in the
+                manifest meta first, newer first on ties; checkpoints without a score follow,
+                newest first).
+
+        Raises:
+            ValueError: ``which`` is neither ``"best"`` nor ``"latest"``.
+            storage.StorageError: the store cannot be listed.
+        """
+        if which not in ("best", "latest"):
+            raise ValueError(f"which must be 'best' or 'latest', got {which!r}")
+        frames = sorted(self.frames(), reverse=True)
+        if which == "latest":
+            return frames
+        scores = {}
+        for frame in frames:
+            try:
+                scores[frame] = self.manifest(frame).meta.get("total_reward_ma")
+            except CheckpointError:
+                scores[frame] = None
+        scored = sorted((f for f in frames if scores[f] is not None), key=lambda f: (scores[f], f), reverse=True)
+        return scored + [f for f in frames if scores[f] is None]
+
+    def load_readonly(self, which: str) -> tuple[Manifest, dict[str, bytes]] | None:
+        """The best or latest checkpoint that verifies, for readers that must not change the run.
+
+        Unlike ``latest_valid`` nothing is moved: a checkpoint that fails verification is skipped
+        with a ``CheckpointFallbackWarning`` naming it and the one used instead (enjoy, transfer).
+
+        Args:
+            which: ``"best"`` or ``"latest"`` (see ``ranked``).
+
+        Returns:
+            (manifest, files), or None if no checkpoint was ever committed here.
+
+        Raises:
+            CheckpointError: checkpoints exist but none verifies, or the store cannot be read.
+        """
+        try:
+            frames = self.ranked(which)
+        except storage.StorageError as err:
+            raise CheckpointError(f"cannot list checkpoints in {self.ckpt_dir}: {err}") from err
+        skipped: list[str] = []
+        for frame in frames:
+            try:
+                manifest, files = self.load(frame)
+            except CheckpointCorruptError as err:
+                skipped.append(str(err))
+                continue
+            if skipped:
+                warnings.warn(f"{'; '.join(skipped)}; using checkpoint {self.frame_uri(frame)} instead",
+                              CheckpointFallbackWarning, stacklevel=2)
+            return manifest, files
+        if skipped:
+            raise CheckpointError(f"no valid checkpoint in {self.ckpt_dir}: {'; '.join(skipped)}")
+        return None
+
     def latest_valid(self) -> tuple[Manifest, dict[str, bytes]] | None:
         """Newest checkpoint that verifies, setting aside newer ones that do not.
 

@@ -28,6 +28,7 @@ import torch
 from agents.algorithms import ALGORITHMS, Algorithm, LossStats
 from envs.clock import Clock
 from envs.make import EnvSpec, episode_returns, final_obs, make_env
+from orchestrator import transfer
 from orchestrator.spec import RunSpec, build
 
 TRAIN_COLUMNS = ("frame", "epi", "t", "opt_step", "wall_t", "fps", "total_reward", "total_reward_ma", "loss",
@@ -52,12 +53,16 @@ class Session:
         spec: a checked flat spec (``orchestrator.spec.check`` / ``load_spec`` output).
         seed: the session seed (see ``orchestrator.spec.session_seed``).
         trial: trial index t; session: session index s (used in names only).
+        fresh: the session starts at frame 0 (it is not restored from a checkpoint next), so
+            ``agent.net.init_from`` applies; pass False before ``from_checkpoint`` (resume, enjoy).
 
     Raises:
         ValueError: an env/agent combination the algorithm does not support.
+        SpecError: ``agent.net.init_from`` cannot be loaded or does not fit the nets (fresh only).
     """
 
-    def __init__(self, spec: dict[str, Any], seed: int, trial: int = 0, session: int = 0) -> None:
+    def __init__(self, spec: dict[str, Any], seed: int, trial: int = 0, session: int = 0,
+                 fresh: bool = True) -> None:
         self.spec: RunSpec = build(spec)
         self.seed, self.trial, self.session = int(seed), trial, session
         seed_globals(self.seed)
@@ -67,6 +72,8 @@ class Session:
         algo_cls = ALGORITHMS[self.spec.agent.algorithm.name]
         self.algorithm: Algorithm = algo_cls(self.spec.agent, self.env.single_observation_space,
                                              self.env.single_action_space, env_spec.num_envs, self.seed)
+        if fresh and self.spec.agent.net.init_from:
+            transfer.init_nets(self.algorithm, self.spec.agent.net.init_from)
         self.obs: np.ndarray = self.env.reset(seed=self.seed)[0]
         self.returns: deque[float] = deque(maxlen=meta.ma_window)
         self.recent_returns: list[float] = []

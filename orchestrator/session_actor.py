@@ -49,7 +49,7 @@ class SessionRunner:
         self.spec, self.key = spec, f"t{trial}_s{session}"
         self.session_dir = predir_mod.session_dir(predir, trial, session)
         self.store = CheckpointStore(self.session_dir, keep=int(spec["meta"]["keep_checkpoints"]))
-        self.session = Session(spec, seed, trial, session)
+        self.session = Session(spec, seed, trial, session, fresh=not resume)
         self.resume = resume
         self.restored_frame: int | None = None
         self.best: tuple[float, int] | None = None  # (total_reward_ma, frame) of the best checkpoint

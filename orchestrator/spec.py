@@ -415,7 +415,8 @@ def load_spec(uri: str, name: str, overrides: list[str] | None = None) -> dict[s
         overrides: ``key.path=value`` strings applied after normalisation.
 
     Returns:
-        The full flat spec as run (defaults filled), with ``name`` set.
+        The full flat spec as run (defaults filled), with ``name`` set and a relative local
+        ``agent.net.init_from`` made absolute.
 
     Raises:
         SpecError: listing every problem found.
@@ -427,7 +428,10 @@ def load_spec(uri: str, name: str, overrides: list[str] | None = None) -> dict[s
         raise SpecError(f"spec name '{name}' is not in '{uri}'; it has: {', '.join(sorted(specs))}.{hint}")
     spec = apply_overrides(normalize(specs[name]), overrides or [])
     spec["name"] = name
-    return check(spec)
+    spec = check(spec)
+    if isinstance(spec["agent"]["net"].get("init_from"), str):  # actors may run in another directory
+        spec["agent"]["net"]["init_from"] = storage.absolute(spec["agent"]["net"]["init_from"])
+    return spec
 
 
 def check(spec: dict[str, Any]) -> dict[str, Any]:

@@ -151,6 +151,14 @@ class Algorithm:
         """Learn from memory; advances ``clock.opt_step`` once per optimizer step."""
         raise NotImplementedError
 
+    def reseed(self, seed: int) -> None:
+        """Restart the acting RNG streams (``self.gen``, ``self.rng``) at ``seed``; nets untouched.
+
+        Used by evaluation runs (enjoy) so a given seed replays the same actions.
+        """
+        self.gen.manual_seed(seed)
+        self.rng = np.random.default_rng(seed)
+
     # ---- shared helpers ----
     def to_tensor(self, x: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """numpy -> tensor on the algorithm's device (no copy on CPU when dtypes match)."""
