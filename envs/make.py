@@ -12,13 +12,16 @@ section 5: env state can be checkpointed).
 from __future__ import annotations
 
 import functools
+import importlib
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
+from gymnasium.vector.utils import batch_space
+from gymnasium.wrappers.utils import RunningMeanStd
 
 # SLM-Lab / old gym ids that gymnasium no longer registers -> their successors.
 OLD_ENV_IDS: dict[str, str] = {
@@ -55,11 +58,22 @@ class EnvSpec:
 def resolve_env_id(name: str) -> str:
     """Map an id gymnasium no longer registers to its successor, with a warning.
 
-    Ids gymnasium still has (e.g. ``CartPole-v0``) are returned as they are.
+    Ids gymnasium still has (e.g. ``CartPole-v0``) are returned as they are. A custom env may be
+    given as ``"module:EnvId-v0"`` (gymnasium's syntax): the module is imported to register it.
 
     Raises:
-        ValueError: if neither ``name`` nor its mapped successor is registered.
+        ValueError: if neither ``name`` nor its mapped successor is registered, or the module of a
+            ``module:EnvId`` name cannot be imported.
     """
+    if ":" in name:
+        module, env_id = name.split(":", 1)
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise ValueError(f"env '{name}': cannot import module '{module}': {err}") from None
+        if env_id not in gym.registry:
+            raise ValueError(f"unknown env id '{env_id}': module '{module}' does not register it")
+        return name
     if name in gym.registry:
         return name
     new = OLD_ENV_IDS.get(name)
@@ -99,14 +113,55 @@ def make_env(spec: EnvSpec, seed: int | None, render_mode: str | None = None,
     else:
         raise ValueError(f"env.vectorization must be 'sync' or 'async', got '{spec.vectorization}'")
     venv = gym.wrappers.vector.RecordEpisodeStatistics(venv)
-    if spec.normalize_state:
-        venv = gym.wrappers.vector.NormalizeObservation(venv)
     if spec.reward_scale == "sign":
         venv = gym.wrappers.vector.TransformReward(venv, np.sign)
     elif spec.reward_scale is not None:
         venv = gym.wrappers.vector.TransformReward(venv, functools.partial(np.multiply, float(spec.reward_scale)))
+    if spec.normalize_state:  # outermost, so ``env.obs_rms`` / ``env.update_running_mean`` reach it
+        venv = NormalizeObservation(venv)
     venv.action_space.seed(seed)
     return venv
+
+
+class NormalizeObservation(VectorWrapper):
+    """Running mean/std observation normalization for ``SAME_STEP`` autoreset vector envs.
+
+    gymnasium's own vector ``NormalizeObservation`` accepts only ``NEXT_STEP`` autoreset because it
+    would leave ``info["final_obs"]`` unnormalized; this one normalizes the returned observations
+    (N, *O) and the final observations in ``info`` with the same statistics. ``obs_rms`` holds the
+    statistics (updated from every returned batch while ``update_running_mean`` is true); the
+    wrapper pickles with them.
+    """
+
+    def __init__(self, env: VectorEnv, epsilon: float = 1e-8) -> None:
+        super().__init__(env)
+        shape = env.single_observation_space.shape
+        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, shape, np.float32)
+        self.observation_space = batch_space(self.single_observation_space, env.num_envs)
+        self.obs_rms = RunningMeanStd(shape=shape, dtype=np.float32)
+        self.update_running_mean = True
+        self.epsilon = epsilon
+
+    def normalize(self, obs: np.ndarray) -> np.ndarray:
+        """``(obs - mean) / sqrt(var + epsilon)`` as float32, any leading dims."""
+        return ((obs - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)).astype(np.float32)
+
+    def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        if self.update_running_mean:
+            self.obs_rms.update(obs)
+        return self.normalize(obs), info
+
+    def step(self, actions: Any) -> tuple[np.ndarray, Any, Any, Any, dict]:
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        if self.update_running_mean:
+            self.obs_rms.update(obs)
+        if "final_obs" in info:
+            final = np.array(info["final_obs"], dtype=object)  # a copy: None where not done
+            for i in np.flatnonzero(info["_final_obs"]):
+                final[i] = self.normalize(np.asarray(final[i]))
+            info = {**info, "final_obs": final}
+        return self.normalize(obs), reward, terminated, truncated, info
 
 
 def _make_rendered(env_id: str, render_mode: str | None, video_folder: str | None,

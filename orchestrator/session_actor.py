@@ -24,6 +24,9 @@ from orchestrator import storage
 from orchestrator.checkpoint import CheckpointError, CheckpointStore
 
 
+COMMIT_BACKOFF_S = (0.5, 1.0, 2.0)  # waits between checkpoint write attempts, seconds
+
+
 def checkpoint_frequency(meta: dict[str, Any]) -> int:
     """Frames between checkpoints: ``meta.checkpoint_frequency`` or ``meta.log_frequency``."""
     return int(meta.get("checkpoint_frequency") or meta["log_frequency"])
@@ -65,18 +68,44 @@ class SessionRunner:
         self.restored_frame = manifest.frame
         self.best = _best_of(self.store)
 
-    def commit(self) -> float:
-        """Commit a checkpoint at the current frame, prune old ones; returns seconds taken."""
+    def commit(self) -> float | None:
+        """Commit a checkpoint at the current frame and prune old ones.
+
+        A failed write (full disk, lost permission, store unavailable) is retried
+        ``len(COMMIT_BACKOFF_S)`` times with back-off and logged; if it still fails, training goes on
+        and the next checkpoint tries again (the store never shows a half checkpoint as newest).
+
+        Returns:
+            Seconds taken, or None when the checkpoint could not be written.
+        """
         start = time.perf_counter()
         files, meta = self.session.to_checkpoint()
-        self.store.commit(self.session.clock.frame, files, meta)
+        for attempt, backoff in enumerate((*COMMIT_BACKOFF_S, None)):
+            try:
+                self.store.commit(self.session.clock.frame, files, meta)
+                break
+            except (CheckpointError, storage.StorageError, OSError) as err:
+                self.log_line(f"checkpoint at frame {self.session.clock.frame} failed "
+                              f"(attempt {attempt + 1}): {err}")
+                if backoff is None:
+                    return None
+                time.sleep(backoff)
         ma = meta["total_reward_ma"]
         if ma is not None and (self.best is None or ma >= self.best[0]):
             self.best = (ma, self.session.clock.frame)
-        protect = {self.restored_frame} if self.restored_frame is not None else set()
-        self.store.prune(best_frame=self.best[1] if self.best else None, protect=protect)
-        storage.write_parquet(storage.join(self.session_dir, "train_df.parquet"), self.session.train_df)
+        try:  # housekeeping after a commit: retention (the newest is always kept) and the user copy
+            self.store.prune(best_frame=self.best[1] if self.best else None)
+            storage.write_parquet(storage.join(self.session_dir, "train_df.parquet"), self.session.train_df)
+        except (CheckpointError, storage.StorageError, OSError) as err:
+            self.log_line(f"after checkpoint {self.session.clock.frame}: {err}")
         return time.perf_counter() - start
+
+    def log_line(self, text: str) -> None:
+        """Append one line to the session's log.txt (best effort: the log may sit on the failing store)."""
+        try:
+            storage.append_text(storage.join(self.session_dir, "log.txt"), text + "\n")
+        except (storage.StorageError, OSError):
+            pass
 
     def append_log(self, rows: list[dict[str, Any]]) -> None:
         """Append train_df rows as text lines to the session's log.txt."""
@@ -101,18 +130,22 @@ class SessionRunner:
                 session.run_rl(until_frame=next_ckpt, on_log=lambda _s, row: rows.append(row))
             if session.clock.frame != committed:  # also the final checkpoint of a stop request
                 seconds = self.commit()
-                committed = session.clock.frame
                 self.append_log(rows)
                 for row in rows:
                     yield {"kind": "log", "row": row}
                 rows.clear()
-                yield {"kind": "checkpoint", "frame": committed, "seconds": seconds}
+                if seconds is None:
+                    yield {"kind": "checkpoint_failed", "frame": session.clock.frame}
+                else:
+                    committed = session.clock.frame
+                    yield {"kind": "checkpoint", "frame": committed, "seconds": seconds}
             if session.clock.done() or session.stop_requested:
                 break
         last = session.train_rows[-1]["total_reward_ma"] if session.train_rows else None
         kind = "interrupted" if session.stop_requested and not session.clock.done() else "done"
         session.close()
-        yield {"kind": kind, "frame": session.clock.frame, "total_reward_ma": last, "checkpoint": True}
+        yield {"kind": kind, "frame": session.clock.frame, "total_reward_ma": last,
+               "checkpoint": committed == session.clock.frame}
 
 
 def _best_of(store: CheckpointStore) -> tuple[float, int] | None:

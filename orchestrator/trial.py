@@ -17,11 +17,11 @@ import argparse
 import os
 import signal
 import sys
+import threading
 import time
-import traceback
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
@@ -129,11 +129,15 @@ class Trial:
         plans: sessions to run.
         record: the run's ``run.json``.
         quiet: no live progress display.
+        on_log: called with (plan, train_df row) at each session log checkpoint (search mode reports
+            trial metrics to Ray Tune from it); the Trial installs no signal handlers itself.
     """
 
     def __init__(self, spec: dict[str, Any], predir: str, plans: list[SessionPlan], record: RunRecord,
-                 quiet: bool = False) -> None:
+                 quiet: bool = False,
+                 on_log: Callable[[SessionPlan, dict[str, Any]], None] | None = None) -> None:
         self.spec, self.predir, self.plans, self.record, self.quiet = spec, predir, plans, record, quiet
+        self.on_log = on_log
         self.meta = spec["meta"]
         self.actors: dict[str, Any] = {}
         self.streams: dict[str, Any] = {}
@@ -207,6 +211,10 @@ class Trial:
         if kind == "log":
             plan.frame = int(event["row"]["frame"])
             self.progress.update(plan.key, event["row"], int(self.spec["env"]["max_frame"]))
+            if self.on_log is not None:
+                self.on_log(plan, event["row"])
+        elif kind == "checkpoint_failed":
+            self.progress.status(plan.key, f"checkpoint failed at {event['frame']}")
         elif kind == "checkpoint":
             plan.frame = int(event["frame"])
             self.checkpoint_seconds.append(float(event["seconds"]))
@@ -216,8 +224,10 @@ class Trial:
             self.record.update(plan)
         elif kind in ("done", "interrupted"):
             plan.status, plan.frame = kind, int(event["frame"])
+            if not event["checkpoint"]:
+                plan.error = f"no checkpoint could be committed at frame {plan.frame} (see log.txt)"
             self.progress.status(plan.key, kind)
-            self.record.update(plan, checkpoint=plan.frame)
+            self.record.update(plan, checkpoint=plan.frame if event["checkpoint"] else None)
 
     def on_actor_died(self, plan: SessionPlan, err: Exception) -> None:
         """Schedule a replacement actor with back-off, or mark the session failed."""
@@ -232,8 +242,9 @@ class Trial:
         store = CheckpointStore(predir_mod.session_dir(self.predir, plan.trial, plan.session))
         frames = store.frames()
         plan.resume = bool(frames)
-        plan.restarts.append({"at": now_iso(), "frame_restored": frames[-1] if frames else 0,
-                              "frame_lost_from": plan.frame, "reason": type(err).__name__})
+        restored = frames[-1] if frames else 0
+        plan.restarts.append({"at": now_iso(), "frame_restored": restored,
+                              "frames_lost": max(0, plan.frame - restored), "reason": type(err).__name__})
         plan.status = "restarting"
         self.progress.status(plan.key, f"restart {len(plan.restarts)}")
         self.record.update(plan)
@@ -261,6 +272,8 @@ class Trial:
                                             if self.stopping_since is not None else "stream ended early")
                 self.record.update(plan)
         aggregate_trial(self.predir, self.spec, sorted({p.trial for p in self.plans}))
+        from orchestrator.analysis import analyze_after_run  # metrics JSON + graphs; a failure only warns
+        analyze_after_run(self.predir)
         failed = [p for p in self.plans if p.status == "failed"]
         for plan in failed:
             print(f"session {plan.key} failed: {(plan.error or '').strip().splitlines()[-1:]}", file=sys.stderr)
@@ -402,13 +415,11 @@ def run_train(args: argparse.Namespace) -> int:
               f"(up to {spec['meta']['shutdown_grace_s']} s; again to exit at once)", file=sys.stderr)
         trial.request_stop()
 
-    for sig in previous:
+    in_main = threading.current_thread() is threading.main_thread()  # handlers only install there
+    for sig in previous if in_main else ():
         signal.signal(sig, on_signal)
     try:
         return trial.run()
-    except Exception:  # report, keep run.json consistent, re-raise
-        traceback.print_exc()
-        raise
     finally:
-        for sig, handler in previous.items():
+        for sig, handler in previous.items() if in_main else ():
             signal.signal(sig, handler)

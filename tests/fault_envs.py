@@ -1,0 +1,26 @@
+"""Test-only envs for fault injection, made by gymnasium's ``"tests.fault_envs:Id-v0"`` syntax so
+Ray workers import and register them too."""
+
+import gymnasium as gym
+from gymnasium.envs.classic_control import CartPoleEnv
+
+
+class FailingCartPole(CartPoleEnv):
+    """CartPole that raises ``RuntimeError`` after ``fail_after`` steps when reset with an even seed
+    (so with an even base seed, session 0 fails and session 1 runs normally)."""
+
+    fail_after = 300
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            self.fails, self.steps = seed % 2 == 0, 0
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        self.steps = getattr(self, "steps", 0) + 1
+        if getattr(self, "fails", False) and self.steps > self.fail_after:
+            raise RuntimeError(f"injected failure after {self.fail_after} steps")
+        return super().step(action)
+
+
+gym.register("FailingCartPole-v0", entry_point=FailingCartPole, max_episode_steps=500)

@@ -1,0 +1,226 @@
+"""Fault tolerance: a killed session actor recovers by itself, a raising session fails alone, a
+session killed too often is marked failed, SIGTERM to the driver interrupts cleanly, a lost node's
+session comes back elsewhere, and failed checkpoint writes are retried without losing training."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from orchestrator import checkpoint, session_actor, storage
+from orchestrator.session_actor import SessionRunner
+from orchestrator.spec import load_spec
+
+from test_trial import REPO, SPECS, descendants, only_predir, overrides, run_cli
+
+PPO = ["meta.max_session=2", "meta.log_frequency=1000", "meta.random_seed=10"]
+
+
+def run_in_thread(*argv):
+    """Start ``lab ...`` in a background thread; returns (thread, result list)."""
+    result = []
+    thread = threading.Thread(target=lambda: result.append(run_cli(*argv)), daemon=True)
+    thread.start()
+    return thread, result
+
+
+def wait_for(predicate, timeout=180, what="condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def session_entry(data: Path, key: str):
+    """run.json entry of a session, once the run and the entry exist."""
+    runs = list(data.glob("*/run.json"))
+    if not runs:
+        return None
+    try:
+        return storage.read_json(str(runs[0]))["sessions"].get(key)
+    except (ValueError, FileNotFoundError):
+        return None
+
+
+def kill_when_checkpointed(data: Path, key: str, min_frame: int, old_pid=None) -> int:
+    """SIGKILL a session actor's worker (its PID from run.json) once it has committed ``min_frame``."""
+    entry = wait_for(lambda: (e := session_entry(data, key)) and e.get("pid") and e.get("pid") != old_pid
+                     and e.get("status") == "running" and e.get("checkpoint", 0) >= min_frame and e,
+                     what=f"{key} to checkpoint frame {min_frame}")
+    os.kill(entry["pid"], signal.SIGKILL)
+    return entry["pid"]
+
+
+def assert_rows(df: pd.DataFrame, log_frequency: int, max_frame: int) -> None:
+    assert df["frame"].tolist() == list(range(log_frequency, max_frame + 1, log_frequency))
+
+
+def test_killed_session_actor_is_restarted_from_its_checkpoint(ray_local, tmp_path):
+    data = tmp_path / "data"
+    thread, result = run_in_thread(SPECS, "ppo_cartpole", "train", "--data-dir", str(data),
+                                   *overrides(PPO + ["env.max_frame=12000"]))
+    kill_when_checkpointed(data, "t0_s0", 3000)
+    thread.join(timeout=300)
+    assert result == [0]
+    predir = only_predir(data)
+    run = storage.read_json(str(predir / "run.json"))
+    s0, s1 = run["sessions"]["t0_s0"], run["sessions"]["t0_s1"]
+    assert s0["status"] == s1["status"] == "done" and s0["frame"] == s1["frame"] == 12000
+    assert len(s0["restarts"]) == 1 and s0["restarts"][0]["frame_restored"] >= 3000
+    assert s0["restarts"][0]["reason"] == "ActorDiedError" and s1["restarts"] == []
+    for s in (0, 1):  # no duplicate and no missing log rows
+        assert_rows(pd.read_parquet(predir / f"t0/s{s}/train_df.parquet"), 1000, 12000)
+
+
+def test_session_killed_more_than_max_restarts_is_failed(ray_local, tmp_path):
+    data = tmp_path / "data"
+    thread, result = run_in_thread(SPECS, "ppo_cartpole", "train", "--data-dir", str(data),
+                                   *overrides(PPO + ["env.max_frame=30000", "meta.max_restarts=1"]))
+    pid = kill_when_checkpointed(data, "t0_s0", 2000)
+    kill_when_checkpointed(data, "t0_s0", 2000, old_pid=pid)
+    thread.join(timeout=300)
+    assert result == [1]
+    run = storage.read_json(str(only_predir(data) / "run.json"))
+    assert run["sessions"]["t0_s0"]["status"] == "failed"
+    assert "max_restarts=1" in run["sessions"]["t0_s0"]["error"]
+    assert run["sessions"]["t0_s1"]["status"] == "done"
+
+
+def test_raising_session_fails_alone(ray_local, tmp_path, capsys):
+    data = tmp_path / "data"
+    code = run_cli(SPECS, "ppo_cartpole", "train", "--data-dir", str(data),
+                   *overrides(PPO + ["env.max_frame=4000", "env.num_envs=1",
+                                   "env.name=tests.fault_envs:FailingCartPole-v0"]))
+    assert code == 1
+    predir = only_predir(data)
+    run = storage.read_json(str(predir / "run.json"))
+    s0, s1 = run["sessions"]["t0_s0"], run["sessions"]["t0_s1"]
+    assert s0["status"] == "failed" and "injected failure" in s0["error"] and s0["restarts"] == []
+    assert s1["status"] == "done" and s1["frame"] == 4000
+    assert "injected failure" in (predir / "t0/s0/log.txt").read_text()
+    assert "t0_s0 failed" in capsys.readouterr().err
+
+
+def test_sigterm_to_driver_interrupts_then_train_latest_completes(ray_local, tmp_path):
+    items = PPO + ["env.max_frame=30000"]
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    driver = subprocess.Popen([sys.executable, str(REPO / "run_lab.py"), SPECS, "ppo_cartpole", "train",
+                               "--quiet", *overrides(items)], cwd=tmp_path, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tree = []
+    try:
+        wait_for(lambda: {m.parents[2].name for m in tmp_path.glob("data/*/t0/s*/ckpt/0*/MANIFEST.json")}
+                 == {"s0", "s1"}, what="checkpoints of both sessions")
+        predir = only_predir(tmp_path / "data")
+        before = {s: max(int(p.name) for p in (predir / f"t0/s{s}/ckpt").glob("0*")) for s in (0, 1)}
+        tree = descendants(driver.pid)
+        driver.send_signal(signal.SIGTERM)
+        out, err = driver.communicate(timeout=90)
+    finally:
+        for pid in tree + descendants(driver.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert driver.returncode == 0, err
+    assert f"train@{predir}" in out
+    run = storage.read_json(str(predir / "run.json"))
+    for s in (0, 1):
+        entry = run["sessions"][f"t0_s{s}"]
+        assert entry["status"] == "interrupted" and entry["checkpoint"] >= before[s]
+        assert checkpoint.CheckpointStore(str(predir / f"t0/s{s}")).frames()[-1] == entry["checkpoint"]
+    assert run_cli(SPECS, "ppo_cartpole", "train@latest", "--data-dir", str(tmp_path / "data"),
+                   *overrides(items)) == 0
+    run = storage.read_json(str(predir / "run.json"))
+    for s in (0, 1):
+        assert run["sessions"][f"t0_s{s}"]["status"] == "done"
+        assert_rows(pd.read_parquet(predir / f"t0/s{s}/train_df.parquet"), 1000, 30000)
+
+
+NODE_LOSS_SCRIPT = textwrap.dedent("""
+    import json, os, signal, sys, threading, time, argparse
+    import ray
+    from ray.cluster_utils import Cluster
+    from orchestrator import storage
+    from orchestrator.trial import run_train
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    worker = cluster.add_node(num_cpus=1)
+    ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+    blocker = ray.remote(num_cpus=1)(lambda: time.sleep(600)).remote()  # holds the head's CPU at first
+    data = sys.argv[1]
+    args = argparse.Namespace(spec_file=sys.argv[2], spec_name="ppo_cartpole", mode="train", data_dir=data,
+                              address=None, allow_fresh=False, quiet=True,
+                              overrides=["meta.max_session=1", "meta.log_frequency=1000", "env.max_frame=10000"])
+    def remove_node():
+        while True:
+            runs = [os.path.join(data, d, "run.json") for d in os.listdir(data)] if os.path.isdir(data) else []
+            entry = storage.read_json(runs[0])["sessions"].get("t0_s0", {}) if runs and os.path.exists(runs[0]) else {}
+            if entry.get("checkpoint", 0) >= 3000:
+                break
+            time.sleep(0.1)
+        ray.cancel(blocker, force=True)       # free the head's CPU for the replacement
+        cluster.remove_node(worker)           # the node running the session is lost
+    threading.Thread(target=remove_node, daemon=True).start()
+    code = run_train(args)
+    print("EXIT", code)
+    ray.shutdown()
+    cluster.shutdown()
+""")
+
+
+def test_node_loss_session_comes_back_on_remaining_node(tmp_path):
+    script = tmp_path / "node_loss.py"
+    script.write_text(NODE_LOSS_SCRIPT)
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+           "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "data"), SPECS], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=300)
+    finally:
+        for pid in descendants(proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert "EXIT 0" in out, err[-3000:]
+    predir = only_predir(tmp_path / "data")
+    entry = storage.read_json(str(predir / "run.json"))["sessions"]["t0_s0"]
+    assert entry["status"] == "done" and len(entry["restarts"]) == 1
+    assert entry["restarts"][0]["frame_restored"] >= 3000
+    assert_rows(pd.read_parquet(predir / "t0/s0/train_df.parquet"), 1000, 10000)
+
+
+def test_failed_checkpoint_writes_are_retried_and_training_continues(tmp_path, monkeypatch):
+    spec = load_spec(SPECS, "ppo_cartpole", ["env.max_frame=4000", "meta.log_frequency=1000"])
+    monkeypatch.setattr(session_actor, "COMMIT_BACKOFF_S", (0.0, 0.0))
+    real_commit, calls = checkpoint.CheckpointStore.commit, []
+
+    def flaky_commit(self, frame, files, meta):
+        calls.append(frame)
+        if frame == 2000:  # the store is unavailable for every attempt at frame 2000
+            raise storage.StorageError("injected: store unavailable")
+        return real_commit(self, frame, files, meta)
+
+    monkeypatch.setattr(checkpoint.CheckpointStore, "commit", flaky_commit)
+    runner = SessionRunner(spec, str(tmp_path / "ppo_cartpole_2026_01_01_000000"), 0, 0, 1, resume=False)
+    events = list(runner.events())
+    kinds = [(e["kind"], e.get("frame")) for e in events if e["kind"] != "log"]
+    assert ("checkpoint_failed", 2000) in kinds and ("checkpoint", 3000) in kinds and kinds[-1] == ("done", 4000)
+    assert calls.count(2000) == 3  # first try + 2 retries
+    store = checkpoint.CheckpointStore(runner.session_dir)
+    assert 2000 not in store.frames() and store.frames()[-1] == 4000
+    manifest, _ = store.latest_valid()
+    assert manifest.frame == 4000
+    assert "injected: store unavailable" in (Path(runner.session_dir) / "log.txt").read_text()
