@@ -1,0 +1,131 @@
+"""``lab ls``: the runs of a data dir with status per session, frames, best return and resumability.
+
+Read-only. Per session the frame is its newest committed checkpoint's (the point a resume starts
+from), the status comes from ``run.json``, and the best return is the highest ``total_reward_ma`` of
+its committed checkpoints' manifests. A run is resumable (``train@{predir}``) when some session is
+below ``env.max_frame`` and each such session has a committed checkpoint; with sessions lacking one,
+only with ``--allow-fresh``. ``dev`` runs write no checkpoints and are never resumable.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator import predir as predir_mod
+from orchestrator import storage
+from orchestrator.analysis import session_keys
+from orchestrator.checkpoint import CheckpointError, CheckpointStore
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """One session of a run: ``key`` (``t0_s1``), ``status``, committed ``frame`` (frames), ``best``
+    ``total_reward_ma`` (None before any episode), ``has_checkpoint``."""
+
+    key: str
+    status: str
+    frame: int
+    best: float | None
+    has_checkpoint: bool
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One run: its predir name, spec name, ``max_frame`` (frames), sessions and resumability."""
+
+    name: str
+    spec_name: str
+    max_frame: int
+    sessions: list[SessionInfo]
+    resumable: str
+
+    @property
+    def best(self) -> float | None:
+        """Best ``total_reward_ma`` over the sessions."""
+        scores = [s.best for s in self.sessions if s.best is not None]
+        return max(scores) if scores else None
+
+
+def session_info(predir: str, key: str, run: dict[str, Any]) -> SessionInfo:
+    """Status, committed frame and best checkpoint score of session ``key`` (``t{T}_s{S}``)."""
+    t, s = (int(x) for x in re.fullmatch(r"t(\d+)_s(\d+)", key).groups())
+    store = CheckpointStore(predir_mod.session_dir(predir, t, s))
+    ranked = store.ranked("best")
+    best = None
+    if ranked:
+        try:
+            best = store.manifest(ranked[0]).meta.get("total_reward_ma")
+        except CheckpointError:
+            best = None
+    entry = run.get("sessions", {}).get(key, {})
+    frame = max(ranked) if ranked else int(entry.get("frame") or 0)
+    status = entry.get("status") or ("dev" if not run else "not started")
+    return SessionInfo(key, status, frame, best, bool(ranked))
+
+
+def resumability(sessions: list[SessionInfo], max_frame: int, has_record: bool) -> str:
+    """``yes``, ``with --allow-fresh`` or ``no (why)`` for ``train@{predir}``."""
+    if not has_record:
+        return "no (dev run: no checkpoints)"
+    unfinished = [s for s in sessions if s.frame < max_frame]
+    if not unfinished:
+        return "no (complete; raise env.max_frame to continue)"
+    if all(s.has_checkpoint for s in unfinished):
+        return "yes"
+    return "with --allow-fresh"
+
+
+def run_info(predir: str) -> RunInfo | None:
+    """Describe one run directory; None if it is not one (no ``{spec_name}_spec.json``)."""
+    try:
+        spec_name = predir_mod.spec_name_of(predir)
+    except ValueError:
+        return None
+    spec_uri = predir_mod.spec_file(predir, spec_name)
+    if not storage.exists(spec_uri):
+        return None
+    spec = storage.read_json(spec_uri)
+    run_uri = storage.join(predir, "run.json")
+    run = storage.read_json(run_uri) if storage.exists(run_uri) else {}
+    keys = set(run.get("sessions", {}))
+    keys |= {f"t0_s{s}" for s in range(int(spec["meta"].get("max_session", 1)))}
+    keys |= {f"t{t}_s{s}" for t, s in session_keys(predir)}
+    sessions = [session_info(predir, key, run) for key in sorted(keys, key=_key_order)]
+    max_frame = int(spec["env"]["max_frame"])
+    return RunInfo(storage.basename(predir), spec_name, max_frame, sessions,
+                   resumability(sessions, max_frame, bool(run)))
+
+
+def _key_order(key: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", key))
+
+
+def list_runs(data_dir: str) -> list[RunInfo]:
+    """Every run directory directly under ``data_dir``, oldest first (by the timestamp in the name)."""
+    names = [n for n in storage.listdir(data_dir) if re.search(rf"_{predir_mod.TS_RE}$", n)]
+    names.sort(key=lambda n: (n[-17:], n))
+    infos = (run_info(storage.join(data_dir, n)) for n in names)
+    return [info for info in infos if info is not None]
+
+
+def format_run(info: RunInfo) -> list[str]:
+    """Lines of one run: a header, then one line per session."""
+    best = "-" if info.best is None else f"{info.best:.2f}"
+    lines = [f"{info.name}  spec={info.spec_name}  max_frame={info.max_frame}  best={best}  "
+             f"resumable={info.resumable}"]
+    for s in info.sessions:
+        sbest = "-" if s.best is None else f"{s.best:.2f}"
+        lines.append(f"  {s.key:<8} {s.status:<12} {s.frame:>10}/{info.max_frame:<10} best {sbest}")
+    return lines
+
+
+def ls_command(data_dir: str) -> int:
+    """``lab ls``: print every run of ``data_dir``; returns 0 (also when there is none)."""
+    runs = list_runs(data_dir)
+    if not runs:
+        print(f"no runs in {data_dir}")
+    for info in runs:
+        print("\n".join(format_run(info)))
+    return 0
