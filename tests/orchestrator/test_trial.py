@@ -61,7 +61,7 @@ def files_digest(root: Path) -> dict[str, str]:
 
 
 def only_predir(data_dir: Path) -> Path:
-    (predir,) = [p for p in data_dir.iterdir() if p.is_dir()]
+    (predir,) = [p for p in data_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
     return predir
 
 
