@@ -25,14 +25,18 @@ moving average, loss, lr, explore_var, entropy vs frames) and ``graph/{spec_name
 on one continuous curve. Data is read from each session's newest committed checkpoint (verified),
 falling back to ``t{T}/s{S}/train_df.parquet`` (``dev`` runs have no checkpoints).
 
-The random baseline is computed once per (env, max_t) and cached as JSON under
-``{data_dir}/.cache/random_baseline/`` (``data_dir`` = the predir's parent).
+The random baseline is computed once per (env, max_t) per machine and cached as JSON under
+``{cache_dir}/random_baseline/`` (default ``$XDG_CACHE_HOME/rl-trial-lab``, else
+``~/.cache/rl-trial-lab``); each run records the baseline it used in ``info/random_baseline.json`` and
+later analyses of that run (``lab analyze``, also of a copied run) reuse it, so its metrics stay
+comparable. The cache is kept out of the data dir so that a data dir lists only runs.
 """
 
 from __future__ import annotations
 
 import io
 import math
+import os
 import re
 import sys
 from typing import Any
@@ -166,16 +170,34 @@ def compute_random_baseline(env_name: str, max_t: int | None, episodes: int = BA
             "mean": float(np.mean(returns)), "std": float(np.std(returns))}
 
 
-def random_baseline(env_name: str, max_t: int | None, data_dir: str) -> dict[str, Any]:
-    """Random-policy baseline of an env: read from ``{data_dir}/.cache/random_baseline/``, else computed
+def default_cache_dir() -> str:
+    """``$XDG_CACHE_HOME/rl-trial-lab``, else ``~/.cache/rl-trial-lab``."""
+    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rl-trial-lab")
+
+
+def random_baseline(env_name: str, max_t: int | None, cache_dir: str) -> dict[str, Any]:
+    """Random-policy baseline of an env: read from ``{cache_dir}/random_baseline/``, else computed
     and cached there."""
     key = re.sub(r"[^A-Za-z0-9_.-]", "_", env_name) + ("" if max_t is None else f"_max_t{max_t}")
-    uri = storage.join(data_dir, ".cache", "random_baseline", f"{key}.json")
+    uri = storage.join(cache_dir, "random_baseline", f"{key}.json")
     if storage.exists(uri):
         cached = storage.read_json(uri)
         if cached.get("version") == BASELINE_VERSION:
             return cached
     baseline = compute_random_baseline(env_name, max_t)
+    storage.write_json(uri, baseline)
+    return baseline
+
+
+def run_baseline(predir: str, env: dict[str, Any], cache_dir: str) -> dict[str, Any]:
+    """The baseline a run recorded (``info/random_baseline.json``, same env), else the cached one,
+    which is then recorded in the run."""
+    uri = storage.join(predir, "info", "random_baseline.json")
+    if storage.exists(uri):
+        recorded = storage.read_json(uri)
+        if (recorded.get("env"), recorded.get("max_t")) == (env["name"], env.get("max_t")):
+            return recorded
+    baseline = random_baseline(env["name"], env.get("max_t"), cache_dir)
     storage.write_json(uri, baseline)
     return baseline
 
@@ -289,10 +311,14 @@ def plot_trial(dfs: dict[int, pd.DataFrame], points: list[tuple[int, str]], titl
 
 # ---------------------------------------------------------------- whole runs
 
-def analyze_predir(predir: str) -> dict[str, Any]:
+def analyze_predir(predir: str, cache_dir: str | None = None) -> dict[str, Any]:
     """Compute and write every session's and trial's metrics and graphs of a run (see module docstring).
 
     Sessions without any log row with a return are skipped (no metrics, no graph).
+
+    Args:
+        predir: run directory URI.
+        cache_dir: random-baseline cache root (default ``default_cache_dir()``).
 
     Returns:
         ``{"sessions": {"t0_s0": metrics}, "trials": {"t0": metrics}, "graphs": [uri, ...]}``.
@@ -303,7 +329,7 @@ def analyze_predir(predir: str) -> dict[str, Any]:
     spec = _run_spec(predir)
     run_uri = storage.join(predir, "run.json")
     run = storage.read_json(run_uri) if storage.exists(run_uri) else {}
-    rand = random_baseline(spec["env"]["name"], spec["env"].get("max_t"), storage.dirname(predir))["mean"]
+    rand = run_baseline(predir, spec["env"], cache_dir or default_cache_dir())["mean"]
     out: dict[str, Any] = {"sessions": {}, "trials": {}, "graphs": []}
     per_trial: dict[int, dict[int, SessionResult]] = {}
     for t, s in session_keys(predir):
