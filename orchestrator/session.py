@@ -229,14 +229,15 @@ class Session:
         """Serialize the session: files (name -> bytes) and manifest metadata.
 
         Files: ``state.pt`` (``state_dict``, torch format), ``env.pkl`` (the pickled vector env,
-        when it pickles), ``train_df.parquet`` and ``eval_df.parquet``. Metadata: clock,
+        when it pickles), ``train_df.parquet`` and, once it has rows, ``eval_df.parquet``. Metadata: clock,
         ``weights_sha256`` per net, ``exact`` (false when the env could not be pickled),
         ``total_reward_ma`` of the last log row, and whether the replay buffer is included.
         """
         buf = io.BytesIO()
         torch.save(self.state_dict(), buf)
-        files = {"state.pt": buf.getvalue(),
-                 "train_df.parquet": _parquet(self.train_df), "eval_df.parquet": _parquet(self.eval_df)}
+        files = {"state.pt": buf.getvalue(), "train_df.parquet": _parquet(self.train_df)}
+        if self.eval_rows:
+            files["eval_df.parquet"] = _parquet(self.eval_df)
         exact = self.exact
         try:
             files["env.pkl"] = pickle.dumps(self.env)
@@ -272,7 +273,8 @@ class Session:
         torch.set_rng_state(rng["torch"])
         np.random.set_state((rng["numpy"][0], np.array(rng["numpy"][1], np.uint32), *rng["numpy"][2:]))
         self.train_rows = _read_parquet(files["train_df.parquet"]).to_dict("records")
-        self.eval_rows = _read_parquet(files["eval_df.parquet"]).to_dict("records")
+        self.eval_rows = _read_parquet(files["eval_df.parquet"]).to_dict("records") if "eval_df.parquet" in files \
+            else []
         self.refilling = not self.memory_in_checkpoint or bool(state["refilling"])
         if "env.pkl" in files:
             self.env.close()

@@ -5,7 +5,8 @@ final checkpoint and reports ``interrupted``.
 Events (dicts yielded by ``run``; ``kind`` is one of):
   ``started``     {pid, node, device, restored_frame (None when fresh), exact}
   ``log``         {row}: a train_df row (frame, fps, total_reward_ma, ...)
-  ``checkpoint``  {frame, seconds}: a committed checkpoint and its cost in seconds
+  ``checkpoint``  {frame, seconds}: a committed checkpoint and the seconds training waited for it
+  ``checkpoint_failed`` {frame}: every write attempt of that checkpoint failed (training goes on)
   ``done``        {frame, total_reward_ma}
   ``interrupted`` {frame, checkpoint: bool}
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Iterator
 
 import ray
@@ -68,37 +70,40 @@ class SessionRunner:
         self.restored_frame = manifest.frame
         self.best = _best_of(self.store)
 
-    def commit(self) -> float | None:
-        """Commit a checkpoint at the current frame and prune old ones.
+    def snapshot(self) -> tuple[int, dict[str, bytes], dict[str, Any]]:
+        """Serialize the session now (frame, files, manifest meta); the training thread pays this."""
+        files, meta = self.session.to_checkpoint()
+        return self.session.clock.frame, files, meta
 
-        A failed write (full disk, lost permission, store unavailable) is retried
-        ``len(COMMIT_BACKOFF_S)`` times with back-off and logged; if it still fails, training goes on
-        and the next checkpoint tries again (the store never shows a half checkpoint as newest).
+    def write(self, frame: int, files: dict[str, bytes], meta: dict[str, Any]) -> bool:
+        """Commit a serialized checkpoint, then prune old ones and refresh the user copy of train_df.
+
+        Runs on the writer thread. A failed write (full disk, lost permission, store unavailable)
+        is retried ``len(COMMIT_BACKOFF_S)`` times with back-off and logged; if it still fails,
+        training goes on and the next checkpoint tries again (the store never shows a half
+        checkpoint as newest).
 
         Returns:
-            Seconds taken, or None when the checkpoint could not be written.
+            True once committed, False if every attempt failed.
         """
-        start = time.perf_counter()
-        files, meta = self.session.to_checkpoint()
         for attempt, backoff in enumerate((*COMMIT_BACKOFF_S, None)):
             try:
-                self.store.commit(self.session.clock.frame, files, meta)
+                self.store.commit(frame, files, meta)
                 break
             except (CheckpointError, storage.StorageError, OSError) as err:
-                self.log_line(f"checkpoint at frame {self.session.clock.frame} failed "
-                              f"(attempt {attempt + 1}): {err}")
+                self.log_line(f"checkpoint at frame {frame} failed (attempt {attempt + 1}): {err}")
                 if backoff is None:
-                    return None
+                    return False
                 time.sleep(backoff)
         ma = meta["total_reward_ma"]
         if ma is not None and (self.best is None or ma >= self.best[0]):
-            self.best = (ma, self.session.clock.frame)
-        try:  # housekeeping after a commit: retention (the newest is always kept) and the user copy
+            self.best = (ma, frame)
+        try:  # housekeeping: retention (the newest is always kept) and the user copy of train_df
             self.store.prune(best_frame=self.best[1] if self.best else None)
-            storage.write_parquet(storage.join(self.session_dir, "train_df.parquet"), self.session.train_df)
+            storage.write_bytes(storage.join(self.session_dir, "train_df.parquet"), files["train_df.parquet"])
         except (CheckpointError, storage.StorageError, OSError) as err:
-            self.log_line(f"after checkpoint {self.session.clock.frame}: {err}")
-        return time.perf_counter() - start
+            self.log_line(f"after checkpoint {frame}: {err}")
+        return True
 
     def log_line(self, text: str) -> None:
         """Append one line to the session's log.txt (best effort: the log may sit on the failing store)."""
@@ -115,7 +120,13 @@ class SessionRunner:
             storage.append_text(storage.join(self.session_dir, "log.txt"), "\n".join(lines) + "\n")
 
     def events(self) -> Iterator[dict[str, Any]]:
-        """Run to ``max_frame`` (or until ``stop_requested``), yielding progress events."""
+        """Run to ``max_frame`` (or until ``stop_requested``), yielding progress events.
+
+        Checkpoints are serialized on the training thread (a consistent snapshot) and written by
+        one background writer thread while the next chunk trains; at most one write is in flight.
+        A ``checkpoint`` event is yielded once its write committed; its ``seconds`` is the time the
+        training thread spent on it (serializing plus waiting for the previous write).
+        """
         session = self.session
         if self.resume:
             self.restore()
@@ -123,29 +134,44 @@ class SessionRunner:
                "device": str(session.algorithm.device), "exact": session.exact}
         freq = checkpoint_frequency(self.spec["meta"])
         rows: list[dict[str, Any]] = []
-        committed = self.restored_frame
-        while True:
-            if not session.clock.done() and not session.stop_requested:
-                next_ckpt = (session.clock.frame // freq + 1) * freq
-                session.run_rl(until_frame=next_ckpt, on_log=lambda _s, row: rows.append(row))
-            if session.clock.frame != committed:  # also the final checkpoint of a stop request
-                seconds = self.commit()
-                self.append_log(rows)
-                for row in rows:
-                    yield {"kind": "log", "row": row}
-                rows.clear()
-                if seconds is None:
-                    yield {"kind": "checkpoint_failed", "frame": session.clock.frame}
-                else:
-                    committed = session.clock.frame
-                    yield {"kind": "checkpoint", "frame": committed, "seconds": seconds}
-            if session.clock.done() or session.stop_requested:
-                break
+        self.committed = self.restored_frame
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-writer") as writer:
+            pending = None
+            while True:
+                if not session.clock.done() and not session.stop_requested:
+                    next_ckpt = (session.clock.frame // freq + 1) * freq
+                    session.run_rl(until_frame=next_ckpt, on_log=lambda _s, row: rows.append(row))
+                if session.clock.frame not in (self.committed, pending and pending[0]):
+                    start = time.perf_counter()
+                    frame, files, meta = self.snapshot()
+                    yield from self.finish_write(pending)
+                    pending = (frame, writer.submit(self.write, frame, files, meta),
+                               time.perf_counter() - start)
+                    self.append_log(rows)
+                    yield from ({"kind": "log", "row": row} for row in rows)
+                    rows.clear()
+                if session.clock.done() or session.stop_requested:
+                    break
+            yield from self.finish_write(pending)
         last = session.train_rows[-1]["total_reward_ma"] if session.train_rows else None
         kind = "interrupted" if session.stop_requested and not session.clock.done() else "done"
         session.close()
         yield {"kind": kind, "frame": session.clock.frame, "total_reward_ma": last,
-               "checkpoint": committed == session.clock.frame}
+               "checkpoint": self.committed == session.clock.frame}
+
+    def finish_write(self, pending: tuple[int, Future, float] | None) -> Iterator[dict[str, Any]]:
+        """Wait for the in-flight write (if any) and yield its ``checkpoint``/``checkpoint_failed`` event."""
+        if pending is None:
+            return
+        frame, future, blocked_s = pending
+        start = time.perf_counter()
+        ok = future.result()
+        blocked_s += time.perf_counter() - start
+        if ok:
+            self.committed = frame
+            yield {"kind": "checkpoint", "frame": frame, "seconds": blocked_s}
+        else:
+            yield {"kind": "checkpoint_failed", "frame": frame}
 
 
 def _best_of(store: CheckpointStore) -> tuple[float, int] | None:
