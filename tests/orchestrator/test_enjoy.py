@@ -74,19 +74,24 @@ def test_best_checkpoint_by_default_latest_on_request(trained_ppo_run):
     best = max(scores, key=lambda f: (scores[f], f))
 
     code, summary, _ = enjoy(predir, "--episodes", "1")
-    assert code == 0 and summary["checkpoint"] == {"which": "best", "frame": best, "total_reward_ma": scores[best]}
-    assert summary["seed"] == json.loads((predir / f"{SPEC_NAME}_t0_s0_spec.json").read_text())["meta"]["session_seed"]
-    for extra in (("--ckpt", "latest"),):
-        code, summary, _ = enjoy(predir, "--episodes", "1", *extra)
-        assert code == 0 and summary["checkpoint"]["frame"] == max(store.frames())
-    code = run_cli("x", SPEC_NAME, f"enjoy@{predir / f'{SPEC_NAME}_t0_s0_spec.json'}@latest", "--episodes", "1")
     assert code == 0
+    assert summary["checkpoint"] == {"which": "best", "frame": best, "total_reward_ma": scores[best]}
+    session_spec = json.loads((predir / f"{SPEC_NAME}_t0_s0_spec.json").read_text())
+    assert summary["seed"] == session_spec["meta"]["session_seed"]
+    code, summary, _ = enjoy(predir, "--episodes", "1", "--ckpt", "latest")
+    assert code == 0 and summary["checkpoint"] == {"which": "latest", "frame": max(store.frames()),
+                                                   "total_reward_ma": scores[max(store.frames())]}
+    target = f"enjoy@{predir / f'{SPEC_NAME}_t0_s0_spec.json'}@latest"
+    before = enjoy_dirs(predir)
+    assert run_cli("x", SPEC_NAME, target, "--episodes", "1") == 0
+    (out,) = enjoy_dirs(predir) - before
+    assert json.loads((out / "summary.json").read_text())["checkpoint"]["which"] == "latest"
 
 
 def test_target_parsing():
     assert parse_target("enjoy@/r/x_t0_s0_spec.json", None) == ("/r/x_t0_s0_spec.json", "best")
     assert parse_target("enjoy@/r/x_t0_s0_spec.json@latest", None) == ("/r/x_t0_s0_spec.json", "latest")
-    assert parse_target("enjoy@s3://b/r/x_t0_s0_spec.json", "latest") == ("s3://b/r/x_t0_s0_spec.json", "latest")
+    assert parse_target("enjoy@s3://b/x_t0_s0_spec.json", "latest") == ("s3://b/x_t0_s0_spec.json", "latest")
     with pytest.raises(UsageError, match="contradicts"):
         parse_target("enjoy@/r/x_t0_s0_spec.json@latest", "best")
     with pytest.raises(UsageError, match="session spec file"):

@@ -1,0 +1,190 @@
+"""Analysis: SLM-Lab metrics against hand-computed values, the cached random baseline, graphs after
+train / train@latest / lab analyze with resume markers, and ``lab ls``."""
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from orchestrator import analysis, cli
+from orchestrator import predir as predir_mod
+from orchestrator.analysis import PNG_SIGNATURE, session_metrics, trial_metrics
+from orchestrator.checkpoint import CheckpointStore
+from orchestrator.spec import load_spec
+
+SPECS = str(Path(__file__).resolve().parents[2] / "specs/benchmark/cartpole.json")
+TINY = ["meta.max_session=1", "meta.log_frequency=400", "meta.random_seed=3"]
+
+
+def run_cli(*argv: str) -> int:
+    try:
+        return cli.main(list(argv))
+    except SystemExit as exc:
+        return int(exc.code)
+
+
+def overrides(items):
+    return [x for item in items for x in ("-s", item)]
+
+
+def train_df(returns, frames=(1000, 2000, 3000, 4000), opt_steps=(0, 10, 20, 30)) -> pd.DataFrame:
+    return pd.DataFrame({"frame": frames, "opt_step": opt_steps, "total_reward": returns})
+
+
+# ---------------------------------------------------------------- metrics, hand-computed
+
+def test_session_metrics_match_hand_computed_values():
+    # R = [10, 30, 20, 50], R_rand = 10 -> str = [0, 20, 10, 40]
+    scalar, local = session_metrics(train_df([10.0, 30.0, 20.0, 50.0]), rand_return=10.0)
+    assert scalar["final_return_ma"] == pytest.approx(27.5)               # (10+30+20+50)/4
+    assert scalar["strength"] == pytest.approx(17.5)                      # (0+20+10+40)/4
+    assert scalar["max_strength"] == 40.0 and scalar["final_strength"] == 40.0
+    # (0/1000 + 20/2000 + 10/3000 + 40/4000) / 70 = (7/300) / 70
+    assert scalar["sample_efficiency"] == pytest.approx(1 / 3000)
+    # opt_step 0: 0/0 dropped; (20/10 + 10/20 + 40/30) / 70 = (23/6) / 70
+    assert scalar["training_efficiency"] == pytest.approx(23 / 420)
+    # drops min(str_{i+1} - str_i, 0) = [0, -10, 0]; sum of str_0..str_2 = 30 -> 1 - 10/30
+    assert scalar["stability"] == pytest.approx(2 / 3)
+    assert local["strength"].tolist() == [0.0, 20.0, 10.0, 40.0]
+    assert local.index.tolist() == [1000, 2000, 3000, 4000]
+
+
+def test_rows_without_a_return_are_dropped_and_final_return_ma_uses_100_rows():
+    with_nan = pd.concat([train_df([math.nan], (500,), (0,)), train_df([10.0, 30.0, 20.0, 50.0])])
+    assert session_metrics(with_nan, 10.0)[0] == session_metrics(train_df([10.0, 30.0, 20.0, 50.0]), 10.0)[0]
+    n = 150
+    df = train_df([0.0] * 50 + [1.0] * 100, range(100, 100 * n + 1, 100), range(1, n + 1))
+    scalar, _ = session_metrics(df, 0.0)
+    assert scalar["final_return_ma"] == 1.0                     # the last 100 rows only
+    assert scalar["strength"] == pytest.approx(100 / 150)       # all rows
+    with pytest.raises(ValueError, match="no log row"):
+        session_metrics(train_df([math.nan] * 4), 0.0)
+
+
+def test_trial_metrics_mean_of_sessions_and_consistency():
+    s1 = session_metrics(train_df([10.0, 30.0, 20.0, 50.0]), 10.0)  # str [0, 20, 10, 40]
+    s2 = session_metrics(train_df([20.0, 30.0, 40.0, 50.0]), 10.0)  # str [10, 20, 30, 40]
+    assert s2[0]["stability"] == 1.0 and s2[0]["sample_efficiency"] == pytest.approx(0.04 / 100)
+    trial = trial_metrics([s1, s2])
+    assert trial["strength"] == pytest.approx((17.5 + 25.0) / 2)
+    assert trial["stability"] == pytest.approx((2 / 3 + 1.0) / 2)
+    assert trial["sample_efficiency"] == pytest.approx((1 / 3000 + 0.0004) / 2)
+    # per frame: mean_j str = [5, 20, 20, 40] (sum 85), std_j (ddof 1) = [5*sqrt2, 0, 10*sqrt2, 0]
+    assert trial["consistency"] == pytest.approx(1 - 2 * 15 * math.sqrt(2) / 85)
+    assert math.isnan(trial_metrics([s1])["consistency"])  # needs two sessions
+    assert analysis.json_safe({"consistency": math.nan, "strength": 1.5}) == {"consistency": None,
+                                                                                "strength": 1.5}
+
+
+def test_stability_with_zero_strength_is_undefined():
+    scalar, _ = session_metrics(train_df([5.0, 5.0, 5.0, 5.0]), 5.0)
+    assert scalar["strength"] == 0.0 and math.isnan(scalar["stability"])
+
+
+def test_random_baseline_is_computed_once_and_cached(tmp_path, monkeypatch):
+    first = analysis.random_baseline("CartPole-v1", None, str(tmp_path))
+    assert 15 < first["mean"] < 35 and first["episodes"] == 100  # a random CartPole policy lasts ~22 steps
+    assert json.loads((tmp_path / "random_baseline/CartPole-v1.json").read_text()) == first
+
+    def fail(*args, **kwargs):
+        raise AssertionError("recomputed although cached")
+
+    monkeypatch.setattr(analysis, "compute_random_baseline", fail)
+    assert analysis.random_baseline("CartPole-v1", None, str(tmp_path)) == first
+    assert analysis.compute_random_baseline.__name__ == "fail"
+
+
+def test_resume_and_restart_marks_from_run_json():
+    run = {"resumes": [{"from_frames": {"t0_s0": 1600, "t0_s1": 0}}, {"from_frames": {"t0_s0": 3200}}],
+           "sessions": {"t0_s0": {"restarts": [{"frame_restored": 800}, {"frame_restored": 0}]}}}
+    assert analysis.marks(run, "t0_s0") == [(800, "restart"), (1600, "resume"), (3200, "resume")]
+    assert analysis.marks(run, "t0_s1") == [] and analysis.marks({}, "t0_s0") == []
+
+
+# ---------------------------------------------------------------- graphs of real runs
+
+def assert_png(path: Path) -> bytes:
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE and len(data) > 1000, f"{path} is not a PNG"
+    return data
+
+
+def test_graphs_after_train_resume_and_lab_analyze(ray_local, tmp_path, capsys):
+    data = tmp_path / "data"
+    assert run_cli(SPECS, "ppo_cartpole", "train", "--quiet", "--data-dir", str(data),
+                   *overrides(TINY + ["env.max_frame=1600"])) == 0
+    (predir,) = data.iterdir()
+    session_graph = predir / "graph/ppo_cartpole_t0_s0_session_graph.png"
+    trial_graph = predir / "graph/ppo_cartpole_t0_trial_graph.png"
+    first = assert_png(session_graph)
+    assert_png(trial_graph)
+    metrics = json.loads((predir / "t0/s0/session_metrics.json").read_text())
+    assert metrics["frame"] == 1600 and set(metrics["train"]) == set(analysis.SESSION_METRICS)
+    assert set(json.loads((predir / "info/t0_trial_metrics.json").read_text())) >= set(analysis.TRIAL_METRICS)
+
+    assert run_cli(SPECS, "ppo_cartpole", "train@latest", "--quiet", "--data-dir", str(data),
+                   *overrides(TINY + ["env.max_frame=3200"])) == 0
+    assert assert_png(session_graph) != first, "the resumed run's graph was not redrawn"
+    assert_png(trial_graph)
+    run = json.loads((predir / "run.json").read_text())
+    assert analysis.marks(run, "t0_s0") == [(1600, "resume")]
+    resumed = json.loads((predir / "t0/s0/session_metrics.json").read_text())
+    assert resumed["frame"] == 3200
+    trial_resumed = json.loads((predir / "info/t0_trial_metrics.json").read_text())
+
+    shutil.rmtree(predir / "graph")
+    (predir / "t0/s0/session_metrics.json").unlink()
+    (predir / "info/t0_trial_metrics.json").unlink()
+    capsys.readouterr()
+    assert run_cli("analyze", str(predir)) == 0
+    out = capsys.readouterr().out
+    assert assert_png(session_graph) and assert_png(trial_graph)
+    assert json.loads((predir / "t0/s0/session_metrics.json").read_text()) == resumed
+    assert json.loads((predir / "info/t0_trial_metrics.json").read_text()) == trial_resumed
+    assert f"t0: final_return_ma={trial_resumed['final_return_ma']:.4g}" in out and str(session_graph) in out
+
+    assert run_cli("ls", "--data-dir", str(data)) == 0
+    out = capsys.readouterr().out
+    assert predir.name in out and "spec=ppo_cartpole" in out and "max_frame=3200" in out
+    assert "resumable=no (complete" in out
+    assert " done " in out and "3200/3200" in out
+
+
+def test_analyze_rejects_a_non_run(tmp_path, capsys):
+    assert run_cli("analyze", str(tmp_path / "nothing")) == 2
+    assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "notarun").mkdir()
+    assert run_cli("analyze", str(tmp_path / "notarun")) == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- lab ls on a crafted run
+
+def test_ls_status_frames_best_and_resumability(tmp_path, capsys):
+    spec = load_spec(SPECS, "ppo_cartpole", ["meta.max_session=2", "env.max_frame=1600",
+                                             "meta.random_seed=1"])
+    predir = str(tmp_path / "data" / "ppo_cartpole_2026_01_02_030405")
+    predir_mod.save_specs(predir, spec, 0, [1, 2])
+    (tmp_path / "data/ppo_cartpole_2026_01_02_030405/run.json").write_text(json.dumps(
+        {"sessions": {"t0_s0": {"status": "interrupted", "frame": 800},
+                      "t0_s1": {"status": "failed", "frame": 0}}, "resumes": []}))
+    store0 = CheckpointStore(predir_mod.session_dir(predir, 0, 0))
+    store0.commit(800, {"state.pt": b"x"}, {"total_reward_ma": 12.5})
+    assert run_cli("ls", "--data-dir", str(tmp_path / "data")) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("ppo_cartpole_2026_01_02_030405  spec=ppo_cartpole  max_frame=1600  "
+                               "best=12.50")
+    assert lines[0].endswith("resumable=with --allow-fresh")
+    assert lines[1].split() == ["t0_s0", "interrupted", "800/1600", "best", "12.50"]
+    assert lines[2].split() == ["t0_s1", "failed", "0/1600", "best", "-"]
+
+    store1 = CheckpointStore(predir_mod.session_dir(predir, 0, 1))
+    store1.commit(400, {"state.pt": b"y"}, {"total_reward_ma": 30.0})
+    assert run_cli("ls", "--data-dir", str(tmp_path / "data")) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "best=30.00" in lines[0] and lines[0].endswith("resumable=yes")
+    assert run_cli("ls", "--data-dir", str(tmp_path / "empty")) == 0
+    assert "no runs in" in capsys.readouterr().out
