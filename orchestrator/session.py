@@ -29,7 +29,7 @@ from agents.algorithms import ALGORITHMS, Algorithm, LossStats
 from envs.clock import Clock
 from envs.make import EnvSpec, episode_returns, final_obs, make_env
 from orchestrator import transfer
-from orchestrator.spec import RunSpec, build
+from orchestrator.spec import RunSpec, build, spec_hash
 
 TRAIN_COLUMNS = ("frame", "epi", "t", "opt_step", "wall_t", "fps", "total_reward", "total_reward_ma", "loss",
                  "lr", "explore_var", "entropy_coef", "entropy", "grad_norm", "refill")
@@ -244,7 +244,8 @@ class Session:
         except Exception:  # async envs and some third-party envs cannot be pickled  # noqa: BLE001
             exact = False
         last = self.train_rows[-1]["total_reward_ma"] if self.train_rows else math.nan
-        meta = {"clock": self.clock.state_dict(), "weights_sha256": self.weights_sha256(), "exact": exact,
+        meta = {"clock": self.clock.state_dict(), "spec_hash": spec_hash(self.spec.raw),
+                "weights_sha256": self.weights_sha256(), "exact": exact,
                 "total_reward_ma": None if math.isnan(last) else last, "memory": self.memory_in_checkpoint}
         return files, meta
 
@@ -302,7 +303,10 @@ class Session:
 
 
 def _to_torch(tree: Any) -> Any:
-    """numpy arrays -> CPU tensors, recursively (so ``torch.load(weights_only=True)`` accepts them)."""
+    """numpy arrays -> tensors and every tensor to CPU, recursively (device-free checkpoints that
+    ``torch.load(weights_only=True)`` accepts)."""
+    if isinstance(tree, torch.Tensor):
+        return tree.detach().cpu()
     if isinstance(tree, np.ndarray):
         return torch.from_numpy(np.ascontiguousarray(tree))
     if isinstance(tree, dict):
