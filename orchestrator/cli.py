@@ -5,6 +5,9 @@ Modes:
   train               ``meta.max_session`` sessions as Ray actors, checkpointed
   train@latest        resume the newest run of SPEC_NAME in ``--data-dir``
   train@{predir}      resume that run (path or URI)
+  search              Ray Tune search over the spec's ``search`` section: ``meta.max_trial`` samples,
+                      each a trial of ``meta.max_session`` sessions (see orchestrator/search.py)
+  search@latest       resume the newest search of SPEC_NAME; search@{predir}: resume that search
   enjoy@{session_spec_file}[@latest]
                       replay a session's best (or newest) checkpoint: --episodes, --seed, --ckpt,
                       --render, --record; outputs only under {predir}/enjoy/
@@ -29,7 +32,8 @@ from orchestrator import storage
 from orchestrator.errors import UsageError
 from orchestrator.spec import SpecError, load_spec, session_seed
 
-MODES = ("dev", "train", "train@latest", "train@{predir}", "enjoy@{session_spec_file}[@latest]")
+MODES = ("dev", "train", "train@latest", "train@{predir}", "search", "search@latest", "search@{predir}",
+         "enjoy@{session_spec_file}[@latest]")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -43,6 +47,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="override a spec leaf, e.g. -s env.max_frame=20000 (repeatable)")
     parser.add_argument("--data-dir", default="data", help="root of run directories: path, file://, s3:// or gs://")
     parser.add_argument("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or a local Ray)")
+    parser.add_argument("--max-concurrent-trials", type=int, default=None, metavar="N",
+                        help="search: at most N trials at once (default: as many as resources allow)")
+    parser.add_argument("--search-alg", choices=("auto", "basic", "optuna"), default="auto",
+                        help="search: Tune's built-in generator (basic), Optuna, or auto (Optuna when "
+                             "installed and the space has no grid_search/normal)")
     parser.add_argument("--allow-fresh", action="store_true",
                         help="on train@, start sessions that have no committed checkpoint from frame 0")
     parser.add_argument("--quiet", action="store_true", help="no live progress display")
@@ -101,6 +110,12 @@ def run_dev(spec: dict[str, Any], data_dir: str, quiet: bool) -> int:
     return 0
 
 
+def run_search_mode(args: argparse.Namespace) -> int:
+    """``search`` / ``search@...`` (imports Ray Tune only when needed)."""
+    from orchestrator.search import run_search
+    return run_search(args)
+
+
 def run_train_mode(args: argparse.Namespace) -> int:
     """``train`` / ``train@...`` (imports Ray only when needed)."""
     from orchestrator.trial import run_train
@@ -125,6 +140,7 @@ def run_dev_mode(args: argparse.Namespace) -> int:
 MODE_HANDLERS = {
     "dev": run_dev_mode,
     "train": run_train_mode,
+    "search": run_search_mode,
     "enjoy": run_enjoy_mode,
 }
 

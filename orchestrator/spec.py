@@ -32,6 +32,7 @@ from agents.nets import LOSSES, NETS, OPTIMIZERS, NetSpec
 from agents.schedules import DECAYS, LR_SCHEDULERS
 from envs.make import EnvSpec, resolve_env_id
 from orchestrator import storage
+from orchestrator.search_space import search_problems
 
 
 class SpecError(Exception):
@@ -401,6 +402,8 @@ def validate(spec: dict[str, Any]) -> list[str]:
     _check_names(spec, problems)
     if not isinstance(spec.get("search"), dict):
         problems.append(f"search: expected an object, got {spec.get('search')!r}")
+    else:
+        problems += search_problems(spec)
     return problems
 
 

@@ -131,13 +131,16 @@ class Trial:
         quiet: no live progress display.
         on_log: called with (plan, train_df row) at each session log checkpoint (search mode reports
             trial metrics to Ray Tune from it); the Trial installs no signal handlers itself.
+        analyze: at the end, aggregate trial_df and analyze the whole predir (False inside a search
+            trial: the search analyzes its predir once, after all trials).
     """
 
     def __init__(self, spec: dict[str, Any], predir: str, plans: list[SessionPlan], record: RunRecord,
                  quiet: bool = False,
-                 on_log: Callable[[SessionPlan, dict[str, Any]], None] | None = None) -> None:
+                 on_log: Callable[[SessionPlan, dict[str, Any]], None] | None = None,
+                 analyze: bool = True) -> None:
         self.spec, self.predir, self.plans, self.record, self.quiet = spec, predir, plans, record, quiet
-        self.on_log = on_log
+        self.on_log, self.analyze = on_log, analyze
         self.meta = spec["meta"]
         self.actors: dict[str, Any] = {}
         self.streams: dict[str, Any] = {}
@@ -271,9 +274,10 @@ class Trial:
                 plan.error = plan.error or ("no final checkpoint within shutdown_grace_s"
                                             if self.stopping_since is not None else "stream ended early")
                 self.record.update(plan)
-        aggregate_trial(self.predir, self.spec, sorted({p.trial for p in self.plans}))
-        from orchestrator.analysis import analyze_after_run  # metrics JSON + graphs; a failure only warns
-        analyze_after_run(self.predir)
+        if self.analyze:
+            aggregate_trial(self.predir, self.spec, sorted({p.trial for p in self.plans}))
+            from orchestrator.analysis import analyze_after_run  # metrics JSON + graphs; a failure only warns
+            analyze_after_run(self.predir)
         failed = [p for p in self.plans if p.status == "failed"]
         for plan in failed:
             print(f"session {plan.key} failed: {(plan.error or '').strip().splitlines()[-1:]}", file=sys.stderr)

@@ -1,0 +1,572 @@
+"""Hyperparameter search (``search``, ``search@{predir|latest}``): a Ray Tune experiment whose trials
+are lab trials.
+
+Each Tune trial runs one lab ``Trial`` of ``meta.max_session`` session actors, with the resources of
+all its sessions reserved by a placement group (``[{}] + [session bundle] * max_session``: the
+trial's own process takes none). The sampled values are applied to the spec (``search_space``), and
+at every log checkpoint reached by all its sessions the trial reports ``{"total_reward_ma": mean over
+sessions, "frame": ..., "trial": T}`` to Tune, so a scheduler (``meta.search_scheduler``: ASHA with
+``time_attr="frame"``) can stop it early.
+
+Trial numbering: trial ``T`` is the T-th configuration Tune generates (its experiment tag counter),
+given to the trial as its name ``t{T}``. The built-in generator is seeded from ``meta.random_seed``,
+so the same search always samples the same configuration for the same ``T``; a Tune trial restored
+from a stale experiment snapshot, or regenerated when no snapshot survived, finds its own ``t{T}/``.
+
+Predir (DESIGN.md section 3) of a search::
+
+    {spec_name}_spec.json                   the spec with its search section, as run
+    {spec_name}_t{T}_spec.json              trial spec: sampled values applied, search emptied
+    {spec_name}_t{T}_s{S}_spec.json         session specs
+    {spec_name}_best_spec.json              {spec_name: best trial's spec}: ``lab FILE NAME train`` runs it
+    search.json                             search settings (Tune name, search algorithm, concurrency)
+    t{T}/trial.json                         sampled values and status: running | done | stopped | error
+    t{T}/run.json                           session statuses of the trial (as ``run.json`` of ``train``)
+    t{T}/s{S}/...                           sessions (checkpoints, train_df, log.txt)
+    info/experiment_df.parquet              one row per trial: searched values + metrics, by strength
+    info/trial_df.parquet                   per trial and frame: mean/std of returns across sessions
+    info/t{T}_trial_metrics.json, graph/... SLM-Lab metrics and graphs per session and trial (analysis.py)
+    graph/{spec_name}_experiment_graph.png  each metric against each searched variable
+    tune/{spec_name}/                       Ray Tune's own experiment state
+
+Resume: the lab's session checkpoints are the source of truth. A trial whose ``trial.json`` says
+``done`` reports its final metrics and returns without touching a file; any other trial resumes its
+sessions from their newest valid checkpoints (a session without one starts from frame 0 with its
+seed). Tune's state is restored with ``Tuner.restore`` when it exists; it may be stale after a
+SIGKILL, which the numbering above makes harmless.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import math
+import sys
+from typing import Any
+
+from ray import tune
+
+from orchestrator import predir as predir_mod
+from orchestrator import storage
+from orchestrator.checkpoint import CheckpointStore
+from orchestrator.errors import UsageError
+from orchestrator.search_space import SearchVar, apply_values, parse_search, plain
+from orchestrator.spec import SpecError, check, load_spec, resume_edits, session_seed
+from orchestrator.trial import (
+    RunRecord,
+    SessionPlan,
+    Trial,
+    aggregate_trial,
+    check_resources,
+    init_ray,
+    now_iso,
+    resolve_predir,
+)
+
+METRIC = "total_reward_ma"
+TUNE_DIR = "tune"
+
+
+# ---------------------------------------------------------------- search space and Tune config
+
+def tune_domain(var: SearchVar) -> Any:
+    """The Ray Tune domain of one searched variable."""
+    if var.kind == "grid_search":
+        return tune.grid_search(list(var.arg))
+    if var.kind == "choice":
+        return tune.choice(list(var.arg))
+    if var.kind == "normal":
+        return tune.randn(float(var.arg[0]), float(var.arg[1]))
+    sampler = {"uniform": tune.uniform, "loguniform": tune.loguniform, "randint": tune.randint}[var.kind]
+    return sampler(*var.arg)
+
+
+def param_space(spec: dict[str, Any]) -> dict[str, Any]:
+    """Tune ``param_space``: ``{dotted.spec.path: domain}`` for every searched variable.
+
+    Raises:
+        SpecError: the search section is empty or invalid.
+    """
+    variables, problems = parse_search(spec)
+    if problems:
+        raise SpecError(problems)
+    if not variables:
+        raise SpecError("search: the spec has no search section; use train mode, or add e.g. "
+                        '"search": {"agent.algorithm.gamma__grid_search": [0.9, 0.99]}')
+    return {v.path: tune_domain(v) for v in variables}
+
+
+def search_alg_name(spec: dict[str, Any], requested: str = "auto") -> str:
+    """``optuna`` or ``basic``: Optuna when requested, or on ``auto`` when it is installed and every
+    variable is one it supports (no grid_search, no normal)."""
+    if requested in ("basic", "optuna"):
+        return requested
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        return "basic"
+    kinds = {v.kind for v in parse_search(spec)[0]}
+    return "basic" if kinds & {"grid_search", "normal"} else "optuna"
+
+
+def make_search_alg(name: str, seed: int, max_concurrent: int | None) -> Any:
+    """The search algorithm, seeded from ``meta.random_seed`` so trial T samples the same values on
+    every run of the same search, running at most ``max_concurrent`` trials at once (None: no limit)."""
+    if name == "optuna":
+        from optuna.samplers import TPESampler
+        from ray.tune.search import ConcurrencyLimiter
+        from ray.tune.search.optuna import OptunaSearch
+        searcher = OptunaSearch(sampler=TPESampler(seed=seed % 2**32))
+        return ConcurrencyLimiter(searcher, max_concurrent) if max_concurrent else searcher
+    from ray.tune.search import BasicVariantGenerator
+    return BasicVariantGenerator(random_state=seed % 2**32, max_concurrent=max_concurrent or 0)
+
+
+def make_scheduler(spec: dict[str, Any]) -> Any:
+    """ASHA on ``frame`` from ``meta.search_scheduler`` (None without one).
+
+    ``max_t`` is one frame past ``max_frame``, so ASHA never stops a trial at its end: the trial
+    finishes by itself and records ``done``.
+    """
+    sched = spec["meta"].get("search_scheduler")
+    if not sched:
+        return None
+    from ray.tune.schedulers import ASHAScheduler
+    max_t = int(spec["env"]["max_frame"]) + 1
+    return ASHAScheduler(time_attr="frame", max_t=max_t, grace_period=min(int(sched["grace_period"]), max_t),
+                         reduction_factor=float(sched.get("reduction_factor", 2)))
+
+
+class TrialNamer:
+    """Names a Tune trial ``t{T}``, T its 0-based generation index (used for its name and its dir).
+
+    Args:
+        offset: the index Tune's experiment tag counter gives the first trial (0 for the built-in
+            generator, 1 for searchers such as Optuna).
+    """
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+
+    def __call__(self, trial: Any) -> str:
+        return f"t{int(str(trial.experiment_tag).split('_', 1)[0]) - self.offset}"
+
+
+def trial_index(name: str) -> int:
+    """T of a Tune trial name or dir ``t{T}``.
+
+    Raises:
+        ValueError: another name.
+    """
+    if not (name.startswith("t") and name[1:].isdigit()):
+        raise ValueError(f"Tune trial name '{name}' is not t{{T}}")
+    return int(name[1:])
+
+
+def placement(meta: dict[str, Any]) -> Any:
+    """``PlacementGroupFactory([{}] + [session bundle] * max_session)``: resources of every session."""
+    res = meta["resources"]
+    bundle = {k: float(res.get(key, 0) or 0) for k, key in (("CPU", "num_cpus"), ("GPU", "num_gpus"))}
+    bundle = {k: v for k, v in bundle.items() if v > 0} or {"CPU": 0.01}
+    return tune.PlacementGroupFactory([{}] + [bundle] * int(meta["max_session"]), strategy="PACK")
+
+
+# ---------------------------------------------------------------- one Tune trial = one lab trial
+
+def trial_json(predir: str, t: int) -> str:
+    """URI of ``t{T}/trial.json``."""
+    return storage.join(predir, f"t{t}", "trial.json")
+
+
+def write_trial_files(predir: str, spec: dict[str, Any], t: int, values: dict[str, Any],
+                      trial_id: str) -> None:
+    """Trial and session spec files and ``t{T}/trial.json`` of a trial that starts from scratch."""
+    name = spec["name"]
+    storage.write_json(predir_mod.spec_file(predir, name, t), {**spec, "meta": {**spec["meta"], "trial": t}})
+    for s in range(int(spec["meta"]["max_session"])):
+        seed = session_seed(spec["meta"]["random_seed"], t, s)
+        session_spec = predir_mod.session_spec(spec, t, s, seed)
+        storage.write_json(predir_mod.spec_file(predir, name, t, s), session_spec)
+    storage.write_json(trial_json(predir, t), {"trial": t, "values": values, "status": "running",
+                                               "tune_trial_id": trial_id, "started": now_iso()})
+
+
+def set_aside(predir: str, t: int) -> str:
+    """Move ``t{T}/`` (a trial of values Tune no longer has) to ``t{T}.stale-{ts}/``; returns it."""
+    src = storage.join(predir, f"t{t}")
+    dst = storage.join(predir, f"t{t}.stale-{now_iso().replace(':', '')}")
+    if storage.is_remote(src):
+        storage.copy_tree(src, dst)
+        storage.delete(src)
+    else:
+        storage.move(src, dst)
+    print(f"warning: t{t}/ holds other sampled values than Tune's trial t{t} now has; set aside to {dst}",
+          file=sys.stderr)
+    return dst
+
+
+def plan_sessions(predir: str, spec: dict[str, Any], t: int) -> list[SessionPlan]:
+    """One plan per session of trial ``t`` not yet at ``max_frame``: resumed from its newest
+    checkpoint, or fresh (with its seed) when it has none."""
+    plans = []
+    for s in range(int(spec["meta"]["max_session"])):
+        seed = session_seed(spec["meta"]["random_seed"], t, s)
+        frames = CheckpointStore(predir_mod.session_dir(predir, t, s)).frames()
+        if frames and frames[-1] >= int(spec["env"]["max_frame"]):
+            continue
+        plans.append(SessionPlan(t, s, seed, resume=bool(frames), frame=frames[-1] if frames else 0))
+    return plans
+
+
+def session_history(predir: str, t: int, s: int) -> dict[int, float]:
+    """``{frame: total_reward_ma}`` of a session's saved train_df ({} if none)."""
+    uri = storage.join(predir_mod.session_dir(predir, t, s), "train_df.parquet")
+    if not storage.exists(uri):
+        return {}
+    df = storage.read_parquet(uri)
+    return dict(zip(df["frame"].astype(int).tolist(), df[METRIC].astype(float).tolist()))
+
+
+class TrialReporter:
+    """Reports a trial's mean ``total_reward_ma`` to Tune at each frame every live session has logged.
+
+    Args:
+        t: trial index.
+        plans: the running sessions' plans (a ``failed`` one stops counting).
+        history: ``{session: {frame: total_reward_ma}}``, prefilled from saved train_dfs.
+        report: ``tune.report`` (a list's ``append`` in tests).
+    """
+
+    def __init__(self, t: int, plans: list[SessionPlan], history: dict[int, dict[int, float]],
+                 report: Any) -> None:
+        self.t, self.plans, self.history, self.report = t, {p.session: p for p in plans}, history, report
+        self.reported = -1
+
+    def __call__(self, plan: SessionPlan, row: dict[str, Any]) -> None:
+        self.history.setdefault(plan.session, {})[int(row["frame"])] = float(row[METRIC])
+        live = [s for s in self.history if s not in self.plans or self.plans[s].status != "failed"]
+        common = set.intersection(*(set(self.history[s]) for s in live)) if live else set()
+        for frame in sorted(f for f in common if f > self.reported):
+            values = [self.history[s][frame] for s in live if not math.isnan(self.history[s][frame])]
+            mean = sum(values) / len(values) if values else math.nan
+            self.report({METRIC: mean, "frame": frame, "trial": self.t})
+            self.reported = frame
+
+
+def final_metrics(predir: str, spec: dict[str, Any], t: int) -> dict[str, Any]:
+    """Final metrics of trial ``t`` from its sessions' train_dfs (reported to Tune at its end).
+
+    Returns:
+        ``total_reward_ma`` / ``total_reward_ma_std``: mean / std across sessions of the last row's
+        moving average; ``frame``: the least final frame; ``sessions``: sessions with a train_df.
+    """
+    import numpy as np
+
+    finals, frames = [], []
+    for s in range(int(spec["meta"]["max_session"])):
+        uri = storage.join(predir_mod.session_dir(predir, t, s), "train_df.parquet")
+        if not storage.exists(uri):
+            continue
+        df = storage.read_parquet(uri)
+        if df.empty:
+            continue
+        finals.append(float(df[METRIC].iloc[-1]))
+        frames.append(int(df["frame"].iloc[-1]))
+    valid = [f for f in finals if not math.isnan(f)]
+    return {METRIC: float(np.mean(valid)) if valid else math.nan,
+            f"{METRIC}_std": float(np.std(valid)) if len(valid) > 1 else 0.0,
+            "frame": min(frames) if frames else 0, "sessions": len(frames)}
+
+
+def search_trial(config: dict[str, Any], spec: dict[str, Any], predir: str) -> None:
+    """The Tune trainable: run (or resume, or merely report) lab trial ``t{T}`` of ``config``.
+
+    Args:
+        config: sampled values ``{dotted.spec.path: value}``.
+        spec: the search's checked spec (with its search section).
+        predir: run directory URI.
+
+    Raises:
+        RuntimeError: a session failed (Tune marks the trial errored; ``search@`` retries it).
+    """
+    ctx = tune.get_context()
+    t = trial_index(ctx.get_trial_name())
+    values = {k: plain(v) for k, v in config.items()}
+    trial_spec = check(apply_values(spec, values))
+    info = storage.read_json(trial_json(predir, t)) if storage.exists(trial_json(predir, t)) else None
+    if info is not None and info["values"] != values:
+        set_aside(predir, t)
+        info = None
+    if info is None:
+        write_trial_files(predir, trial_spec, t, values, ctx.get_trial_id())
+    elif info["status"] != "done":
+        storage.write_json(trial_json(predir, t), {**info, "status": "running"})
+    if info is None or info["status"] != "done":
+        run_lab_trial(predir, trial_spec, t)
+        info = storage.read_json(trial_json(predir, t))
+        storage.write_json(trial_json(predir, t), {**info, "status": "done", "finished": now_iso()})
+    tune.report({**final_metrics(predir, trial_spec, t), "trial": t})
+
+
+def run_lab_trial(predir: str, spec: dict[str, Any], t: int) -> None:
+    """Run the unfinished sessions of trial ``t`` as actors, reporting to Tune at each log checkpoint.
+
+    Raises:
+        RuntimeError: a session failed.
+    """
+    plans = plan_sessions(predir, spec, t)
+    if not plans:
+        return
+    record = RunRecord.load_or_new(storage.join(predir, f"t{t}"), spec["name"])
+    if any(p.resume for p in plans) or record.data["sessions"]:
+        record.data["resumes"].append({"at": now_iso(), "spec_edits": [],
+                                       "from_frames": {p.key: p.frame for p in plans}})
+    history = {s: session_history(predir, t, s) for s in range(int(spec["meta"]["max_session"]))}
+    for plan in plans:  # rows past a resumed session's checkpoint come again; fresh ones have none
+        kept = history[plan.session].items() if plan.resume else ()
+        history[plan.session] = {f: v for f, v in kept if f <= plan.frame}
+    reporter = TrialReporter(t, plans, history, tune.report)
+    code = Trial(spec, predir, plans, record, quiet=True, on_log=reporter, analyze=False).run()
+    if code != 0:
+        failed = [f"{p.key}: {(p.error or '').strip().splitlines()[-1:]}"
+                  for p in plans if p.status == "failed"]
+        raise RuntimeError(f"trial t{t}: session(s) failed: {failed}")
+
+
+# ---------------------------------------------------------------- the experiment (driver)
+
+def tune_storage(predir: str) -> tuple[str, Any]:
+    """(storage_path, storage_filesystem) of Tune's state under ``{predir}/tune``."""
+    uri = storage.join(predir, TUNE_DIR)
+    if not storage.is_remote(uri):
+        return storage.resolve(uri)[1], None
+    fs, path = storage.resolve(uri)
+    return path, fs
+
+
+def make_tuner(spec: dict[str, Any], predir: str, settings: dict[str, Any], quiet: bool) -> tune.Tuner:
+    """A new Tuner for the search of ``spec`` (settings from ``search.json``)."""
+    storage_path, fs = tune_storage(predir)
+    meta = spec["meta"]
+    namer = TrialNamer(1 if settings["search_alg"] == "optuna" else 0)
+    search_alg = make_search_alg(settings["search_alg"], int(meta["random_seed"]),
+                                 settings["max_concurrent_trials"])
+    tune_config = tune.TuneConfig(
+        metric=METRIC, mode="max", num_samples=int(meta["max_trial"]), scheduler=make_scheduler(spec),
+        search_alg=search_alg, trial_name_creator=namer, trial_dirname_creator=namer, reuse_actors=False)
+    run_config = tune.RunConfig(name=settings["tune_name"], storage_path=storage_path, storage_filesystem=fs,
+                                failure_config=tune.FailureConfig(max_failures=int(meta["max_restarts"])),
+                                verbose=0 if quiet else 1)
+    return tune.Tuner(trainable(spec, predir), param_space=param_space(spec), tune_config=tune_config,
+                      run_config=run_config)
+
+
+def trainable(spec: dict[str, Any], predir: str) -> Any:
+    """``search_trial`` bound to the spec and predir, with the placement group of its sessions."""
+    bound = tune.with_parameters(search_trial, spec=spec, predir=predir)
+    return tune.with_resources(bound, placement(spec["meta"]))
+
+
+def restore_or_new_tuner(spec: dict[str, Any], predir: str, settings: dict[str, Any],
+                         quiet: bool) -> tune.Tuner:
+    """``Tuner.restore`` of the search's Tune state when it can be restored, else a new Tuner (the
+    partial Tune state, if any, is deleted; the lab's trial dirs are what matters)."""
+    storage_path, fs = tune_storage(predir)
+    path = f"{storage_path}/{settings['tune_name']}"
+    if tune.Tuner.can_restore(path, storage_filesystem=fs):
+        return tune.Tuner.restore(path, trainable(spec, predir), resume_unfinished=True, resume_errored=True,
+                                  storage_filesystem=fs)
+    storage.delete(storage.join(predir, TUNE_DIR, settings["tune_name"]))
+    return make_tuner(spec, predir, settings, quiet)
+
+
+def lab_trials(predir: str) -> dict[int, dict[str, Any]]:
+    """``{T: trial.json}`` of every trial dir of a search predir."""
+    out = {}
+    for name in storage.listdir(predir):
+        if name.startswith("t") and name[1:].isdigit() and storage.exists(trial_json(predir, int(name[1:]))):
+            out[int(name[1:])] = storage.read_json(trial_json(predir, int(name[1:])))
+    return out
+
+
+def mark_ended(predir: str, spec: dict[str, Any], results: Any) -> tuple[int, bool]:
+    """After ``fit``: trials Tune ended without ``done`` become ``stopped`` (scheduler) or ``error``.
+
+    Returns:
+        (number of errored trials, whether the search was interrupted before every trial ended).
+    """
+    errored = {}
+    for result in results:
+        if result.error is not None:
+            t = trial_index(storage.basename(str(result.path)))
+            errored[t] = (str(result.error).strip().splitlines() or [""])[-1]
+    interrupted = results.num_terminated + results.num_errors < len(results)
+    for t, info in lab_trials(predir).items():
+        status = "error" if t in errored else ("stopped" if not interrupted else info["status"])
+        if info["status"] == "running" and status != "running":
+            frame = final_metrics(predir, spec, t)["frame"]
+            storage.write_json(trial_json(predir, t), {**info, "status": status, "frame": frame,
+                                                       "error": errored.get(t)})
+    return len(errored), interrupted
+
+
+def run_search(args: argparse.Namespace) -> int:
+    """``search`` and ``search@{predir|latest}`` (see module docstring); returns the exit code."""
+    new_spec = load_spec(args.spec_file, args.spec_name, args.overrides)
+    args.data_dir = storage.absolute(args.data_dir)
+    target = args.mode.split("@", 1)[1] if "@" in args.mode else None
+    if target is None:
+        spec = new_spec
+        param_space(spec)  # refuse a spec without a search section before creating anything
+        if spec["meta"]["random_seed"] is None:
+            import secrets
+            spec["meta"]["random_seed"] = secrets.randbelow(2**31 - 1)
+    else:
+        predir = resolve_predir(target, args.data_dir, args.spec_name)
+        spec, applied = resumed_spec(predir, new_spec)
+    init_ray(args.address)
+    check_resources(spec["meta"])
+    if target is None:
+        predir = predir_mod.new_predir(args.data_dir, spec["name"])
+        storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)
+        settings = {"tune_name": spec["name"], "search_alg": search_alg_name(spec, args.search_alg),
+                    "max_concurrent_trials": args.max_concurrent_trials}
+        storage.write_json(storage.join(predir, "search.json"), settings)
+        tuner = make_tuner(spec, predir, settings, args.quiet)
+    else:
+        if applied:
+            storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)
+        for line in applied:
+            print(f"applied spec edit: {line}")
+        settings = storage.read_json(storage.join(predir, "search.json"))
+        tuner = restore_or_new_tuner(spec, predir, settings, args.quiet)
+    print(f"{args.mode}: {predir} (max_trial={spec['meta']['max_trial']}, {spec['meta']['max_session']} "
+          f"session(s) per trial, search algorithm {settings['search_alg']})")
+    results = tuner.fit()
+    errors, interrupted = mark_ended(predir, spec, results)
+    df = analyze(predir, spec)
+    report_summary(predir, spec, df)
+    if interrupted:
+        print(f"interrupted; resume with:\n  python run_lab.py {predir_mod.spec_file(predir, spec['name'])} "
+              f"{spec['name']} search@{predir}")
+    return 1 if errors or interrupted else 0
+
+
+def resumed_spec(predir: str, new_spec: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The saved spec of a search plus the future-only edits of ``new_spec``.
+
+    Raises:
+        SpecError: edits that contradict the past (the search section, algorithm, ...).
+        UsageError: the predir is not a search.
+    """
+    if not storage.exists(storage.join(predir, "search.json")):
+        raise UsageError(f"search@: '{predir}' is not a search run (no search.json); resume it with train@")
+    saved = storage.read_json(predir_mod.spec_file(predir, new_spec["name"]))
+    merged, applied, conflicts = resume_edits(saved, new_spec)
+    if conflicts:
+        raise SpecError([f"cannot resume {predir}: the spec contradicts the run's past"] + conflicts)
+    return check(merged), applied
+
+
+# ---------------------------------------------------------------- analysis
+
+def experiment_df(predir: str, spec: dict[str, Any], slm_metrics: dict[str, dict[str, Any]]) -> Any:
+    """One row per trial, best first (by ``strength``, then final ``total_reward_ma``).
+
+    Args:
+        slm_metrics: ``{"t{T}": trial metrics}`` of ``analysis.analyze_predir`` (SLM-Lab's
+            ``strength``, ``sample_efficiency``, ``stability``, ``consistency``, ...).
+
+    Returns:
+        Columns ``trial``, the searched values (by dotted path), ``status`` (done, stopped by the
+        scheduler, error, running), ``final_metrics`` and ``analysis.TRIAL_METRICS``.
+    """
+    import pandas as pd
+
+    from orchestrator.analysis import TRIAL_METRICS
+
+    rows = []
+    for t, info in sorted(lab_trials(predir).items()):
+        slm = slm_metrics.get(f"t{t}", {})
+        slm = {k: math.nan if slm.get(k) is None else slm[k] for k in TRIAL_METRICS}
+        rows.append({"trial": t, **info["values"], "status": info["status"], **final_metrics(predir, spec, t),
+                     **slm})
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    return df.sort_values(["strength", METRIC], ascending=False, na_position="last").reset_index(drop=True)
+
+
+def experiment_graph(df: Any, variables: list[SearchVar], title: str) -> bytes:
+    """PNG bytes: a grid of scatter plots, one row per metric, one column per searched variable."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = ["strength", METRIC, "frame"]
+    color = df["strength"].fillna(df[METRIC]).fillna(0.0)
+    fig, axes = plt.subplots(len(metrics), len(variables), squeeze=False,
+                             figsize=(3.2 * len(variables) + 1, 2.6 * len(metrics)))
+    for i, metric in enumerate(metrics):
+        for j, var in enumerate(variables):
+            ax = axes[i][j]
+            x = df[var.path]
+            if x.dtype == object:  # lists/strings (choice of hid_layers, names): categorical axis
+                x = x.astype(str)
+            ax.scatter(x, df[metric], c=color, cmap="viridis", edgecolors="k")
+            if var.kind == "loguniform":
+                ax.set_xscale("log")
+            ax.set_xlabel(var.path if i == len(metrics) - 1 else "")
+            ax.set_ylabel(metric if j == 0 else "")
+            ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def analyze(predir: str, spec: dict[str, Any]) -> Any:
+    """Write experiment_df, trial_df, the experiment graph and the best trial's spec; returns the df.
+
+    Per-session and per-trial metrics and graphs come from ``analysis.analyze_predir`` (a failure
+    there only warns: the experiment_df then lacks SLM-Lab metrics).
+    """
+    from orchestrator.analysis import analyze_predir
+
+    try:
+        slm_metrics = analyze_predir(predir)["trials"]
+    except Exception as err:  # noqa: BLE001 - reported; `lab analyze` redoes it
+        print(f"warning: analysis of {predir} failed ({type(err).__name__}: {err})", file=sys.stderr)
+        slm_metrics = {}
+    df = experiment_df(predir, spec, slm_metrics)
+    if df.empty:
+        return df
+    name = spec["name"]
+    storage.write_parquet(storage.join(predir, "info", "experiment_df.parquet"), df)
+    aggregate_trial(predir, spec, sorted(df["trial"].tolist()))
+    title = f"{name}: {len(df)} trials x {spec['meta']['max_session']} sessions"
+    graph = experiment_graph(df, parse_search(spec)[0], title)
+    storage.write_bytes(storage.join(predir, "graph", f"{name}_experiment_graph.png"), graph)
+    best_t = int(df["trial"].iloc[0])
+    best = storage.read_json(predir_mod.spec_file(predir, name, best_t))
+    best["meta"] = {k: v for k, v in best["meta"].items() if k != "trial"}
+    # seeds of `train` on this spec = the trial's session seeds (base + 1000 T + s)
+    best["meta"]["random_seed"] = session_seed(best["meta"]["random_seed"], best_t, 0)
+    storage.write_json(storage.join(predir, f"{name}_best_spec.json"), {name: best})
+    return df
+
+
+def report_summary(predir: str, spec: dict[str, Any], df: Any) -> None:
+    """Print the experiment table and where the best spec is."""
+    if df.empty:
+        print(f"search: no trial ran in {predir}")
+        return
+    columns = ["trial", *[v.path for v in parse_search(spec)[0]], "status", "strength", METRIC, "frame"]
+    print(df[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    best = storage.join(predir, f"{spec['name']}_best_spec.json")
+    print(f"search done: {predir}\n  best trial t{int(df['trial'].iloc[0])}; run it with:\n"
+          f"  python run_lab.py {best} {spec['name']} train")
+

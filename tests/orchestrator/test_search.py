@@ -1,0 +1,206 @@
+"""Search mode: search-section parsing, trial-level Tune reports, a 2x2 grid on S3, SIGKILL of the
+driver then ``search@latest``, and ASHA stopping a learning rate of 0.
+
+The in-process searches share the session-scoped ``ray_local`` (Tune runs in the test process); the
+SIGKILL test runs its driver as a subprocess, which starts a Ray of its own whose leftover processes
+the test kills by PID.
+"""
+
+import hashlib
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from test_trial import REPO, SPECS, assert_continuous, descendants, files_digest, overrides, run_cli
+
+from orchestrator import storage
+from orchestrator.search import TrialNamer, TrialReporter, param_space, trial_index
+from orchestrator.search_space import apply_values, parse_search
+from orchestrator.spec import SpecError, load_spec
+from orchestrator.trial import SessionPlan
+
+GAMMA_GRID = 'search={"agent": {"algorithm": {"gamma__grid_search": [0.9, 0.99]}}}'
+SMALL = ["meta.log_frequency=800", "meta.random_seed=11", 'meta.resources={"num_cpus": 0.5, "num_gpus": 0}']
+
+
+# ---------------------------------------------------------------- search section (no Ray)
+
+def test_nested_and_dotted_search_keys_become_tune_domains():
+    spec = load_spec(SPECS, "ppo_cartpole", [
+        'search={"agent": {"algorithm": {"gamma__uniform": [0.9, 0.99]}}, '
+        '"agent.net.optim_spec.lr__loguniform": [1e-4, 1e-2], '
+        '"agent.net.hid_layers__choice": [[32], [64, 64]], '
+        '"env.num_envs__grid_search": [4, 8], "agent.algorithm.lam__normal": [0.9, 0.01], '
+        '"agent.algorithm.training_epoch__randint": [2, 5]}'])
+    variables, problems = parse_search(spec)
+    assert problems == []
+    assert [(v.path, v.kind) for v in variables] == [
+        ("agent.algorithm.gamma", "uniform"), ("agent.net.optim_spec.lr", "loguniform"),
+        ("agent.net.hid_layers", "choice"), ("env.num_envs", "grid_search"),
+        ("agent.algorithm.lam", "normal"),
+        ("agent.algorithm.training_epoch", "randint")]
+    space = param_space(spec)
+    assert space["env.num_envs"] == {"grid_search": [4, 8]}
+    assert (space["agent.algorithm.gamma"].lower, space["agent.algorithm.gamma"].upper) == (0.9, 0.99)
+    epochs = space["agent.algorithm.training_epoch"]
+    assert (epochs.lower, epochs.upper) == (2, 5)
+    applied = apply_values(spec, {"agent.net.optim_spec.lr": 0.003, "agent.net.hid_layers": [32]})
+    net = applied["agent"]["net"]
+    assert net["optim_spec"]["lr"] == 0.003 and net["hid_layers"] == [32]
+    assert applied["search"] == {} and spec["agent"]["net"]["optim_spec"]["lr"] == 0.001
+
+
+@pytest.mark.parametrize("search, message", [
+    ('{"agent.algorithm.gamma__gaussian": [0.9, 0.99]}',
+     "search.agent.algorithm.gamma__gaussian: unknown space type"),
+    ('{"agent": {"algorithm": {"gama__choice": [0.9]}}}',
+     "search.agent.algorithm.gama__choice: 'agent.algorithm.gama' does not exist in the spec"),
+    ('{"agent.net.optim_spec.lr__loguniform": [0, 0.1]}', "loguniform needs 0 < low"),
+    ('{"agent.algorithm.gamma__uniform": [0.99, 0.9]}', "expected low < high"),
+    ('{"agent.algorithm.gamma__grid_search": []}', "expected a non-empty list"),
+])
+def test_invalid_search_section_names_the_dotted_path(search, message):
+    with pytest.raises(SpecError) as err:
+        load_spec(SPECS, "ppo_cartpole", [f"search={search}"])
+    assert any(message in p for p in err.value.problems), err.value.problems
+
+
+def test_invalid_scheduler_is_refused():
+    with pytest.raises(SpecError) as err:
+        load_spec(SPECS, "ppo_cartpole", ['meta.search_scheduler={"name": "PBT", "grace_period": 0}'])
+    text = "\n".join(err.value.problems)
+    assert "meta.search_scheduler.name" in text and "meta.search_scheduler.grace_period" in text
+
+
+def test_trial_reporter_reports_the_mean_once_every_live_session_logged_a_frame():
+    reports = []
+    plans = [SessionPlan(3, s, 100 + s, resume=False) for s in range(3)]
+    history = {0: {}, 1: {}, 2: {}}
+    reporter = TrialReporter(3, plans, history, reports.append)
+    reporter(plans[0], {"frame": 800, "total_reward_ma": 10.0})
+    reporter(plans[1], {"frame": 800, "total_reward_ma": 20.0})
+    reporter(plans[0], {"frame": 1600, "total_reward_ma": 30.0})
+    assert reports == []
+    reporter(plans[2], {"frame": 800, "total_reward_ma": math.nan})  # no episode ended yet: left out
+    assert reports == [{"total_reward_ma": 15.0, "frame": 800, "trial": 3}]
+    plans[2].status = "failed"  # a failed session stops counting
+    reporter(plans[1], {"frame": 1600, "total_reward_ma": 50.0})
+    assert reports[-1] == {"total_reward_ma": 40.0, "frame": 1600, "trial": 3}
+    assert len(reports) == 2
+
+
+def test_trial_names_come_from_the_generation_order():
+    class FakeTrial:
+        experiment_tag = "7_agent.algorithm.gamma=0.9"
+    assert TrialNamer(0)(FakeTrial()) == "t7" and TrialNamer(1)(FakeTrial()) == "t6"
+    assert trial_index("t12") == 12
+    with pytest.raises(ValueError):
+        trial_index("search_trial_abc")
+
+
+# ---------------------------------------------------------------- searches on Ray
+
+def test_grid_2x2_on_s3(ray_local, s3_bucket):
+    data = f"{s3_bucket}/runs"
+    items = SMALL + ["meta.max_session=2", "env.max_frame=1600", GAMMA_GRID]
+    assert run_cli(SPECS, "ppo_cartpole", "search", "--data-dir", data, *overrides(items)) == 0
+    names = storage.listdir(data)
+    (name,) = [n for n in names if n.startswith("ppo_cartpole_")]
+    assert names == [name], names
+    predir = f"{data}/{name}"
+    assert [n for n in storage.listdir(predir) if n.startswith("t") and n[1:].isdigit()] == ["t0", "t1"]
+    for t in (0, 1):
+        for s in (0, 1):
+            df = storage.read_parquet(f"{predir}/t{t}/s{s}/train_df.parquet")
+            assert df["frame"].tolist() == [800, 1600]
+            session_spec = storage.read_json(f"{predir}/ppo_cartpole_t{t}_s{s}_spec.json")
+            assert session_spec["agent"]["algorithm"]["gamma"] == [0.9, 0.99][t]
+    exp = storage.read_parquet(f"{predir}/info/experiment_df.parquet")
+    assert len(exp) == 2 and sorted(exp["agent.algorithm.gamma"]) == [0.9, 0.99]
+    assert set(exp["status"]) == {"done"} and (exp["frame"] == 1600).all()
+    assert exp["strength"].is_monotonic_decreasing
+    for t in (0, 1):  # the trial's metrics are the mean over its sessions' final rows
+        finals = [storage.read_parquet(f"{predir}/t{t}/s{s}/train_df.parquet")["total_reward_ma"].iloc[-1]
+                  for s in (0, 1)]
+        assert exp.set_index("trial").loc[t, "total_reward_ma"] == pytest.approx(sum(finals) / 2)
+    assert storage.read_bytes(f"{predir}/graph/ppo_cartpole_experiment_graph.png")[:4] == b"\x89PNG"
+    best_t = int(exp["trial"].iloc[0])
+    best = load_spec(f"{predir}/ppo_cartpole_best_spec.json", "ppo_cartpole")
+    assert best["search"] == {} and best["agent"]["algorithm"]["gamma"] == [0.9, 0.99][best_t]
+    assert best["meta"]["random_seed"] == 11 + 1000 * best_t
+    assert storage.exists(f"{predir}/tune/ppo_cartpole/tuner.pkl")
+
+
+def test_sigkill_driver_then_search_latest(ray_local, tmp_path):
+    data = f"file://{tmp_path}/data"
+    items = SMALL + ["meta.max_session=2", "env.max_frame=8000", GAMMA_GRID]
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    driver = subprocess.Popen([sys.executable, str(REPO / "run_lab.py"), SPECS, "ppo_cartpole", "search",
+                               "--quiet", "--data-dir", data, "--max-concurrent-trials", "1",
+                               *overrides(items)],
+                              cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline:  # t0 done, and both sessions of t1 with a committed checkpoint
+            t0 = list(tmp_path.glob("data/*/t0/trial.json"))
+            t1 = {m.parents[2].name for m in tmp_path.glob("data/*/t1/s*/ckpt/0*/MANIFEST.json")}
+            if t0 and '"done"' in t0[0].read_text() and t1 == {"s0", "s1"}:
+                break
+            assert driver.poll() is None, "the driver ended before it could be killed"
+            time.sleep(0.1)
+        else:
+            pytest.fail("t1 never checkpointed within 240 s")
+        tree = descendants(driver.pid)
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=30)
+    finally:
+        for pid in descendants(driver.pid) + locals().get("tree", []):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    (predir,) = (tmp_path / "data").iterdir()
+    killed_at = {s: max(int(p.name) for p in (predir / f"t1/s{s}/ckpt").glob("0*")) for s in (0, 1)}
+    assert min(killed_at.values()) < 8000, "the driver was killed after t1 finished"
+
+    def t0_files():
+        specs = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                 for p in predir.glob("ppo_cartpole_t0*_spec.json")}
+        return {**files_digest(predir / "t0"), **specs}
+
+    before = t0_files()
+    assert len(before) > 10
+
+    assert run_cli(SPECS, "ppo_cartpole", "search@latest", "--data-dir", data, *overrides(items)) == 0
+    assert sorted(p.name for p in predir.glob("t[0-9]*")) == ["t0", "t1"]
+    assert t0_files() == before, "the finished trial t0 was re-run"
+    exp = pd.read_parquet(predir / "info/experiment_df.parquet")
+    assert len(exp) == 2 and set(exp["status"]) == {"done"} and (exp["frame"] == 8000).all()
+    run = storage.read_json(str(predir / "t1/run.json"))
+    assert run["resumes"][-1]["from_frames"] == {f"t1_s{s}": killed_at[s] for s in (0, 1)}
+    for s in (0, 1):
+        assert run["sessions"][f"t1_s{s}"]["status"] == "done"
+        assert_continuous(pd.read_parquet(predir / f"t1/s{s}/train_df.parquet"), 800, 8000)
+
+
+def test_asha_stops_a_learning_rate_of_zero(ray_local, tmp_path):
+    data = f"file://{tmp_path}/data"
+    items = SMALL + ["meta.max_session=1", "env.max_frame=4000",
+                     'meta.search_scheduler={"name": "ASHA", "grace_period": 1600, "reduction_factor": 2}',
+                     'search={"agent.net.optim_spec.lr__grid_search": [0.003, 0.0]}']
+    assert run_cli(SPECS, "ppo_cartpole", "search", "--data-dir", data, "--max-concurrent-trials", "1",
+                   *overrides(items)) == 0
+    (predir,) = (tmp_path / "data").iterdir()
+    exp = pd.read_parquet(predir / "info/experiment_df.parquet").set_index("agent.net.optim_spec.lr")
+    assert exp.loc[0.003, "status"] == "done" and exp.loc[0.003, "frame"] == 4000
+    assert exp.loc[0.0, "status"] == "stopped" and exp.loc[0.0, "frame"] < 4000
+    assert exp.loc[0.003, "total_reward_ma"] > exp.loc[0.0, "total_reward_ma"]
+    best = load_spec(str(predir / "ppo_cartpole_best_spec.json"), "ppo_cartpole")
+    assert best["agent"]["net"]["optim_spec"]["lr"] == 0.003
+    assert Path(predir / "ppo_cartpole_t1_s0_spec.json").exists()
