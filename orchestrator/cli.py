@@ -85,10 +85,13 @@ def run_dev(spec: dict[str, Any], data_dir: str, quiet: bool) -> int:
     spec["meta"]["max_session"] = 1
     torch.set_num_threads(max(1, int(spec["meta"]["resources"].get("num_cpus", 1))))
     seed = session_seed(spec["meta"]["random_seed"], 0, 0)
+    try:  # before the predir exists, so a bad combination leaves nothing behind
+        session = Session(spec, seed)
+    except ValueError as err:  # an env/agent combination the algorithm does not support
+        raise SpecError(str(err)) from None
     predir = predir_mod.new_predir(data_dir, spec["name"])
     predir_mod.save_specs(predir, spec, 0, [seed])
     sdir = predir_mod.session_dir(predir, 0, 0)
-    session = Session(spec, seed)
     log_lines: list[str] = []
 
     def on_log(sess: Session, row: dict[str, Any]) -> None:

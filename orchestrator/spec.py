@@ -24,12 +24,13 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+import torch
 import yaml
 
 from agents.algorithms import ALGORITHMS, AgentSpec, AlgorithmSpec
 from agents.memory import MEMORIES, MemorySpec
-from agents.nets import LOSSES, NETS, OPTIMIZERS, NetSpec
-from agents.schedules import DECAYS, LR_SCHEDULERS
+from agents.nets import ACTIVATIONS, INIT_FNS, LOSSES, NETS, OPTIMIZERS, NetSpec, make_optim
+from agents.schedules import DECAYS, LR_SCHEDULERS, VarSchedule, make_lr_scheduler
 from envs.make import EnvSpec, resolve_env_id
 from orchestrator import storage
 from orchestrator.search_space import search_problems
@@ -238,11 +239,14 @@ def _defaults(cls: type) -> dict[str, Any]:
     return out
 
 
+def _registered(registry: dict[str, Any], name: Any) -> Any:
+    """``registry[name]`` for a registered string name, else None (a list or dict name is just unknown)."""
+    return registry.get(name) if isinstance(name, str) else None
+
+
 def _section_classes(spec: dict[str, Any]) -> dict[str, type]:
     """The dataclass that defines each section, chosen by the names the spec gives."""
-    agent = spec.get("agent") if isinstance(spec.get("agent"), dict) else {}
-    algo = agent.get("algorithm") if isinstance(agent.get("algorithm"), dict) else {}
-    algo_cls = ALGORITHMS.get(algo.get("name"))
+    algo_cls = _registered(ALGORITHMS, _get(spec, "agent.algorithm.name"))
     return {
         "agent.algorithm": algo_cls.spec_cls if algo_cls else AlgorithmSpec,
         "agent.memory": MemorySpec,
@@ -267,6 +271,9 @@ def fill_defaults(spec: dict[str, Any]) -> dict[str, Any]:
     if isinstance(spec.get("agent"), dict):
         spec["agent"].setdefault("memory", {})
         spec["agent"].setdefault("net", {})
+    algo_cls, memory = _registered(ALGORITHMS, _get(spec, "agent.algorithm.name")), _get(spec, "agent.memory")
+    if algo_cls is not None and isinstance(memory, dict):  # the algorithm's own memory, not always Replay
+        memory.setdefault("name", algo_cls.memory_names[0])
     for path, cls in _section_classes(spec).items():
         section = _get(spec, path)
         if isinstance(section, dict):
@@ -341,7 +348,7 @@ def _check_range(value: Any, meta: Any, dotted: str, problems: list[str]) -> Non
 def _check_names(spec: dict[str, Any], problems: list[str]) -> None:
     """Registry names: algorithm, net, memory, optimizers, losses, schedules, env id."""
     def check(path: str, value: Any, valid: Any) -> None:
-        if value not in valid:
+        if _registered(valid, value) is None:
             problems.append(f"{path}: unknown name {value!r}; expected one of {sorted(valid)}")
 
     algo_name = _get(spec, "agent.algorithm.name")
@@ -349,7 +356,8 @@ def _check_names(spec: dict[str, Any], problems: list[str]) -> None:
     check("agent.net.type", _get(spec, "agent.net.type"), NETS)
     mem_name = _get(spec, "agent.memory.name")
     check("agent.memory.name", mem_name, MEMORIES)
-    if algo_name in ALGORITHMS and mem_name in MEMORIES and mem_name not in ALGORITHMS[algo_name].memory_names:
+    algo_cls = _registered(ALGORITHMS, algo_name)
+    if algo_cls and _registered(MEMORIES, mem_name) and mem_name not in algo_cls.memory_names:
         problems.append(f"agent.memory.name: {algo_name} needs one of "
                         f"{list(ALGORITHMS[algo_name].memory_names)}, got {mem_name!r}")
     for key in ("optim_spec", "actor_optim_spec", "critic_optim_spec"):
@@ -379,6 +387,42 @@ def _check_names(spec: dict[str, Any], problems: list[str]) -> None:
         problems.append(f"env.name: expected a gymnasium env id string, got {env_name!r}")
 
 
+def _try_build(problems: list[str], path: str, build_fn: Any, *args: Any) -> None:
+    """Record ``path: message`` if building a registered object from spec arguments fails."""
+    try:
+        build_fn(*args)
+    except (ValueError, TypeError, ArithmeticError) as err:
+        problems.append(f"{path}: cannot build from {args[-1]!r}: {err}")
+
+
+def _check_build_args(spec: dict[str, Any], problems: list[str]) -> None:
+    """What only a constructor can check: net activations/init/widths, schedule steps, and the
+    keyword arguments of optimizers and LR schedulers (built once on a dummy parameter)."""
+    net = _get(spec, "agent.net") if isinstance(_get(spec, "agent.net"), dict) else {}
+    for key, valid in (("hid_layers_activation", ACTIVATIONS), ("out_layer_activation", ACTIVATIONS),
+                       ("init_fn", INIT_FNS)):
+        if net.get(key) is not None and _registered(valid, net[key]) is None:
+            problems.append(f"agent.net.{key}: unknown name {net[key]!r}; expected one of {sorted(valid)}")
+    hid = net.get("hid_layers")
+    if isinstance(hid, list) and not all(_type_ok(h, int) and h > 0 for h in hid):
+        problems.append(f"agent.net.hid_layers: expected a list of positive ints, got {hid!r}")
+    algo = _get(spec, "agent.algorithm")
+    for key, value in (algo.items() if isinstance(algo, dict) else []):
+        known = isinstance(value, dict) and _registered(DECAYS, value.get("name", "no_decay"))
+        if key.endswith("_spec") and known:
+            _try_build(problems, f"agent.algorithm.{key}", VarSchedule.from_spec, value)
+    param = torch.nn.Parameter(torch.zeros(1))
+    for key in ("optim_spec", "actor_optim_spec", "critic_optim_spec"):
+        optim = net.get(key)
+        known = isinstance(optim, dict) and _registered(OPTIMIZERS, optim.get("name"))
+        if known and _type_ok(optim.get("lr", 0), float) and optim.get("lr", 0) >= 0:  # else reported
+            _try_build(problems, f"agent.net.{key}", make_optim, [param], optim)
+    sched = net.get("lr_scheduler_spec")
+    if isinstance(sched, dict) and _registered(LR_SCHEDULERS, sched.get("name")):
+        optim = torch.optim.SGD([param], lr=1.0)
+        _try_build(problems, "agent.net.lr_scheduler_spec", make_lr_scheduler, optim, sched)
+
+
 def validate(spec: dict[str, Any]) -> list[str]:
     """Every problem of a defaults-filled flat spec, each prefixed by its dotted path."""
     problems: list[str] = []
@@ -395,11 +439,12 @@ def validate(spec: dict[str, Any]) -> list[str]:
             problems.append(f"agent.{key}: unknown key" + (f"; did you mean '{close[0]}'?" if close else ""))
     if not isinstance(spec.get("env"), dict):
         return problems + [f"env: expected an object, got {spec.get('env')!r}"]
-    known_algo = _get(spec, "agent.algorithm.name") in ALGORITHMS
+    known_algo = _registered(ALGORITHMS, _get(spec, "agent.algorithm.name")) is not None
     for path, cls in _section_classes(spec).items():
         if path != "agent.algorithm" or known_algo:  # an unknown algorithm has no key set to check
             _check_section(_get(spec, path), cls, path, problems)
     _check_names(spec, problems)
+    _check_build_args(spec, problems)
     if not isinstance(spec.get("search"), dict):
         problems.append(f"search: expected an object, got {spec.get('search')!r}")
     else:

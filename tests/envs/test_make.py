@@ -1,0 +1,162 @@
+"""make_env: vector shapes, seeding, time limits, true final observations, episode returns, reward
+scaling, pickling; resolve_env_id's old-id mapping."""
+
+import pickle
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from envs.make import OLD_ENV_IDS, EnvSpec, episode_returns, final_obs, make_env, resolve_env_id
+
+
+def rollout(env, steps, seed=0):
+    """Fixed action sequence; returns stacked (obs, reward, terminated, truncated)."""
+    out = []
+    obs, _ = env.reset(seed=seed)
+    out.append(obs)
+    acts = np.random.default_rng(123).integers(0, 2, size=(steps, env.num_envs))
+    for a in acts:
+        obs, reward, term, trunc, _ = env.step(a)
+        out.append(np.concatenate([obs.ravel(), reward, term, trunc]))
+    return out
+
+
+def test_vector_shapes_and_spaces():
+    env = make_env(EnvSpec("CartPole-v1", max_frame=100, num_envs=3), seed=0)
+    obs, _ = env.reset(seed=0)
+    assert env.num_envs == 3
+    assert obs.shape == (3, 4) and obs.dtype == np.float32
+    assert env.single_observation_space.shape == (4,)
+    assert isinstance(env.single_action_space, gym.spaces.Discrete)
+    obs, reward, term, trunc, _ = env.step(np.zeros(3, np.int64))
+    assert obs.shape == (3, 4) and reward.shape == term.shape == trunc.shape == (3,)
+    assert term.dtype == bool and trunc.dtype == bool
+    env.close()
+
+
+def test_same_seed_same_rollout_different_seed_differs():
+    spec = EnvSpec("CartPole-v1", max_frame=100, num_envs=2)
+    a, b = make_env(spec, 5), make_env(spec, 5)
+    for x, y in zip(rollout(a, 50, seed=5), rollout(b, 50, seed=5)):
+        np.testing.assert_array_equal(x, y)
+    first_a = rollout(a, 0, seed=5)[0]
+    assert not np.array_equal(first_a[0], first_a[1])  # sub-envs get different seeds
+    assert not np.array_equal(first_a, rollout(b, 0, seed=6)[0])
+
+
+def test_max_t_truncates_and_final_obs_and_returns():
+    env = make_env(EnvSpec("CartPole-v1", max_frame=100, num_envs=2, max_t=5), seed=0)
+    obs, _ = env.reset(seed=0)
+    for step in range(5):
+        prev = obs
+        obs, reward, term, trunc, info = env.step(np.zeros(2, np.int64) + step % 2)
+    assert trunc.all() and not term.any()
+    done = term | trunc
+    true_next = final_obs(obs, done, info)
+    # SAME_STEP autoreset: the returned obs is the next episode's first; final_obs is the true one
+    np.testing.assert_array_equal(true_next, np.stack(info["final_obs"]))
+    assert not np.array_equal(true_next, obs)
+    assert np.abs(true_next - prev).max() < 0.5  # one physics step away from the previous obs
+    np.testing.assert_array_equal(episode_returns(info), [5.0, 5.0])
+    env.close()
+
+
+def test_final_obs_and_episode_returns_without_done():
+    obs = np.ones((2, 4), np.float32)
+    assert final_obs(obs, np.zeros(2, bool), {}) is obs
+    assert episode_returns({}).shape == (0,)
+    info = {"episode": {"r": np.array([3.0, 7.0])}, "_episode": np.array([False, True]),
+            "final_obs": np.array([None, np.zeros(4)], dtype=object)}
+    np.testing.assert_array_equal(episode_returns(info), [7.0])
+    out = final_obs(obs, np.array([False, True]), info)
+    np.testing.assert_array_equal(out, [[1, 1, 1, 1], [0, 0, 0, 0]])
+    assert obs[1].sum() == 4  # input untouched
+
+
+@pytest.mark.parametrize("scale, expected", [(None, 1.0), (0.1, 0.1), ("sign", 1.0), (-2.0, -2.0)])
+def test_reward_scale_and_episode_return_is_unscaled(scale, expected):
+    env = make_env(EnvSpec("CartPole-v1", max_frame=100, num_envs=1, max_t=3, reward_scale=scale), seed=0)
+    env.reset(seed=0)
+    for _ in range(3):
+        _, reward, _, _, info = env.step(np.zeros(1, np.int64))
+        assert reward[0] == pytest.approx(expected)
+    np.testing.assert_array_equal(episode_returns(info), [3.0])  # true return, before scaling
+    env.close()
+
+
+def test_normalize_state_normalizes_obs_and_final_obs():
+    """normalize_state works with SAME_STEP autoreset: returned and final observations share the
+    running statistics (gymnasium's own vector wrapper refuses SAME_STEP)."""
+    spec = dict(name="CartPole-v1", max_frame=100, num_envs=2, max_t=5)
+    raw = make_env(EnvSpec(**spec), seed=0)
+    norm = make_env(EnvSpec(**spec, normalize_state=True, reward_scale=0.5), seed=0)
+    raw.reset(seed=0)
+    norm.reset(seed=0)
+    for step in range(5):
+        a = np.full(2, step % 2)
+        obs_raw, _, _, _, info_raw = raw.step(a)
+        obs_norm, reward, term, trunc, info_norm = norm.step(a)
+    assert trunc.all() and reward[0] == 0.5
+    scale = np.sqrt(norm.obs_rms.var + norm.epsilon)
+    np.testing.assert_allclose(obs_norm, (obs_raw - norm.obs_rms.mean) / scale, rtol=1e-5)
+    true_next = final_obs(obs_norm, term | trunc, info_norm)
+    raw_final = np.stack(info_raw["final_obs"])
+    np.testing.assert_allclose(true_next, (raw_final - norm.obs_rms.mean) / scale, rtol=1e-5)
+    assert obs_norm.dtype == np.float32 and norm.single_observation_space.shape == (4,)
+    # frozen statistics (evaluation) stay put
+    norm.update_running_mean = False
+    mean = norm.obs_rms.mean.copy()
+    norm.step(np.zeros(2, np.int64))
+    np.testing.assert_array_equal(norm.obs_rms.mean, mean)
+    clone = pickle.loads(pickle.dumps(norm))
+    np.testing.assert_array_equal(clone.obs_rms.var, norm.obs_rms.var)
+
+
+def test_sync_env_pickles_and_continues_identically():
+    env = make_env(EnvSpec("CartPole-v1", max_frame=100, num_envs=4), seed=1)
+    env.reset(seed=1)
+    for _ in range(7):
+        env.step(np.ones(4, np.int64))
+    clone = pickle.loads(pickle.dumps(env))
+    for step in range(30):
+        a = np.full(4, step % 2)
+        for x, y in zip(env.step(a)[:4], clone.step(a)[:4]):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_bad_vectorization_and_env_id():
+    with pytest.raises(ValueError, match="vectorization"):
+        make_env(EnvSpec("CartPole-v1", max_frame=10, vectorization="threads"), seed=0)
+    with pytest.raises(ValueError, match="unknown env id 'NoSuchEnv-v0'"):
+        make_env(EnvSpec("NoSuchEnv-v0", max_frame=10), seed=0)
+
+
+# ---------------------------------------------------------------- resolve_env_id
+
+def test_registered_ids_are_kept_without_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert resolve_env_id("CartPole-v1") == "CartPole-v1"
+        assert resolve_env_id("CartPole-v0") == "CartPole-v0"  # still registered: runs as it is
+
+
+def test_old_id_maps_to_successor_with_warning():
+    msg = "'Pendulum-v0' is not in gymnasium; using its successor 'Pendulum-v1'"
+    with pytest.warns(UserWarning, match=msg):
+        assert resolve_env_id("Pendulum-v0") == "Pendulum-v1"
+    env = make_env(EnvSpec("Pendulum-v1", max_frame=10), seed=0)
+    assert env.single_action_space.shape == (1,)
+    env.close()
+
+
+def test_only_unregistered_ids_are_in_the_map():
+    for old, new in OLD_ENV_IDS.items():
+        assert old not in gym.registry, old
+        assert new in gym.registry, new
+
+
+def test_unknown_id_raises():
+    with pytest.raises(ValueError, match="unknown env id 'Pendulum-v9'"):
+        resolve_env_id("Pendulum-v9")
