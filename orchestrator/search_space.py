@@ -126,7 +126,8 @@ def parse_search(spec: dict[str, Any]) -> tuple[list[SearchVar], list[str]]:
 
 def scheduler_problems(spec: dict[str, Any]) -> list[str]:
     """Problems of ``meta.search_scheduler`` (null, or an ASHA dict)."""
-    sched = (spec.get("meta") or {}).get("search_scheduler")
+    meta = spec.get("meta")
+    sched = meta.get("search_scheduler") if isinstance(meta, dict) else None  # a non-dict meta is reported
     if sched is None:
         return []
     if not isinstance(sched, dict):
