@@ -30,10 +30,11 @@ Predir (DESIGN.md section 3) of a search::
     tune/{spec_name}/                       Ray Tune's own experiment state
 
 Resume: the lab's session checkpoints are the source of truth. A trial whose ``trial.json`` says
-``done`` reports its final metrics and returns without touching a file; any other trial resumes its
-sessions from their newest valid checkpoints (a session without one starts from frame 0 with its
-seed). Tune's state is restored with ``Tuner.restore`` when it exists; it may be stale after a
-SIGKILL, which the numbering above makes harmless.
+``done`` (or ``stopped``: ended early by the scheduler) reports its final metrics and returns without
+touching a file; any other trial resumes its sessions from their newest valid checkpoints (a
+session without one starts from frame 0 with its seed). Tune's state is restored with
+``Tuner.restore`` when it exists; it may be stale after a SIGKILL, which the numbering above makes
+harmless. Without any Tune state a new Tuner regenerates the same trials (seeded generator).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ from orchestrator.trial import (
 )
 
 METRIC = "total_reward_ma"
+FINAL = ("done", "stopped")  # trial.json statuses of trials that never run again
 TUNE_DIR = "tune"
 
 
@@ -281,6 +283,9 @@ def final_metrics(predir: str, spec: dict[str, Any], t: int) -> dict[str, Any]:
 def search_trial(config: dict[str, Any], spec: dict[str, Any], predir: str) -> None:
     """The Tune trainable: run (or resume, or merely report) lab trial ``t{T}`` of ``config``.
 
+    A trial whose ``trial.json`` is final (``done``, or ``stopped`` by the scheduler) only reports its
+    final metrics: Tune re-runs such a trial after a stale snapshot, or when its state was lost.
+
     Args:
         config: sampled values ``{dotted.spec.path: value}``.
         spec: the search's checked spec (with its search section).
@@ -299,9 +304,9 @@ def search_trial(config: dict[str, Any], spec: dict[str, Any], predir: str) -> N
         info = None
     if info is None:
         write_trial_files(predir, trial_spec, t, values, ctx.get_trial_id())
-    elif info["status"] != "done":
+    elif info["status"] not in FINAL:
         storage.write_json(trial_json(predir, t), {**info, "status": "running"})
-    if info is None or info["status"] != "done":
+    if info is None or info["status"] not in FINAL:
         run_lab_trial(predir, trial_spec, t)
         info = storage.read_json(trial_json(predir, t))
         storage.write_json(trial_json(predir, t), {**info, "status": "done", "finished": now_iso()})
@@ -422,7 +427,10 @@ def run_search(args: argparse.Namespace) -> int:
             import secrets
             spec["meta"]["random_seed"] = secrets.randbelow(2**31 - 1)
     else:
-        predir = resolve_predir(target, args.data_dir, args.spec_name)
+        try:
+            predir = resolve_predir(target, args.data_dir, args.spec_name)
+        except UsageError as err:
+            raise UsageError(str(err).replace("train@", "search@", 1)) from None
         spec, applied = resumed_spec(predir, new_spec)
     init_ray(args.address)
     check_resources(spec["meta"])
