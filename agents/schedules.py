@@ -50,7 +50,7 @@ def rate_decay(start_val: float, end_val: float, start_step: int, end_step: int,
 
 def periodic_decay(start_val: float, end_val: float, start_step: int, end_step: int, frame: int,
                    frequency: int = 60) -> float:
-    """Linear decay modulated by a cosine with ``frequency`` periods (SLM-Lab ``periodic_decay``)."""
+    """Linear decay modulated by a cosine: ``frequency / 2`` full periods (SLM-Lab ``periodic_decay``)."""
     if frame <= start_step:
         return start_val
     if frame >= end_step:
