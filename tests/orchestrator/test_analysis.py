@@ -188,3 +188,25 @@ def test_ls_status_frames_best_and_resumability(tmp_path, capsys):
     assert "best=30.00" in lines[0] and lines[0].endswith("resumable=yes")
     assert run_cli("ls", "--data-dir", str(tmp_path / "empty")) == 0
     assert "no runs in" in capsys.readouterr().out
+
+
+def test_analyze_a_dev_run_without_checkpoints(tmp_path):
+    """A ``dev`` run has no checkpoints or run.json: its train_df.parquet is analyzed."""
+    from orchestrator.session import TRAIN_COLUMNS
+
+    spec = load_spec(SPECS, "ppo_cartpole", ["meta.max_session=1", "env.max_frame=4000"])
+    predir = tmp_path / "data" / "ppo_cartpole_2026_01_02_030405"
+    predir_mod.save_specs(str(predir), spec, 0, [1])
+    df = train_df([10.0, 30.0, 20.0, 50.0]).assign(total_reward_ma=[10.0, 20.0, 20.0, 27.5], loss=0.5,
+                                                   lr=1e-3, explore_var=float("nan"), entropy=0.6)
+    (predir / "t0/s0").mkdir(parents=True)
+    df.reindex(columns=list(TRAIN_COLUMNS)).to_parquet(predir / "t0/s0/train_df.parquet")
+    (predir / "info").mkdir()
+    (predir / "info/random_baseline.json").write_text(json.dumps({"env": "CartPole-v1", "max_t": None,
+                                                                  "mean": 10.0}))
+    out = analysis.analyze_predir(str(predir), cache_dir=str(tmp_path / "cache"))
+    assert out["sessions"]["t0_s0"]["train"]["strength"] == pytest.approx(17.5)  # the run's recorded baseline
+    assert out["trials"]["t0"]["consistency"] is None and out["trials"]["t0"]["sessions"] == 1
+    assert not (tmp_path / "cache").exists(), "the run's recorded baseline was not reused"
+    for name in ("ppo_cartpole_t0_s0_session_graph.png", "ppo_cartpole_t0_trial_graph.png"):
+        assert_png(predir / "graph" / name)

@@ -126,3 +126,22 @@ def test_enjoy_clock_puts_every_schedule_at_its_final_value(spec):
     schedule = VarSchedule.from_spec(spec)
     assert schedule(FAR_FRAME) == schedule.final_val
     assert not math.isnan(schedule.final_val)
+
+
+def test_enjoy_a_run_on_object_storage(trained_ppo_run, s3_bucket, capsys):
+    """A run copied into a bucket: enjoy@s3://... reads it there and writes its results there."""
+    from orchestrator import storage
+
+    target = f"{s3_bucket}/runs/{trained_ppo_run.name}"
+    for path in trained_ppo_run.rglob("*"):
+        rel = path.relative_to(trained_ppo_run)
+        if path.is_file() and rel.parts[0] not in ("enjoy", "graph"):
+            storage.write_bytes(f"{target}/{rel.as_posix()}", path.read_bytes())
+    local = enjoy(trained_ppo_run, "--episodes", "2", "--seed", "3")[1]
+    spec_uri = f"{target}/{SPEC_NAME}_t0_s0_spec.json"
+    assert run_cli("x", SPEC_NAME, f"enjoy@{spec_uri}", "--episodes", "2", "--seed", "3") == 0
+    (stamp,) = storage.listdir(f"{target}/enjoy")
+    remote = storage.read_json(f"{target}/enjoy/{stamp}/summary.json")
+    assert remote["mean"] == local["mean"] and remote["session_spec"] == spec_uri
+    returns = storage.read_parquet(f"{target}/enjoy/{stamp}/returns.parquet")
+    assert returns["total_reward"].mean() == local["mean"]
