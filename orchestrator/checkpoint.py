@@ -397,7 +397,8 @@ class CheckpointStore:
                 scores[frame] = self.manifest(frame).meta.get("total_reward_ma")
             except CheckpointError:
                 scores[frame] = None
-        scored = sorted((f for f in frames if scores[f] is not None), key=lambda f: (scores[f], f), reverse=True)
+        scored = sorted((f for f in frames if scores[f] is not None), key=lambda f: (scores[f], f),
+                        reverse=True)
         return scored + [f for f in frames if scores[f] is None]
 
     def load_readonly(self, which: str) -> tuple[Manifest, dict[str, bytes]] | None:

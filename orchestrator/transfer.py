@@ -62,7 +62,8 @@ def load_checkpoint(source: str) -> tuple[dict[str, bytes], str]:
     try:
         if not storage.is_dir(source) and storage.exists(source):
             session_dir, frame = _session_dir_of_spec_file(source), None
-        elif storage.exists(storage.join(source, MANIFEST_NAME)) and _CKPT_DIR_RE.match(storage.basename(source)):
+        elif _CKPT_DIR_RE.match(storage.basename(source)) and \
+                storage.exists(storage.join(source, MANIFEST_NAME)):
             session_dir, frame = storage.dirname(storage.dirname(source)), int(storage.basename(source))
         elif storage.is_dir(storage.join(source, "ckpt")):
             session_dir, frame = source, None
@@ -109,10 +110,10 @@ def mismatches(algorithm: Algorithm, nets: dict[str, dict[str, torch.Tensor]], w
             if key not in theirs:
                 problems.append(f"{KEY}: layer '{layer}' of this spec is missing in the checkpoint {where}")
             elif key not in own:
-                problems.append(f"{KEY}: layer '{layer}' of the checkpoint {where} does not exist in this spec")
+                problems.append(f"{KEY}: layer '{layer}' of the checkpoint {where} is not in this spec")
             elif tuple(own[key].shape) != tuple(theirs[key].shape):
-                problems.append(f"{KEY}: layer '{layer}' has shape {tuple(theirs[key].shape)} in the checkpoint "
-                                f"{where} but {tuple(own[key].shape)} in this spec")
+                problems.append(f"{KEY}: layer '{layer}' has shape {tuple(theirs[key].shape)} in the "
+                                f"checkpoint {where} but {tuple(own[key].shape)} in this spec")
     return problems
 
 
