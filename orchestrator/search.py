@@ -22,6 +22,7 @@ Predir (DESIGN.md section 3) of a search::
     search.json                             search settings (Tune name, search algorithm, concurrency)
     t{T}/trial.json                         sampled values and status: running | done | stopped | error
     t{T}/run.json                           session statuses of the trial (as ``run.json`` of ``train``)
+    run.json                                all trials' sessions and resumes, merged after each ``fit``
     t{T}/s{S}/...                           sessions (checkpoints, train_df, log.txt)
     info/experiment_df.parquet              one row per trial: searched values + metrics, by strength
     info/trial_df.parquet                   per trial and frame: mean/std of returns across sessions
@@ -30,11 +31,12 @@ Predir (DESIGN.md section 3) of a search::
     tune/{spec_name}/                       Ray Tune's own experiment state
 
 Resume: the lab's session checkpoints are the source of truth. A trial whose ``trial.json`` says
-``done`` (or ``stopped``: ended early by the scheduler) reports its final metrics and returns without
-touching a file; any other trial resumes its sessions from their newest valid checkpoints (a
+``done`` at ``max_frame`` (or ``stopped``: ended early by the scheduler) reports its final metrics and
+returns without touching a file; any other trial resumes its sessions from their newest valid checkpoints (a
 session without one starts from frame 0 with its seed). Tune's state is restored with
 ``Tuner.restore`` when it exists; it may be stale after a SIGKILL, which the numbering above makes
-harmless. Without any Tune state a new Tuner regenerates the same trials (seeded generator).
+harmless. Without any Tune state a new Tuner regenerates the same trials (seeded generator); so does
+``search@`` with ``env.max_frame`` raised, and done trials then continue to the new ``max_frame``.
 """
 
 from __future__ import annotations
@@ -65,7 +67,6 @@ from orchestrator.trial import (
 )
 
 METRIC = "total_reward_ma"
-FINAL = ("done", "stopped")  # trial.json statuses of trials that never run again
 TUNE_DIR = "tune"
 
 
@@ -180,17 +181,14 @@ def trial_json(predir: str, t: int) -> str:
     return storage.join(predir, f"t{t}", "trial.json")
 
 
-def write_trial_files(predir: str, spec: dict[str, Any], t: int, values: dict[str, Any],
-                      trial_id: str) -> None:
-    """Trial and session spec files and ``t{T}/trial.json`` of a trial that starts from scratch."""
+def write_spec_files(predir: str, spec: dict[str, Any], t: int) -> None:
+    """Trial and session spec files of trial ``t`` (sampled values applied)."""
     name = spec["name"]
     storage.write_json(predir_mod.spec_file(predir, name, t), {**spec, "meta": {**spec["meta"], "trial": t}})
     for s in range(int(spec["meta"]["max_session"])):
         seed = session_seed(spec["meta"]["random_seed"], t, s)
         session_spec = predir_mod.session_spec(spec, t, s, seed)
         storage.write_json(predir_mod.spec_file(predir, name, t, s), session_spec)
-    storage.write_json(trial_json(predir, t), {"trial": t, "values": values, "status": "running",
-                                               "tune_trial_id": trial_id, "started": now_iso()})
 
 
 def set_aside(predir: str, t: int) -> str:
@@ -302,15 +300,25 @@ def search_trial(config: dict[str, Any], spec: dict[str, Any], predir: str) -> N
     if info is not None and info["values"] != values:
         set_aside(predir, t)
         info = None
-    if info is None:
-        write_trial_files(predir, trial_spec, t, values, ctx.get_trial_id())
-    elif info["status"] not in FINAL:
-        storage.write_json(trial_json(predir, t), {**info, "status": "running"})
-    if info is None or info["status"] not in FINAL:
-        run_lab_trial(predir, trial_spec, t)
-        info = storage.read_json(trial_json(predir, t))
-        storage.write_json(trial_json(predir, t), {**info, "status": "done", "finished": now_iso()})
-    tune.report({**final_metrics(predir, trial_spec, t), "trial": t})
+    if info is not None and is_final(info, trial_spec):
+        tune.report({**final_metrics(predir, trial_spec, t), "trial": t})
+        return
+    write_spec_files(predir, trial_spec, t)  # a resume may have raised max_frame
+    info = info or {"trial": t, "values": values, "tune_trial_id": ctx.get_trial_id(), "started": now_iso()}
+    storage.write_json(trial_json(predir, t), {**info, "status": "running"})
+    run_lab_trial(predir, trial_spec, t)
+    metrics = final_metrics(predir, trial_spec, t)
+    storage.write_json(trial_json(predir, t), {**info, "status": "done", "finished": now_iso(),
+                                               "frame": metrics["frame"]})
+    tune.report({**metrics, "trial": t})
+
+
+def is_final(info: dict[str, Any], spec: dict[str, Any]) -> bool:
+    """A trial that never runs again: ``stopped`` by the scheduler, or ``done`` at the spec's
+    ``max_frame`` (a ``done`` trial continues when ``search@`` raised ``env.max_frame``)."""
+    max_frame = int(spec["env"]["max_frame"])
+    done = info["status"] == "done" and info.get("frame", max_frame) >= max_frame
+    return done or info["status"] == "stopped"
 
 
 def run_lab_trial(predir: str, spec: dict[str, Any], t: int) -> None:
@@ -372,13 +380,13 @@ def trainable(spec: dict[str, Any], predir: str) -> Any:
     return tune.with_resources(bound, placement(spec["meta"]))
 
 
-def restore_or_new_tuner(spec: dict[str, Any], predir: str, settings: dict[str, Any],
-                         quiet: bool) -> tune.Tuner:
-    """``Tuner.restore`` of the search's Tune state when it can be restored, else a new Tuner (the
-    partial Tune state, if any, is deleted; the lab's trial dirs are what matters)."""
+def restore_or_new_tuner(spec: dict[str, Any], predir: str, settings: dict[str, Any], quiet: bool,
+                         restore: bool = True) -> tune.Tuner:
+    """``Tuner.restore`` of the search's Tune state when it can be restored (and ``restore``), else a
+    new Tuner (the old Tune state, if any, is deleted; the lab's trial dirs are what matters)."""
     storage_path, fs = tune_storage(predir)
     path = f"{storage_path}/{settings['tune_name']}"
-    if tune.Tuner.can_restore(path, storage_filesystem=fs):
+    if restore and tune.Tuner.can_restore(path, storage_filesystem=fs):
         return tune.Tuner.restore(path, trainable(spec, predir), resume_unfinished=True, resume_errored=True,
                                   storage_filesystem=fs)
     storage.delete(storage.join(predir, TUNE_DIR, settings["tune_name"]))
@@ -447,7 +455,9 @@ def run_search(args: argparse.Namespace) -> int:
         for line in applied:
             print(f"applied spec edit: {line}")
         settings = storage.read_json(storage.join(predir, "search.json"))
-        tuner = restore_or_new_tuner(spec, predir, settings, args.quiet)
+        # Tune keeps finished trials finished; with max_frame raised they must run again
+        longer = any(line.startswith("env.max_frame:") for line in applied)
+        tuner = restore_or_new_tuner(spec, predir, settings, args.quiet, restore=not longer)
     print(f"{args.mode}: {predir} (max_trial={spec['meta']['max_trial']}, {spec['meta']['max_session']} "
           f"session(s) per trial, search algorithm {settings['search_alg']})")
     results = tuner.fit()
@@ -536,6 +546,23 @@ def experiment_graph(df: Any, variables: list[SearchVar], title: str) -> bytes:
     return buf.getvalue()
 
 
+def merge_run_records(predir: str, spec_name: str) -> None:
+    """Write the predir's ``run.json`` from every trial's ``t{T}/run.json`` (sessions and resumes), so
+    ``lab ls`` and the graphs' resume marks see a search like a train run. Only the driver writes it,
+    after ``fit``; trials, which run concurrently, each write their own."""
+    record = RunRecord.load_or_new(predir, spec_name)
+    sessions, resumes = {}, []
+    for t in sorted(lab_trials(predir)):
+        uri = storage.join(predir, f"t{t}", "run.json")
+        if storage.exists(uri):
+            trial_record = storage.read_json(uri)
+            sessions.update(trial_record.get("sessions", {}))
+            resumes += trial_record.get("resumes", [])
+    resumes.sort(key=lambda r: r["at"])
+    record.data.update({"sessions": sessions, "resumes": resumes, "search": True})
+    record.save()
+
+
 def analyze(predir: str, spec: dict[str, Any]) -> Any:
     """Write experiment_df, trial_df, the experiment graph and the best trial's spec; returns the df.
 
@@ -544,6 +571,7 @@ def analyze(predir: str, spec: dict[str, Any]) -> Any:
     """
     from orchestrator.analysis import analyze_predir
 
+    merge_run_records(predir, spec["name"])
     try:
         slm_metrics = analyze_predir(predir)["trials"]
     except Exception as err:  # noqa: BLE001 - reported; `lab analyze` redoes it

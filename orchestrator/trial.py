@@ -390,6 +390,8 @@ def run_train(args: argparse.Namespace) -> int:
         spec, applied = new_spec, []
     else:
         predir = resolve_predir(args.mode.split("@", 1)[1], args.data_dir, args.spec_name)
+        if storage.exists(storage.join(predir, "search.json")):
+            raise UsageError(f"{args.mode}: '{predir}' is a search; resume it with search@{predir}")
         spec, plans, applied = plan_resume(predir, new_spec, args.allow_fresh)
     init_ray(args.address)
     check_resources(spec["meta"])

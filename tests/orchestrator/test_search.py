@@ -9,7 +9,6 @@ the test kills by PID.
 import hashlib
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -205,12 +204,15 @@ def test_asha_stops_a_learning_rate_of_zero(ray_local, tmp_path):
     best = load_spec(str(predir / "ppo_cartpole_best_spec.json"), "ppo_cartpole")
     assert best["agent"]["net"]["optim_spec"]["lr"] == 0.003
 
-    # without any Tune state, search@ regenerates the same t0, t1 and runs neither again
-    # (a stopped trial is final, like a done one)
-    before = {t: files_digest(predir / t) for t in ("t0", "t1")}
-    shutil.rmtree(predir / "tune")
-    assert run_cli(SPECS, "ppo_cartpole", f"search@{predir}", "--data-dir", data, *overrides(items)) == 0
-    assert {t: files_digest(predir / t) for t in ("t0", "t1")} == before
+    # search@ with max_frame raised: a new Tuner regenerates the same t0, t1 (Tune's state is not
+    # reused); the done t0 continues from its checkpoint, the stopped t1 stays as it is
+    stopped = files_digest(predir / "t1")
+    longer = [i.replace("env.max_frame=4800", "env.max_frame=5600") for i in items]
+    assert run_cli(SPECS, "ppo_cartpole", f"search@{predir}", "--data-dir", data, *overrides(longer)) == 0
+    assert files_digest(predir / "t1") == stopped
     assert sorted(p.name for p in predir.glob("t[0-9]*")) == ["t0", "t1"]
+    assert_continuous(pd.read_parquet(predir / "t0/s0/train_df.parquet"), 800, 5600)
     again = pd.read_parquet(predir / "info/experiment_df.parquet").set_index("agent.net.optim_spec.lr")
-    assert again["status"].to_dict() == exp["status"].to_dict()
+    assert again["status"].to_dict() == {0.003: "done", 0.0: "stopped"}
+    assert again["frame"].to_dict() == {0.003: 5600, 0.0: exp.loc[0.0, "frame"]}
+    assert storage.read_json(str(predir / "ppo_cartpole_t0_spec.json"))["env"]["max_frame"] == 5600
