@@ -99,17 +99,34 @@ def param_space(spec: dict[str, Any]) -> dict[str, Any]:
     return {v.path: tune_domain(v) for v in variables}
 
 
+def optuna_unsupported(spec: dict[str, Any]) -> list[str]:
+    """Searched variables Optuna cannot sample: grid_search, normal, choices of lists or dicts."""
+    return [f"search.{v.path}__{v.kind}" for v in parse_search(spec)[0]
+            if v.kind in ("grid_search", "normal")
+            or (v.kind == "choice" and any(isinstance(x, (list, dict)) for x in v.arg))]
+
+
 def search_alg_name(spec: dict[str, Any], requested: str = "auto") -> str:
-    """``optuna`` or ``basic``: Optuna when requested, or on ``auto`` when it is installed and every
-    variable is one it supports (no grid_search, no normal)."""
-    if requested in ("basic", "optuna"):
+    """``optuna`` or ``basic`` for ``--search-alg``: ``auto`` is Optuna when it is installed and can
+    sample every variable, else Tune's built-in generator.
+
+    Raises:
+        UsageError: ``optuna`` requested but not installed, or unable to sample a variable.
+    """
+    if requested == "basic":
         return requested
     try:
         import optuna  # noqa: F401
     except ImportError:
+        if requested == "optuna":
+            raise UsageError("--search-alg optuna: optuna is not installed "
+                             "(pip install -e '.[search]')") from None
         return "basic"
-    kinds = {v.kind for v in parse_search(spec)[0]}
-    return "basic" if kinds & {"grid_search", "normal"} else "optuna"
+    unsupported = optuna_unsupported(spec)
+    if requested == "optuna" and unsupported:
+        raise UsageError(f"--search-alg optuna cannot sample {', '.join(unsupported)}; "
+                         "use --search-alg basic")
+    return "basic" if unsupported else "optuna"
 
 
 def make_search_alg(name: str, seed: int, max_concurrent: int | None) -> Any:
@@ -427,37 +444,10 @@ def run_search(args: argparse.Namespace) -> int:
     """``search`` and ``search@{predir|latest}`` (see module docstring); returns the exit code."""
     new_spec = load_spec(args.spec_file, args.spec_name, args.overrides)
     args.data_dir = storage.absolute(args.data_dir)
-    target = args.mode.split("@", 1)[1] if "@" in args.mode else None
-    if target is None:
-        spec = new_spec
-        param_space(spec)  # refuse a spec without a search section before creating anything
-        if spec["meta"]["random_seed"] is None:
-            import secrets
-            spec["meta"]["random_seed"] = secrets.randbelow(2**31 - 1)
+    if "@" in args.mode:
+        predir, spec, settings, tuner = resume_search(args, new_spec, args.mode.split("@", 1)[1])
     else:
-        try:
-            predir = resolve_predir(target, args.data_dir, args.spec_name)
-        except UsageError as err:
-            raise UsageError(str(err).replace("train@", "search@", 1)) from None
-        spec, applied = resumed_spec(predir, new_spec)
-    init_ray(args.address)
-    check_resources(spec["meta"])
-    if target is None:
-        predir = predir_mod.new_predir(args.data_dir, spec["name"])
-        storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)
-        settings = {"tune_name": spec["name"], "search_alg": search_alg_name(spec, args.search_alg),
-                    "max_concurrent_trials": args.max_concurrent_trials}
-        storage.write_json(storage.join(predir, "search.json"), settings)
-        tuner = make_tuner(spec, predir, settings, args.quiet)
-    else:
-        if applied:
-            storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)
-        for line in applied:
-            print(f"applied spec edit: {line}")
-        settings = storage.read_json(storage.join(predir, "search.json"))
-        # Tune keeps finished trials finished; with max_frame raised they must run again
-        longer = any(line.startswith("env.max_frame:") for line in applied)
-        tuner = restore_or_new_tuner(spec, predir, settings, args.quiet, restore=not longer)
+        predir, spec, settings, tuner = start_search(args, new_spec)
     print(f"{args.mode}: {predir} (max_trial={spec['meta']['max_trial']}, {spec['meta']['max_session']} "
           f"session(s) per trial, search algorithm {settings['search_alg']})")
     results = tuner.fit()
@@ -468,6 +458,51 @@ def run_search(args: argparse.Namespace) -> int:
         print(f"interrupted; resume with:\n  python run_lab.py {predir_mod.spec_file(predir, spec['name'])} "
               f"{spec['name']} search@{predir}")
     return 1 if errors or interrupted else 0
+
+
+def start_search(args: argparse.Namespace, spec: dict[str, Any]) -> tuple[str, dict, dict, tune.Tuner]:
+    """A new search: checks, then the predir with its spec and ``search.json``, and a new Tuner.
+
+    Returns:
+        (predir, spec as run, settings, tuner).
+    """
+    param_space(spec)  # refuse a spec without a valid search section before creating anything
+    if spec["meta"]["random_seed"] is None:
+        import secrets
+        spec["meta"]["random_seed"] = secrets.randbelow(2**31 - 1)
+    settings = {"tune_name": spec["name"], "search_alg": search_alg_name(spec, args.search_alg),
+                "max_concurrent_trials": args.max_concurrent_trials}
+    init_ray(args.address)
+    check_resources(spec["meta"])
+    predir = predir_mod.new_predir(args.data_dir, spec["name"])
+    storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)
+    storage.write_json(storage.join(predir, "search.json"), settings)
+    return predir, spec, settings, make_tuner(spec, predir, settings, args.quiet)
+
+
+def resume_search(args: argparse.Namespace, new_spec: dict[str, Any],
+                  target: str) -> tuple[str, dict, dict, tune.Tuner]:
+    """``search@{target}``: the saved spec plus edits, and the restored (or a new) Tuner.
+
+    Returns:
+        (predir, spec as run, settings, tuner).
+    """
+    try:
+        predir = resolve_predir(target, args.data_dir, args.spec_name)
+    except UsageError as err:
+        raise UsageError(str(err).replace("train@", "search@", 1)) from None
+    spec, applied = resumed_spec(predir, new_spec)
+    init_ray(args.address)
+    check_resources(spec["meta"])
+    if applied:
+        storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)
+    for line in applied:
+        print(f"applied spec edit: {line}")
+    settings = storage.read_json(storage.join(predir, "search.json"))
+    # Tune keeps finished trials finished; with max_frame raised they must run again
+    longer = any(line.startswith("env.max_frame:") for line in applied)
+    tuner = restore_or_new_tuner(spec, predir, settings, args.quiet, restore=not longer)
+    return predir, spec, settings, tuner
 
 
 def resumed_spec(predir: str, new_spec: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:

@@ -19,7 +19,8 @@ import pytest
 from test_trial import REPO, SPECS, assert_continuous, descendants, files_digest, overrides, run_cli
 
 from orchestrator import storage
-from orchestrator.search import TrialNamer, TrialReporter, param_space, trial_index
+from orchestrator.errors import UsageError
+from orchestrator.search import TrialNamer, TrialReporter, param_space, search_alg_name, trial_index
 from orchestrator.search_space import apply_values, parse_search
 from orchestrator.spec import SpecError, load_spec
 from orchestrator.trial import SessionPlan
@@ -101,6 +102,37 @@ def test_trial_names_come_from_the_generation_order():
     assert trial_index("t12") == 12
     with pytest.raises(ValueError):
         trial_index("search_trial_abc")
+
+
+@pytest.mark.parametrize("mode, extra, message", [
+    ("search", [], "the spec has no search section"),
+    ("search@latest", [GAMMA_GRID], "search@latest: no run of 'ppo_cartpole'"),
+    ("search@{predir}", [GAMMA_GRID], "is not a search run"),
+])
+def test_search_bad_input_exits_2_and_creates_nothing(tmp_path, capsys, mode, extra, message):
+    data = tmp_path / "data"
+    if "{predir}" in mode:  # a train run (spec file only) is not a search
+        predir = data / "ppo_cartpole_2026_01_01_000000"
+        storage.write_json(str(predir / "ppo_cartpole_spec.json"), load_spec(SPECS, "ppo_cartpole"))
+        mode = mode.format(predir=predir)
+    before = sorted(p.name for p in data.rglob("*")) if data.exists() else []
+    assert run_cli(SPECS, "ppo_cartpole", mode, "--data-dir", str(data), *overrides(SMALL + extra)) == 2
+    assert message in capsys.readouterr().err
+    assert (sorted(p.name for p in data.rglob("*")) if data.exists() else []) == before
+
+
+def test_optuna_needs_its_extra_and_samplable_variables():
+    spec = load_spec(SPECS, "ppo_cartpole", [GAMMA_GRID])
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        assert search_alg_name(spec, "auto") == "basic"
+        with pytest.raises(UsageError, match="optuna is not installed"):
+            search_alg_name(spec, "optuna")
+        return
+    assert search_alg_name(spec, "auto") == "basic"  # a grid: Optuna cannot sample it
+    with pytest.raises(UsageError, match="cannot sample search.agent.algorithm.gamma__grid_search"):
+        search_alg_name(spec, "optuna")
 
 
 # ---------------------------------------------------------------- searches on Ray
