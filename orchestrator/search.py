@@ -419,11 +419,12 @@ def lab_trials(predir: str) -> dict[int, dict[str, Any]]:
     return out
 
 
-def mark_ended(predir: str, spec: dict[str, Any], results: Any) -> tuple[int, bool]:
+def mark_ended(predir: str, spec: dict[str, Any], results: Any) -> tuple[dict[int, str], bool]:
     """After ``fit``: trials Tune ended without ``done`` become ``stopped`` (scheduler) or ``error``.
 
     Returns:
-        (number of errored trials, whether the search was interrupted before every trial ended).
+        ({T: last line of the error} of errored trials, whether the search was interrupted before
+        every trial ended).
     """
     errored = {}
     for result in results:
@@ -437,7 +438,7 @@ def mark_ended(predir: str, spec: dict[str, Any], results: Any) -> tuple[int, bo
             frame = final_metrics(predir, spec, t)["frame"]
             storage.write_json(trial_json(predir, t), {**info, "status": status, "frame": frame,
                                                        "error": errored.get(t)})
-    return len(errored), interrupted
+    return errored, interrupted
 
 
 def run_search(args: argparse.Namespace) -> int:
@@ -454,6 +455,8 @@ def run_search(args: argparse.Namespace) -> int:
     errors, interrupted = mark_ended(predir, spec, results)
     df = analyze(predir, spec)
     report_summary(predir, spec, df)
+    for t, error in sorted(errors.items()):
+        print(f"trial t{t} failed: {error}", file=sys.stderr)
     if interrupted:
         print(f"interrupted; resume with:\n  python run_lab.py {predir_mod.spec_file(predir, spec['name'])} "
               f"{spec['name']} search@{predir}")
