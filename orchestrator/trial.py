@@ -188,22 +188,30 @@ class Trial:
                     self.next_event(by_key[key], stream)
         return self.finish()
 
+    def release(self, plan: SessionPlan) -> None:
+        """Drop a finished session's stream and actor handle, so Ray ends the actor and frees its
+        resources for sessions still waiting."""
+        self.streams.pop(plan.key, None)
+        actor = self.actors.pop(plan.key, None)
+        if actor is not None:
+            ray.kill(actor)
+
     def next_event(self, plan: SessionPlan, stream: Any) -> None:
         """Take one event of a session's stream and act on it."""
         try:
             event = ray.get(next(stream))
         except StopIteration:
-            self.streams.pop(plan.key, None)
+            self.release(plan)
             return
         except RayTaskError as err:  # the session's code raised: a bug, not a fault; no retry
-            self.streams.pop(plan.key, None)
+            self.release(plan)
             plan.status, plan.error = "failed", str(err)
             self.progress.status(plan.key, "failed")
             self.record.update(plan)
             self.log_error(plan, str(err))
             return
         except RayActorError as err:  # process or node died: restart from the newest checkpoint
-            self.streams.pop(plan.key, None)
+            self.release(plan)
             self.on_actor_died(plan, err)
             return
         self.handle(plan, event)
