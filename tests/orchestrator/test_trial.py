@@ -184,3 +184,12 @@ def test_resume_on_s3_and_from_a_copied_predir(ray_local, tmp_path, s3_bucket):
                    *overrides(items[:-2] + ["env.max_frame=2400", "meta.max_session=1"])) == 0
     df = storage.read_parquet(f"{target}/t0/s0/train_df.parquet")
     assert_continuous(df, 800, 2400)
+
+
+def test_sessions_beyond_the_cluster_wait_for_freed_resources(ray_local, tmp_path):
+    """3 sessions of 2 CPUs on a 4-CPU Ray: the third starts once a finished actor is released."""
+    items = ["meta.max_session=3", "meta.log_frequency=400", "env.max_frame=800",
+             'meta.resources={"num_cpus": 2, "num_gpus": 0}']
+    assert run_cli(SPECS, "ppo_cartpole", "train", "--data-dir", str(tmp_path / "data"), *overrides(items)) == 0
+    run = storage.read_json(str(only_predir(tmp_path / "data") / "run.json"))
+    assert [run["sessions"][f"t0_s{s}"]["status"] for s in range(3)] == ["done"] * 3
