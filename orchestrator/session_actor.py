@@ -25,7 +25,6 @@ from orchestrator import predir as predir_mod
 from orchestrator import storage
 from orchestrator.checkpoint import CheckpointError, CheckpointStore
 
-
 COMMIT_BACKOFF_S = (0.5, 1.0, 2.0)  # waits between checkpoint write attempts, seconds
 
 

@@ -345,12 +345,17 @@ def _check_range(value: Any, meta: Any, dotted: str, problems: list[str]) -> Non
         problems.append(f"{dotted}: must be <= {meta['le']}, got {value!r}")
 
 
-def _check_names(spec: dict[str, Any], problems: list[str]) -> None:
-    """Registry names: algorithm, net, memory, optimizers, losses, schedules, env id."""
+def _name_checker(problems: list[str]) -> Any:
+    """``check(path, value, registry)``: record an unknown registry name with the valid ones."""
     def check(path: str, value: Any, valid: Any) -> None:
         if _registered(valid, value) is None:
             problems.append(f"{path}: unknown name {value!r}; expected one of {sorted(valid)}")
+    return check
 
+
+def _check_agent_names(spec: dict[str, Any], problems: list[str]) -> None:
+    """Algorithm, net type and memory names, and the memory the algorithm allows."""
+    check = _name_checker(problems)
     algo_name = _get(spec, "agent.algorithm.name")
     check("agent.algorithm.name", algo_name, ALGORITHMS)
     check("agent.net.type", _get(spec, "agent.net.type"), NETS)
@@ -360,6 +365,11 @@ def _check_names(spec: dict[str, Any], problems: list[str]) -> None:
     if algo_cls and _registered(MEMORIES, mem_name) and mem_name not in algo_cls.memory_names:
         problems.append(f"agent.memory.name: {algo_name} needs one of "
                         f"{list(ALGORITHMS[algo_name].memory_names)}, got {mem_name!r}")
+
+
+def _check_component_names(spec: dict[str, Any], problems: list[str]) -> None:
+    """Optimizer, loss, LR scheduler and variable schedule names (and optimizer learning rates)."""
+    check = _name_checker(problems)
     for key in ("optim_spec", "actor_optim_spec", "critic_optim_spec"):
         optim = _get(spec, f"agent.net.{key}")
         if isinstance(optim, dict):
@@ -367,24 +377,33 @@ def _check_names(spec: dict[str, Any], problems: list[str]) -> None:
             lr = optim.get("lr", 1e-3)
             if not _type_ok(lr, float) or lr < 0:
                 problems.append(f"agent.net.{key}.lr: expected a number >= 0, got {lr!r}")
-    loss = _get(spec, "agent.net.loss_spec")
-    if isinstance(loss, dict):
-        check("agent.net.loss_spec.name", loss.get("name"), LOSSES)
-    sched = _get(spec, "agent.net.lr_scheduler_spec")
-    if isinstance(sched, dict):
-        check("agent.net.lr_scheduler_spec.name", sched.get("name"), LR_SCHEDULERS)
+    for key, registry in (("loss_spec", LOSSES), ("lr_scheduler_spec", LR_SCHEDULERS)):
+        section = _get(spec, f"agent.net.{key}")
+        if isinstance(section, dict):
+            check(f"agent.net.{key}.name", section.get("name"), registry)
     algo = _get(spec, "agent.algorithm")
     for key, value in (algo.items() if isinstance(algo, dict) else []):
         if key.endswith("_spec") and isinstance(value, dict):
             check(f"agent.algorithm.{key}.name", value.get("name", "no_decay"), DECAYS)
+
+
+def _check_env_name(spec: dict[str, Any], problems: list[str]) -> None:
+    """The env id resolves to a registered gymnasium env."""
     env_name = _get(spec, "env.name")
-    if isinstance(env_name, str):
-        try:
-            resolve_env_id(env_name)
-        except ValueError as err:
-            problems.append(f"env.name: {err}")
-    else:
+    if not isinstance(env_name, str):
         problems.append(f"env.name: expected a gymnasium env id string, got {env_name!r}")
+        return
+    try:
+        resolve_env_id(env_name)
+    except ValueError as err:
+        problems.append(f"env.name: {err}")
+
+
+def _check_names(spec: dict[str, Any], problems: list[str]) -> None:
+    """Registry names: algorithm, net, memory, optimizers, losses, schedules, env id."""
+    _check_agent_names(spec, problems)
+    _check_component_names(spec, problems)
+    _check_env_name(spec, problems)
 
 
 def _try_build(problems: list[str], path: str, build_fn: Any, *args: Any) -> None:

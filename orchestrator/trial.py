@@ -390,36 +390,23 @@ def plan_resume(predir: str, new_spec: dict[str, Any],
     return merged, plans, applied
 
 
-def run_train(args: argparse.Namespace) -> int:
-    """``train`` and ``train@...`` modes (see module docstring); returns the exit code."""
-    new_spec = load_spec(args.spec_file, args.spec_name, args.overrides)
-    args.data_dir = storage.absolute(args.data_dir)  # actors may run in another working directory
-    if args.mode == "train":
-        spec, applied = new_spec, []
-    else:
-        predir = resolve_predir(args.mode.split("@", 1)[1], args.data_dir, args.spec_name)
-        if storage.exists(storage.join(predir, "search.json")):
-            raise UsageError(f"{args.mode}: '{predir}' is a search; resume it with search@{predir}")
-        spec, plans, applied = plan_resume(predir, new_spec, args.allow_fresh)
-    init_ray(args.address)
-    check_resources(spec["meta"])
-    if args.mode == "train":
-        predir, plans = plan_fresh(spec, args.data_dir)
-        record = RunRecord.load_or_new(predir, spec["name"])
-    else:
-        record = RunRecord.load_or_new(predir, spec["name"])
-        if applied:
-            storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)
-        record.data["resumes"].append({"at": now_iso(), "spec_edits": applied,
-                                       "from_frames": {p.key: p.frame for p in plans}})
-        for line in applied:
-            print(f"applied spec edit: {line}")
-        if not plans:
-            print(f"nothing to resume: every session of {predir} is at max_frame")
-            record.save()
-            return 0
-    print(f"{args.mode}: {predir} ({len(plans)} session(s))")
-    trial = Trial(spec, predir, plans, record, quiet=args.quiet)
+def record_resume(predir: str, spec: dict[str, Any], plans: list[SessionPlan], applied: list[str]) -> RunRecord:
+    """Save the edited spec (if any edit applied) and append the resume to run.json's history."""
+    record = RunRecord.load_or_new(predir, spec["name"])
+    if applied:
+        storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)
+    record.data["resumes"].append({"at": now_iso(), "spec_edits": applied,
+                                   "from_frames": {p.key: p.frame for p in plans}})
+    for line in applied:
+        print(f"applied spec edit: {line}")
+    return record
+
+
+def run_with_signals(trial: Trial, spec: dict[str, Any]) -> int:
+    """Run a trial; SIGINT/SIGTERM ask for final checkpoints, a second one exits at once.
+
+    Handlers are installed only from the main thread (elsewhere Python forbids it).
+    """
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -429,7 +416,7 @@ def run_train(args: argparse.Namespace) -> int:
               f"(up to {spec['meta']['shutdown_grace_s']} s; again to exit at once)", file=sys.stderr)
         trial.request_stop()
 
-    in_main = threading.current_thread() is threading.main_thread()  # handlers only install there
+    in_main = threading.current_thread() is threading.main_thread()
     for sig in previous if in_main else ():
         signal.signal(sig, on_signal)
     try:
@@ -437,3 +424,30 @@ def run_train(args: argparse.Namespace) -> int:
     finally:
         for sig, handler in previous.items() if in_main else ():
             signal.signal(sig, handler)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """``train`` and ``train@...`` modes (see module docstring); returns the exit code."""
+    new_spec = load_spec(args.spec_file, args.spec_name, args.overrides)
+    args.data_dir = storage.absolute(args.data_dir)  # actors may run in another working directory
+    resume = args.mode != "train"
+    if resume:
+        predir = resolve_predir(args.mode.split("@", 1)[1], args.data_dir, args.spec_name)
+        if storage.exists(storage.join(predir, "search.json")):
+            raise UsageError(f"{args.mode}: '{predir}' is a search; resume it with search@{predir}")
+        spec, plans, applied = plan_resume(predir, new_spec, args.allow_fresh)
+    else:
+        spec = new_spec
+    init_ray(args.address)
+    check_resources(spec["meta"])
+    if resume:
+        record = record_resume(predir, spec, plans, applied)
+        if not plans:
+            print(f"nothing to resume: every session of {predir} is at max_frame")
+            record.save()
+            return 0
+    else:
+        predir, plans = plan_fresh(spec, args.data_dir)
+        record = RunRecord.load_or_new(predir, spec["name"])
+    print(f"{args.mode}: {predir} ({len(plans)} session(s))")
+    return run_with_signals(Trial(spec, predir, plans, record, quiet=args.quiet), spec)

@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_trial import REPO, SPECS, descendants, only_predir, overrides, run_cli
 
 from orchestrator import checkpoint, session_actor, storage
 from orchestrator.session_actor import SessionRunner
 from orchestrator.spec import load_spec
-
-from test_trial import REPO, SPECS, descendants, only_predir, overrides, run_cli
 
 PPO = ["meta.max_session=2", "meta.log_frequency=1000", "meta.random_seed=10"]
 
