@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from lab_helpers import overrides, run_cli
 
-from orchestrator import analysis, cli
+from orchestrator import analysis
 from orchestrator import predir as predir_mod
 from orchestrator.analysis import PNG_SIGNATURE, session_metrics, trial_metrics
 from orchestrator.checkpoint import CheckpointStore
@@ -17,17 +18,6 @@ from orchestrator.spec import load_spec
 
 SPECS = str(Path(__file__).resolve().parents[2] / "specs/benchmark/cartpole.json")
 TINY = ["meta.max_session=1", "meta.log_frequency=400", "meta.random_seed=3"]
-
-
-def run_cli(*argv: str) -> int:
-    try:
-        return cli.main(list(argv))
-    except SystemExit as exc:
-        return int(exc.code)
-
-
-def overrides(items):
-    return [x for item in items for x in ("-s", item)]
 
 
 def train_df(returns, frames=(1000, 2000, 3000, 4000), opt_steps=(0, 10, 20, 30)) -> pd.DataFrame:

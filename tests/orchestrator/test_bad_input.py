@@ -4,7 +4,7 @@ directory byte-identical."""
 import shutil
 
 import pytest
-from test_trial import SPECS, files_digest, only_predir, overrides, run_cli
+from lab_helpers import SPECS, files_digest, only_predir, overrides, run_cli
 
 ITEMS = ["meta.max_session=2", "meta.log_frequency=400", "meta.random_seed=3", "env.max_frame=800"]
 LONGER = ITEMS[:-1] + ["env.max_frame=1600"]

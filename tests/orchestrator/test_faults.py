@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_trial import REPO, SPECS, descendants, only_predir, overrides, run_cli
+from lab_helpers import DRIVER_ENV, REPO, SPECS, descendants, kill_pids, only_predir, overrides, run_cli, start_driver
 
 from orchestrator import checkpoint, session_actor, storage
 from orchestrator.session_actor import SessionRunner
@@ -112,10 +112,7 @@ def test_raising_session_fails_alone(ray_local, tmp_path, capsys):
 
 def test_sigterm_to_driver_interrupts_then_train_latest_completes(ray_local, tmp_path):
     items = PPO + ["env.max_frame=30000"]
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    driver = subprocess.Popen([sys.executable, str(REPO / "run_lab.py"), SPECS, "ppo_cartpole", "train",
-                               "--quiet", *overrides(items)], cwd=tmp_path, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    driver = start_driver([SPECS, "ppo_cartpole", "train", *overrides(items)], tmp_path, capture=True)
     tree = []
     try:
         wait_for(lambda: {m.parents[2].name for m in tmp_path.glob("data/*/t0/s*/ckpt/0*/MANIFEST.json")}
@@ -126,11 +123,7 @@ def test_sigterm_to_driver_interrupts_then_train_latest_completes(ray_local, tmp
         driver.send_signal(signal.SIGTERM)
         out, err = driver.communicate(timeout=90)
     finally:
-        for pid in tree + descendants(driver.pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_pids(tree + descendants(driver.pid))
     assert driver.returncode == 0, err
     assert f"train@{predir}" in out
     run = storage.read_json(str(predir / "run.json"))
@@ -181,18 +174,13 @@ NODE_LOSS_SCRIPT = textwrap.dedent("""
 def test_node_loss_session_comes_back_on_remaining_node(tmp_path):
     script = tmp_path / "node_loss.py"
     script.write_text(NODE_LOSS_SCRIPT)
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-           "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env = {**os.environ, **DRIVER_ENV, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "data"), SPECS], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = proc.communicate(timeout=300)
     finally:
-        for pid in descendants(proc.pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_pids(descendants(proc.pid))
     assert "EXIT 0" in out, err[-3000:]
     predir = only_predir(tmp_path / "data")
     entry = storage.read_json(str(predir / "run.json"))["sessions"]["t0_s0"]

@@ -8,15 +8,10 @@ the test kills by PID.
 
 import hashlib
 import math
-import os
-import signal
-import subprocess
-import sys
-import time
 
 import pandas as pd
 import pytest
-from test_trial import REPO, SPECS, assert_continuous, descendants, files_digest, overrides, run_cli
+from lab_helpers import SPECS, assert_continuous, files_digest, kill_driver_when, overrides, run_cli, start_driver
 
 from orchestrator import storage
 from orchestrator.errors import UsageError
@@ -169,31 +164,15 @@ def test_grid_2x2_on_s3(ray_local, s3_bucket):
 def test_sigkill_driver_then_search_latest(ray_local, tmp_path):
     data = f"file://{tmp_path}/data"
     items = SMALL + ["meta.max_session=2", "env.max_frame=5600", GAMMA_GRID]
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    driver = subprocess.Popen([sys.executable, str(REPO / "run_lab.py"), SPECS, "ppo_cartpole", "search",
-                               "--quiet", "--data-dir", data, "--max-concurrent-trials", "1",
-                               *overrides(items)],
-                              cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + 240
-        while time.time() < deadline:  # t0 done, and both sessions of t1 with a committed checkpoint
-            t0 = list(tmp_path.glob("data/*/t0/trial.json"))
-            t1 = {m.parents[2].name for m in tmp_path.glob("data/*/t1/s*/ckpt/0*/MANIFEST.json")}
-            if t0 and '"done"' in t0[0].read_text() and t1 == {"s0", "s1"}:
-                break
-            assert driver.poll() is None, "the driver ended before it could be killed"
-            time.sleep(0.1)
-        else:
-            pytest.fail("t1 never checkpointed within 240 s")
-        tree = descendants(driver.pid)
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.wait(timeout=30)
-    finally:
-        for pid in descendants(driver.pid) + locals().get("tree", []):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    driver = start_driver([SPECS, "ppo_cartpole", "search", "--data-dir", data, "--max-concurrent-trials", "1",
+                           *overrides(items)], tmp_path)
+
+    def t0_done_and_t1_checkpointed() -> bool:
+        t0 = list(tmp_path.glob("data/*/t0/trial.json"))
+        t1 = {m.parents[2].name for m in tmp_path.glob("data/*/t1/s*/ckpt/0*/MANIFEST.json")}
+        return bool(t0) and '"done"' in t0[0].read_text() and t1 == {"s0", "s1"}
+
+    kill_driver_when(driver, t0_done_and_t1_checkpointed, 240, "t0 done and t1 checkpointed")
     (predir,) = (tmp_path / "data").iterdir()
     killed_at = {s: max(int(p.name) for p in (predir / f"t1/s{s}/ckpt").glob("0*")) for s in (0, 1)}
     assert min(killed_at.values()) < 5600, "the driver was killed after t1 finished"

@@ -5,8 +5,9 @@ mismatched ``hid_layers`` exits 2 naming each layer and both shapes."""
 from pathlib import Path
 
 import pytest
+from lab_helpers import overrides, run_cli
 
-from orchestrator import analysis, cli, transfer
+from orchestrator import analysis, transfer
 from orchestrator.checkpoint import CheckpointStore
 from orchestrator.session import Session
 from orchestrator.spec import SpecError, load_spec
@@ -16,17 +17,6 @@ SPECS = str(Path(__file__).resolve().parents[2] / "specs/benchmark/cartpole.json
 # evaluated policy is exactly the transferred one
 FIRST_EVAL = ["meta.max_session=1", "env.max_frame=256", "meta.log_frequency=256", "meta.rigorous_eval=8",
               "meta.eval_frequency=128", "meta.random_seed=9"]
-
-
-def run_cli(*argv: str) -> int:
-    try:
-        return cli.main(list(argv))
-    except SystemExit as exc:
-        return int(exc.code)
-
-
-def overrides(items):
-    return [x for item in items for x in ("-s", item)]
 
 
 def source_spec_file(predir: Path) -> str:

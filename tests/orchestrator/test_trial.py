@@ -5,64 +5,26 @@ subprocess (it must die), which starts a Ray of its own, whose leftover processe
 by PID.
 """
 
-import hashlib
 import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pandas as pd
-import pytest
 import torch
+from lab_helpers import (
+    SPECS,
+    assert_continuous,
+    files_digest,
+    kill_driver_when,
+    only_predir,
+    overrides,
+    run_cli,
+    start_driver,
+)
 
-from orchestrator import cli, storage
+from orchestrator import storage
 from orchestrator.session import Session
 from orchestrator.spec import load_spec, session_seed
 
-REPO = Path(__file__).resolve().parents[2]
-SPECS = str(REPO / "specs/benchmark/cartpole.json")
 PPO_SMALL = ["meta.max_session=2", "meta.log_frequency=800", "meta.random_seed=11"]
-
-
-def run_cli(*argv: str) -> int:
-    """``lab ...`` in-process; returns its exit code (SystemExit included)."""
-    try:
-        return cli.main(list(argv) + ["--quiet"])
-    except SystemExit as exc:
-        return int(exc.code)
-
-
-def overrides(items):
-    return [x for item in items for x in ("-s", item)]
-
-
-def descendants(pid: int) -> list[int]:
-    """PIDs of every process below ``pid`` (read from /proc)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def files_digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def only_predir(data_dir: Path) -> Path:
-    (predir,) = [p for p in data_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
-    return predir
 
 
 def uninterrupted_df(spec_overrides, session):
@@ -73,38 +35,11 @@ def uninterrupted_df(spec_overrides, session):
     return s.train_df
 
 
-def assert_continuous(df: pd.DataFrame, log_frequency: int, max_frame: int) -> None:
-    frames = df["frame"].tolist()
-    assert frames == list(range(log_frequency, max_frame + 1, log_frequency))
-    assert df["wall_t"].is_monotonic_increasing
-    assert df["opt_step"].is_monotonic_increasing and df["epi"].is_monotonic_increasing
-
-
 def test_train_sigkill_driver_then_resume_latest(ray_local, tmp_path):
     items = PPO_SMALL + ["env.max_frame=16000"]
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    driver = subprocess.Popen([sys.executable, str(REPO / "run_lab.py"), SPECS, "ppo_cartpole", "train", "--quiet",
-                               *overrides(items)], cwd=tmp_path, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + 180
-        while time.time() < deadline:  # wait for a committed checkpoint in both sessions
-            manifests = list(tmp_path.glob("data/*/t0/s*/ckpt/0*/MANIFEST.json"))
-            if {m.parents[2].name for m in manifests} == {"s0", "s1"}:
-                break
-            assert driver.poll() is None, "the driver ended before it could be killed"
-            time.sleep(0.2)
-        else:
-            pytest.fail("no checkpoint within 180 s")
-        tree = descendants(driver.pid)
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.wait(timeout=30)
-    finally:
-        for pid in descendants(driver.pid) + locals().get("tree", []):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    driver = start_driver([SPECS, "ppo_cartpole", "train", *overrides(items)], tmp_path)
+    kill_driver_when(driver, lambda: {m.parents[2].name for m in tmp_path.glob("data/*/t0/s*/ckpt/0*/MANIFEST.json")}
+                     == {"s0", "s1"}, 180, "a committed checkpoint in both sessions")
     predir = only_predir(tmp_path / "data")
     killed_at = {s: max(int(p.name) for p in (predir / f"t0/s{s}/ckpt").glob("0*")) for s in (0, 1)}
     assert min(killed_at.values()) < 16000, "the driver was killed after the run finished"

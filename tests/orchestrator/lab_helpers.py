@@ -1,0 +1,108 @@
+"""Helpers shared by the orchestrator tests: running the CLI in-process, driver subprocesses that
+the test kills (and whose leftover Ray processes it kills by PID), run-directory digests."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+import pytest
+
+from orchestrator import cli
+
+REPO = Path(__file__).resolve().parents[2]
+SPECS = str(REPO / "specs/benchmark/cartpole.json")
+DRIVER_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def run_cli(*argv: str) -> int:
+    """``lab ...`` in-process (``--quiet`` added to run modes); returns its exit code."""
+    extra = [] if argv[:1] in (("analyze",), ("ls",)) else ["--quiet"]
+    try:
+        return cli.main(list(argv) + extra)
+    except SystemExit as exc:
+        return int(exc.code)
+
+
+def overrides(items: list[str]) -> list[str]:
+    """``["a=1", "b=2"]`` -> ``["-s", "a=1", "-s", "b=2"]``."""
+    return [x for item in items for x in ("-s", item)]
+
+
+def descendants(pid: int) -> list[int]:
+    """PIDs of every process below ``pid`` (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def kill_pids(pids: list[int]) -> None:
+    """SIGKILL each PID that still exists (only PIDs the test started)."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def start_driver(argv: list[str], cwd: Path, capture: bool = False) -> subprocess.Popen:
+    """``python run_lab.py *argv`` as a subprocess with its own embedded Ray."""
+    pipe = subprocess.PIPE if capture else subprocess.DEVNULL
+    return subprocess.Popen([sys.executable, str(REPO / "run_lab.py"), *argv, "--quiet"], cwd=cwd,
+                            env={**os.environ, **DRIVER_ENV}, stdout=pipe, stderr=pipe, text=True)
+
+
+def kill_driver_when(driver: subprocess.Popen, ready: Callable[[], bool], timeout: float, what: str) -> None:
+    """SIGKILL a driver once ``ready()`` holds, then kill its leftover Ray processes by PID.
+
+    Fails the test if the driver ends first or ``timeout`` seconds pass.
+    """
+    tree: list[int] = []
+    try:
+        deadline = time.time() + timeout
+        while not ready():
+            assert driver.poll() is None, "the driver ended before it could be killed"
+            if time.time() > deadline:
+                pytest.fail(f"{what} not reached within {timeout} s")
+            time.sleep(0.1)
+        tree = descendants(driver.pid)
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=30)
+    finally:
+        kill_pids(descendants(driver.pid) + tree)
+
+
+def files_digest(root: Path) -> dict[str, str]:
+    """sha256 of every file below ``root``, by relative path."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def only_predir(data_dir: Path) -> Path:
+    """The single run directory in a data dir."""
+    (predir,) = [p for p in data_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    return predir
+
+
+def assert_continuous(df: pd.DataFrame, log_frequency: int, max_frame: int) -> None:
+    """One train_df row per log frame (no duplicate, no gap); wall_t, opt_step and epi monotonic."""
+    assert df["frame"].tolist() == list(range(log_frequency, max_frame + 1, log_frequency))
+    assert df["wall_t"].is_monotonic_increasing
+    assert df["opt_step"].is_monotonic_increasing and df["epi"].is_monotonic_increasing
