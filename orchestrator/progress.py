@@ -1,11 +1,22 @@
-"""Live progress of sessions (frame, fps, total_reward_ma, ETA) with ``rich``."""
+"""Live progress of sessions (frame, fps, total_reward_ma, ETA) with ``rich``.
+
+On a terminal: one live bar per session. Otherwise (output piped, ``nohup``, a CI log): one plain
+line per session at most every ``PLAIN_INTERVAL_S`` seconds, and on every status change.
+"""
 
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+PLAIN_INTERVAL_S = 10.0
+
+
+def _fmt(value: Any) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.1f}"
 
 
 class SessionProgress:
@@ -19,7 +30,10 @@ class SessionProgress:
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
             TextColumn("fps {task.fields[fps]:>6}"), TextColumn("ma {task.fields[ma]:>7}"),
             TextColumn("{task.fields[status]}"), TimeRemainingColumn(), disable=disable, transient=False)
+        self.disable = disable
+        self.plain = not disable and not self.progress.console.is_terminal
         self.tasks: dict[str, Any] = {}
+        self.last_line: dict[str, float] = {}  # key -> monotonic time of its last plain line
 
     def __enter__(self) -> "SessionProgress":
         self.progress.__enter__()
@@ -30,13 +44,24 @@ class SessionProgress:
 
     def update(self, key: str, row: dict[str, Any], max_frame: int, status: str = "") -> None:
         """Show a session's latest log row (frame of max_frame, fps, total_reward_ma)."""
-        fmt = lambda v: "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.1f}"  # noqa: E731
-        fields = {"fps": fmt(row.get("fps")), "ma": fmt(row.get("total_reward_ma")), "status": status}
+        fields = {"fps": _fmt(row.get("fps")), "ma": _fmt(row.get("total_reward_ma")), "status": status}
         if key not in self.tasks:
             self.tasks[key] = self.progress.add_task(key, total=max_frame, **fields)
         self.progress.update(self.tasks[key], completed=row.get("frame", 0), total=max_frame, **fields)
+        if self.plain and time.monotonic() - self.last_line.get(key, -math.inf) >= PLAIN_INTERVAL_S:
+            self.print_line(key)
 
     def status(self, key: str, status: str) -> None:
         """Set the status text of a session (e.g. ``done``, ``restarting``)."""
         if key in self.tasks:
             self.progress.update(self.tasks[key], status=status)
+            if self.plain:
+                self.print_line(key)
+
+    def print_line(self, key: str) -> None:
+        """One plain progress line of a session (for output that is not a terminal)."""
+        task = self.progress.tasks[self.tasks[key]]
+        f = task.fields
+        print(f"{key} frame {int(task.completed)}/{int(task.total or 0)} fps {f['fps']} "
+              f"total_reward_ma {f['ma']} {f['status']}".rstrip(), flush=True)
+        self.last_line[key] = time.monotonic()
