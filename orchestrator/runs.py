@@ -62,6 +62,12 @@ def session_info(predir: str, key: str, run: dict[str, Any]) -> SessionInfo:
     entry = run.get("sessions", {}).get(key, {})
     frame = max(ranked) if ranked else int(entry.get("frame") or 0)
     status = entry.get("status") or ("dev" if not run else "not started")
+    df_uri = storage.join(predir_mod.session_dir(predir, t, s), "train_df.parquet")
+    if not ranked and not entry and storage.exists(df_uri):  # a dev run: its train_df is all there is
+        df = storage.read_parquet(df_uri)
+        if len(df):
+            frame = int(df["frame"].iloc[-1])
+            best = None if df["total_reward_ma"].isna().all() else float(df["total_reward_ma"].max())
     return SessionInfo(key, status, frame, best, bool(ranked))
 
 
