@@ -178,13 +178,19 @@ class Algorithm:
             Global grad norm (L2, before clipping) over the stepped parameters.
         """
         optims = [self.optims[n] for n in optim_names]
-        for name, optim in zip(optim_names, optims):
-            self.lr_scheds[name].step_to(clock.frame)
-            optim.zero_grad(set_to_none=True)
-        loss.backward()
         params = [p for optim in optims for g in optim.param_groups for p in g["params"]]
+        for name in optim_names:
+            self.lr_scheds[name].step_to(clock.frame)
+        for p in params:  # what optim.zero_grad(set_to_none=True) does, without its per-call wrappers
+            p.grad = None
+        loss.backward()
         max_norm = self.net_spec.clip_grad_val
-        grad_norm = nn.utils.clip_grad_norm_(params, max_norm if max_norm is not None else math.inf)
+        # nn.utils.clip_grad_norm_ op for op (its foreach path), without its per-call Python wrappers
+        grads = [p.grad for p in params if p.grad is not None]
+        grad_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0) if grads \
+            else torch.tensor(0.0)
+        if max_norm is not None and grads:
+            torch._foreach_mul_(grads, (max_norm / (grad_norm + 1e-6)).clamp(max=1.0))
         for optim in optims:
             optim.step()
         clock.tick_opt_step()

@@ -4,7 +4,8 @@ Rollouts of ``time_horizon`` vector steps (T x N frames), GAE advantages (lam), 
 epochs of shuffled minibatches of ``minibatch_size`` samples, a clip range from ``clip_eps_spec``
 (a schedule of frames), value loss weighted by ``val_loss_coef`` and an entropy bonus from
 ``entropy_coef_spec``. Actor and critic are one shared net with two heads (``net.shared``) or two
-nets whose optimizers step together on the one combined loss.
+nets stepped together on the one combined loss: by one optimizer over both, or by two when
+``actor_optim_spec`` / ``critic_optim_spec`` are given.
 """
 
 from __future__ import annotations
@@ -56,8 +57,15 @@ class PPO(Algorithm):
         else:
             self.nets["actor"] = self.make_net(pd_dim)
             self.nets["critic"] = self.make_net(1)
-            self.add_optim("actor", self.nets["actor"].parameters(), ns.actor_optim_spec or ns.optim_spec)
-            self.add_optim("critic", self.nets["critic"].parameters(), ns.critic_optim_spec or ns.optim_spec)
+            if ns.actor_optim_spec is None and ns.critic_optim_spec is None:
+                # One optimizer over both nets (as SB3 does): the same per-parameter updates as two
+                # optimizers of one spec, in one step call instead of two.
+                self.add_optim("net", [*self.nets["actor"].parameters(), *self.nets["critic"].parameters()],
+                               ns.optim_spec)
+            else:
+                self.add_optim("actor", self.nets["actor"].parameters(), ns.actor_optim_spec or ns.optim_spec)
+                self.add_optim("critic", self.nets["critic"].parameters(),
+                               ns.critic_optim_spec or ns.optim_spec)
         self.clip_eps = VarSchedule.from_spec(self.algo.clip_eps_spec, default=0.2)
         self.value_loss = make_loss(ns.loss_spec)
 
@@ -128,5 +136,7 @@ class PPO(Algorithm):
         surrogate = torch.min(ratio * adv, ratio.clamp(1 - clip_eps, 1 + clip_eps) * adv)
         val_loss = self.value_loss(value, mb["v_target"])
         entropy = entropy.mean()
-        loss = -surrogate.mean() + self.algo.val_loss_coef * val_loss - ent_coef * entropy
+        loss = -surrogate.mean() + self.algo.val_loss_coef * val_loss
+        if ent_coef:  # a zero bonus is left out of the graph: same loss and grads, less backward work
+            loss = loss - ent_coef * entropy
         return loss, entropy

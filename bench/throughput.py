@@ -1,0 +1,138 @@
+"""Throughput benchmark: env frames per second of our PPO session vs Stable-Baselines3 PPO.
+
+Both train PPO on CartPole-v1 with the same hyperparameters (rl-baselines3-zoo ``ppo.yml``, as in
+``specs/benchmark/cartpole.json`` ``ppo_cartpole``): 8 envs, n_steps/time_horizon 32, batch 256,
+20 epochs, gamma 0.98, GAE lambda 0.8, lr 1e-3 and clip 0.2 both linear to 0 over the frame
+budget, no entropy bonus, separate 64-64 tanh actor and critic, Adam eps 1e-5, grad clip 0.5, CPU,
+``torch.set_num_threads(1)``. Runs alternate (ours, SB3, ours, SB3, ...) in this one process, so
+both see the same machine load over time. Only the training loop is timed:
+``Session.run_rl()`` for ours (the session, its envs and nets are built before the timer starts)
+and ``PPO.learn()`` for SB3 (the model and its vector env are built before).
+
+fps = env frames / wall seconds of the loop. Because the box is shared, CPU seconds of this
+process over the loop are recorded too (``frames_per_cpu_s``), which is much less sensitive to
+other load than wall time. The frame budget is a multiple of 256 (one rollout of 8 x 32), so
+both do the same number of rollouts and gradient steps.
+
+Usage:
+    python bench/throughput.py [--frames 51200] [--rounds 2] [--seed 1]
+        [--out bench/results/throughput.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from orchestrator.session import Session  # noqa: E402
+from orchestrator.spec import load_spec  # noqa: E402
+
+SPEC_FILE = ROOT / "specs/benchmark/cartpole.json"
+
+
+def ours_spec(frames: int) -> dict[str, Any]:
+    """``ppo_cartpole`` with its frame budget and its linear schedules cut to ``frames``."""
+    return load_spec(str(SPEC_FILE), "ppo_cartpole", [
+        f"env.max_frame={frames}", f"agent.net.lr_scheduler_spec.frame={frames}",
+        f"agent.algorithm.clip_eps_spec.end_step={frames}"])
+
+
+def run_ours(frames: int, seed: int) -> dict[str, Any]:
+    session = Session(ours_spec(frames), seed)
+    w0, c0 = time.perf_counter(), time.process_time()
+    session.run_rl()
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    frame, opt_steps = session.clock.frame, session.clock.opt_step
+    final_ma = session.train_rows[-1]["total_reward_ma"]
+    session.close()
+    return {"frames": frame, "opt_steps": opt_steps, "wall_s": wall, "cpu_s": cpu, "fps": frame / wall,
+            "frames_per_cpu_s": frame / cpu, "final_ma": final_ma}
+
+
+def run_sb3(frames: int, seed: int) -> dict[str, Any]:
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+
+    def lin(v: float):
+        return lambda progress_remaining: progress_remaining * v
+
+    returns: list[float] = []
+
+    class EpisodeReturns(BaseCallback):
+        def _on_step(self) -> bool:
+            returns.extend(i["episode"]["r"] for i in self.locals["infos"] if "episode" in i)
+            return True
+
+    env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)  # DummyVecEnv + Monitor
+    model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, n_epochs=20, gae_lambda=0.8, gamma=0.98,
+                learning_rate=lin(1e-3), clip_range=lin(0.2), ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5,
+                policy_kwargs={"net_arch": {"pi": [64, 64], "vf": [64, 64]}}, seed=seed, device="cpu",
+                verbose=0)
+    w0, c0 = time.perf_counter(), time.process_time()
+    model.learn(total_timesteps=frames, callback=EpisodeReturns())
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    frame = model.num_timesteps
+    env.close()
+    opt_steps = model._n_updates * (model.n_steps * model.n_envs // model.batch_size)  # epochs x minibatches
+    return {"frames": frame, "opt_steps": opt_steps, "wall_s": wall, "cpu_s": cpu, "fps": frame / wall,
+            "frames_per_cpu_s": frame / cpu,
+            "final_ma": statistics.fmean(returns[-20:]) if returns else float("nan")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--frames", type=int, default=51_200, help="frame budget per run (multiple of 256)")
+    ap.add_argument("--rounds", type=int, default=2, help="(ours, SB3) pairs, alternating")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", default=str(ROOT / "bench/results/throughput.json"))
+    args = ap.parse_args(argv)
+    if args.frames % 256:
+        ap.error("--frames must be a multiple of 256 (8 envs x 32 steps)")
+
+    import stable_baselines3
+    torch.set_num_threads(1)
+    runs = []
+    for r in range(args.rounds):
+        for name, fn in (("ours", run_ours), ("sb3", run_sb3)):
+            load = os.getloadavg()
+            rec = fn(args.frames, args.seed)
+            rec.update(impl=name, round=r, load_start=load, load_end=os.getloadavg())
+            runs.append(rec)
+            print(f"round {r} {name:4s}: {rec['frames']} frames in {rec['wall_s']:.1f} s = "
+                  f"{rec['fps']:,.0f} fps ({rec['frames_per_cpu_s']:,.0f} frames/CPU-s), "
+                  f"final ma-20 {rec['final_ma']:.1f}, "
+                  f"load1 {load[0]:.2f}", flush=True)
+
+    def med(impl: str, key: str) -> float:
+        return statistics.median(x[key] for x in runs if x["impl"] == impl)
+
+    summary = {k: {"ours": med("ours", k), "sb3": med("sb3", k), "ratio": med("ours", k) / med("sb3", k)}
+               for k in ("fps", "frames_per_cpu_s")}
+    out = {"frames": args.frames, "rounds": args.rounds, "seed": args.seed, "torch_threads": 1,
+           "versions": {"torch": torch.__version__, "stable_baselines3": stable_baselines3.__version__},
+           "cpu_count": os.cpu_count(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+           "summary": summary, "runs": runs}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    print("\n| impl | fps (median) | frames / CPU-s (median) |\n|---|---|---|")
+    for impl in ("ours", "sb3"):
+        print(f"| {impl} | {summary['fps'][impl]:,.0f} | {summary['frames_per_cpu_s'][impl]:,.0f} |")
+    print(f"\nratio ours/SB3: fps {summary['fps']['ratio']:.2f}x, frames/CPU-s "
+          f"{summary['frames_per_cpu_s']['ratio']:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
