@@ -45,6 +45,7 @@ class DQN(Algorithm):
     memory_names = ("Replay",)
 
     def init_nets(self) -> None:
+        """Online Q-net (B, *O) -> (B, A) Q-values, a frozen target copy, one optimizer."""
         if not self.discrete:
             raise ValueError(f"{type(self).__name__} needs a Discrete action space, got {self.action_space}")
         self.nets["net"] = self.make_net(int(self.action_space.n))
@@ -55,11 +56,13 @@ class DQN(Algorithm):
         self.last_target_frame = 0
 
     def init_memory(self) -> Replay:
+        """A ``Replay`` ring buffer of ``memory.max_size`` transitions."""
         ms = self.spec.memory
         return Replay(ms.max_size, self.obs_space.shape, (), np.int64, ms.batch_size, ms.use_cer)
 
     @torch.no_grad()
     def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:
+        """Epsilon-greedy or Boltzmann actions (N,) from Q-values; argmax when ``deterministic``."""
         q = self.nets["net"](self.to_tensor(obs_NO))
         if deterministic:
             return q.argmax(dim=-1).cpu().numpy()
@@ -68,6 +71,7 @@ class DQN(Algorithm):
         return policy.epsilon_greedy(q, self.explore_var(clock.frame), self.rng)
 
     def train_ready(self, clock: Clock) -> bool:
+        """Replay holds ``training_start_step`` transitions and ``training_frequency`` frames passed."""
         return (len(self.memory) >= self.algo.training_start_step
                 and clock.frame - self.last_train_frame >= self.algo.training_frequency)
 
@@ -97,8 +101,10 @@ class DQN(Algorithm):
         return LossStats(float(torch.stack(losses).mean()), float("nan"), float(np.mean(grad_norms)))
 
     def extra_state(self) -> dict[str, Any]:
+        """Frames of the last update and of the last target-net update."""
         return {"last_train_frame": self.last_train_frame, "last_target_frame": self.last_target_frame}
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore ``extra_state``."""
         self.last_train_frame = int(state["last_train_frame"])
         self.last_target_frame = int(state["last_target_frame"])

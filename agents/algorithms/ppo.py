@@ -49,6 +49,7 @@ class PPO(Algorithm):
     memory_names = ("OnPolicyBatchReplay",)
 
     def init_nets(self) -> None:
+        """Actor (B, *O) -> (B, pd_dim) and critic -> (B, 1), shared or separate, and their optimizers."""
         pd_dim = policy.pdparam_dim(self.action_space)
         ns = self.net_spec
         if ns.shared:
@@ -70,6 +71,7 @@ class PPO(Algorithm):
         self.value_loss = make_loss(ns.loss_spec)
 
     def init_memory(self) -> OnPolicyBatchReplay:
+        """An ``OnPolicyBatchReplay`` of ``time_horizon`` vector steps."""
         return OnPolicyBatchReplay(self.algo.time_horizon)
 
     def pdparam_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,11 +84,13 @@ class PPO(Algorithm):
 
     @torch.no_grad()
     def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:
+        """Sample actions (N,) or (N, A) from the policy; its mode when ``deterministic``."""
         obs = self.to_tensor(obs_NO)
         pdparam = self.nets["net"](obs)[0] if self.net_spec.shared else self.nets["actor"](obs)
         return policy.sample(pdparam, self.discrete, self.gen, deterministic).cpu().numpy()
 
     def train_ready(self, clock: Clock) -> bool:
+        """A full rollout of ``time_horizon`` vector steps is stored."""
         return self.memory.ready()
 
     @torch.no_grad()

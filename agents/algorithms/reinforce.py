@@ -33,20 +33,24 @@ class Reinforce(Algorithm):
     memory_names = ("OnPolicyReplay", "OnPolicyBatchReplay")
 
     def init_nets(self) -> None:
+        """Policy net (B, *O) -> (B, pd_dim) and its optimizer."""
         self.nets["net"] = self.make_net(policy.pdparam_dim(self.action_space))
         self.add_optim("net", self.nets["net"].parameters(), self.net_spec.optim_spec)
 
     def init_memory(self) -> OnPolicyReplay | OnPolicyBatchReplay:
+        """``OnPolicyReplay`` (episodes) or ``OnPolicyBatchReplay`` (vector steps), per the spec."""
         if self.spec.memory.name == "OnPolicyReplay":
             return OnPolicyReplay(self.algo.training_frequency, self.num_envs)
         return OnPolicyBatchReplay(self.algo.training_frequency)
 
     @torch.no_grad()
     def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:
+        """Sample actions (N,) or (N, A) from the policy; its mode when ``deterministic``."""
         pdparam = self.nets["net"](self.to_tensor(obs_NO))
         return policy.sample(pdparam, self.discrete, self.gen, deterministic).cpu().numpy()
 
     def train_ready(self, clock: Clock) -> bool:
+        """``training_frequency`` episodes (or steps) are stored."""
         return self.memory.ready()
 
     def update(self, clock: Clock) -> LossStats:
