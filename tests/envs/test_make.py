@@ -8,8 +8,17 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from envs.make import (EVAL_STREAM, OLD_ENV_IDS, TRAIN_STREAM, EnvSpec, episode_returns, final_obs, make_env,
-                       resolve_env_id, sub_env_seeds)
+from envs.make import (
+    EVAL_STREAM,
+    OLD_ENV_IDS,
+    TRAIN_STREAM,
+    EnvSpec,
+    episode_returns,
+    final_obs,
+    make_env,
+    resolve_env_id,
+    sub_env_seeds,
+)
 
 
 def rollout(env, steps, seed=0):
