@@ -7,7 +7,9 @@ transitions, one row of N sub-envs per ``add``:
     observation, also on done rows), terminated_N (N,) bool, truncated_N (N,) bool.
 
 Each exposes ``state_dict()`` / ``load_state_dict()`` of plain numpy arrays and ints, so a
-checkpoint can store it (``memory.checkpoint: true``).
+checkpoint can store it (``memory.checkpoint: true``), and ``cut_episodes()``, called when the env
+was reset under a restored memory (a checkpoint without env state) so that no stored episode runs
+on into the new one.
 """
 
 from __future__ import annotations
@@ -124,6 +126,10 @@ class Replay:
             v[:size] = saved
         self.head, self.size = int(state["head"]), size
 
+    def cut_episodes(self) -> None:
+        """Nothing to cut: each row is one transition with its true next observation, so no row
+        spans the env reset (rows stay as stored)."""
+
 
 class OnPolicyBatchReplay:
     """On-policy rollout of a fixed horizon: T vector steps of N sub-envs (SLM-Lab ``OnPolicyBatchReplay``).
@@ -132,7 +138,10 @@ class OnPolicyBatchReplay:
         horizon: T, vector steps per rollout (``training_frequency`` / ``time_horizon``).
 
     ``ready()`` is true once T steps are stored; ``pop()`` returns arrays shaped (T, N, ...) and
-    empties the memory.
+    empties the memory. ``cut_episodes()`` marks the last stored step of each sub-env truncated.
+
+    Raises:
+        ValueError: if ``horizon`` is not positive.
     """
 
     def __init__(self, horizon: int) -> None:
@@ -170,6 +179,20 @@ class OnPolicyBatchReplay:
         data = state["data"]
         self.rows = [tuple(np.asarray(data[k][i]) for k in FIELDS) for i in range(len(data.get("obs", [])))]
 
+    def cut_episodes(self) -> None:
+        """End every sub-env's episode at the last stored step: its ``truncated`` (N,) becomes true
+        where ``terminated`` is false.
+
+        The rollout keeps its T steps (a fixed-horizon batch), and the episodes the env was reset
+        under end as time-limit cuts: GAE (PPO) still bootstraps from V of the stored next obs and
+        stops its trace there; Monte-Carlo returns (REINFORCE) stop there. No-op when empty.
+        """
+        if not self.rows:
+            return
+        *head, terminated_N, truncated_N = self.rows[-1]
+        cut_N = np.logical_or(truncated_N, np.logical_not(terminated_N))
+        self.rows[-1] = (*head, terminated_N, cut_N.astype(np.asarray(truncated_N).dtype))
+
 
 class OnPolicyReplay:
     """Episodic on-policy memory (SLM-Lab ``OnPolicyReplay``): whole episodes per sub-env.
@@ -178,7 +201,11 @@ class OnPolicyReplay:
         num_episodes: completed episodes (summed over sub-envs) that make the memory ``ready``.
 
     ``pop()`` returns the completed episodes concatenated along one time axis (T_total,), each
-    ending in a done step, and keeps any unfinished episodes.
+    ending in a done step, and keeps any unfinished episodes. ``cut_episodes()`` drops the
+    unfinished ones.
+
+    Raises:
+        ValueError: if ``num_episodes`` is not positive.
     """
 
     def __init__(self, num_episodes: int, num_envs: int) -> None:
@@ -230,6 +257,14 @@ class OnPolicyReplay:
             return episodes
         self.done_episodes = unpack(state["done"])
         self.current = unpack(state["current"])
+
+    def cut_episodes(self) -> None:
+        """Drop every sub-env's unfinished episode; completed episodes stay.
+
+        Dropped rather than truncated: REINFORCE's Monte-Carlo return of a cut episode would
+        bootstrap 0 and bias its returns low, and this memory counts whole episodes anyway.
+        """
+        self.current = [[] for _ in range(self.num_envs)]
 
 
 MEMORIES = {"Replay": Replay, "OnPolicyReplay": OnPolicyReplay, "OnPolicyBatchReplay": OnPolicyBatchReplay}

@@ -7,6 +7,12 @@ the true final observation is in ``info["final_obs"]``.
 
 The sync vector env is built from ``functools.partial(gym.make, ...)`` so it pickles (DESIGN.md
 section 5: env state can be checkpointed).
+
+Seeds (DESIGN.md section 8): ``make_env`` seeds only the vector action space with the session seed;
+the reset seeds of the sub-envs come from ``sub_env_seeds(session_seed, num_envs, stream, index)``,
+a ``numpy.random.SeedSequence`` of the session seed. Sub-env i is therefore *not* ``seed + i``
+(gymnasium's default for an int reset seed), which would make sessions s and s + 1 of a trial
+share N - 1 env streams.
 """
 
 from __future__ import annotations
@@ -22,6 +28,9 @@ import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space
 from gymnasium.wrappers.utils import RunningMeanStd
+
+TRAIN_STREAM = 0  # sub_env_seeds stream of the training env's resets (index: resume_count)
+EVAL_STREAM = 1  # sub_env_seeds stream of the evaluation env's resets (index: frame)
 
 # SLM-Lab / old gym ids that gymnasium no longer registers -> their successors.
 OLD_ENV_IDS: dict[str, str] = {
@@ -89,7 +98,8 @@ def make_env(spec: EnvSpec, seed: int | None, render_mode: str | None = None,
 
     Args:
         spec: the env section.
-        seed: session seed; sub-env i is seeded ``seed + i`` on the first reset (None: unseeded).
+        seed: session seed; seeds the vector action space only (None: unseeded). Reset the env with
+            ``env.reset(seed=sub_env_seeds(seed, spec.num_envs))`` for seeded sub-envs.
         render_mode: gymnasium render mode of every sub-env (``"human"``, ``"rgb_array"``) or None.
         video_folder: local directory where gymnasium's ``RecordVideo`` writes every episode as MP4
             (needs ``render_mode="rgb_array"``, moviepy, and one sub-env: names are per sub-env).
@@ -121,6 +131,35 @@ def make_env(spec: EnvSpec, seed: int | None, render_mode: str | None = None,
         venv = NormalizeObservation(venv)
     venv.action_space.seed(seed)
     return venv
+
+
+def sub_env_seeds(seed: int, num_envs: int, stream: int = TRAIN_STREAM, index: int = 0) -> list[int]:
+    """Reset seeds of a vector env's sub-envs, derived from (session seed, stream, index, sub-env).
+
+    ``SeedSequence(seed, spawn_key=(stream, index)).generate_state(num_envs, uint64)``: for a given
+    session seed each (stream, index) pair (e.g. the training env after ``index`` resumes, or the eval
+    env at frame ``index``) gets its own seeds, and two different session seeds share none except by
+    a 64-bit hash collision (probability about n**2 / 2**65 for n seeds in all). Pass the list to
+    ``env.reset(seed=...)``.
+
+    Args:
+        seed: the session seed, an int >= 0.
+        num_envs: N, sub-envs of the vector env.
+        stream: which reset sequence (``TRAIN_STREAM``, ``EVAL_STREAM``), an int >= 0.
+        index: position in that sequence (resume count, frame), an int >= 0.
+
+    Returns:
+        N distinct-with-overwhelming-probability ints in [0, 2**64).
+
+    Raises:
+        ValueError: if ``seed``, ``stream`` or ``index`` is negative, or ``num_envs`` < 1.
+    """
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    if min(seed, stream, index) < 0:
+        raise ValueError(f"seed ({seed}), stream ({stream}) and index ({index}) must be >= 0")
+    seq = np.random.SeedSequence(int(seed), spawn_key=(int(stream), int(index)))
+    return [int(x) for x in seq.generate_state(num_envs, np.uint64)]
 
 
 class NormalizeObservation(VectorWrapper):

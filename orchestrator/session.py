@@ -9,6 +9,15 @@ return of the episodes that ended since the previous row (the last known return 
 ``total_reward_ma`` is the mean return of the last ``meta.ma_window`` episodes. With
 ``meta.rigorous_eval = k > 0``, every ``meta.eval_frequency`` frames k deterministic evaluation
 episodes run on a separate env and give one ``eval_df`` row.
+
+Seeds: the session seed seeds the algorithm's generators and the global RNGs; the sub-envs of the
+training env are reset with ``sub_env_seeds(seed, N, TRAIN_STREAM, resume_count)`` and those of the
+eval env with ``sub_env_seeds(seed, k, EVAL_STREAM, frame)``, so no two sessions of a trial share
+an env stream (``envs.make.sub_env_seeds``).
+
+Checkpoints load onto the CPU (``map_location="cpu"``): RNG states, memory, observations and
+counters stay host-side; ``Algorithm.load_state_dict`` copies net and optimizer tensors into the
+algorithm's device (DESIGN.md section 8).
 """
 
 from __future__ import annotations
@@ -29,14 +38,13 @@ import torch
 
 from agents.algorithms import ALGORITHMS, Algorithm, LossStats
 from envs.clock import Clock
-from envs.make import EnvSpec, episode_returns, final_obs, make_env
+from envs.make import EVAL_STREAM, TRAIN_STREAM, EnvSpec, episode_returns, final_obs, make_env, sub_env_seeds
 from orchestrator import transfer
 from orchestrator.spec import RunSpec, build, spec_hash
 
 TRAIN_COLUMNS = ("frame", "epi", "t", "opt_step", "wall_t", "fps", "total_reward", "total_reward_ma", "loss",
                  "lr", "explore_var", "entropy_coef", "entropy", "grad_norm", "refill")
 EVAL_COLUMNS = ("frame", "epi", "opt_step", "wall_t", "total_reward", "total_reward_std", "total_reward_ma")
-EVAL_SEED_OFFSET = 1_000_003  # keeps eval-env seeds apart from training-env seeds
 
 LogCallback = Callable[["Session", dict[str, Any]], None]
 
@@ -76,7 +84,7 @@ class Session:
                                              self.env.single_action_space, env_spec.num_envs, self.seed)
         if fresh and self.spec.agent.net.init_from:
             transfer.init_nets(self.algorithm, self.spec.agent.net.init_from)
-        self.obs: np.ndarray = self.env.reset(seed=self.seed)[0]
+        self.obs: np.ndarray = self.reset_env(resume_count=0)
         self.returns: deque[float] = deque(maxlen=meta.ma_window)
         self.recent_returns: list[float] = []
         self.loss_stats = LossStats()
@@ -181,11 +189,15 @@ class Session:
     def run_eval(self) -> dict[str, Any]:
         """Run one deterministic episode per eval sub-env; append and return an eval_df row.
 
-        The eval env is reset with a seed derived from (session seed, frame), so evaluation
-        neither uses nor disturbs the training RNG streams.
+        The eval env is reset with seeds derived from (session seed, frame) by ``sub_env_seeds``, so
+        evaluation neither uses nor disturbs the training RNG streams. ``total_reward_ma`` is the
+        mean ``total_reward`` of this row and the ``meta.ma_window - 1`` eval rows before it.
+
+        Returns:
+            The eval_df row: ``EVAL_COLUMNS`` (returns in undiscounted reward units, frames, episodes).
         """
         env = self.eval_env()
-        obs, _ = env.reset(seed=self.seed + EVAL_SEED_OFFSET + self.clock.frame)
+        obs, _ = env.reset(seed=sub_env_seeds(self.seed, env.num_envs, EVAL_STREAM, self.clock.frame))
         n = env.num_envs
         finished = np.zeros(n, bool)
         returns = np.zeros(n)
@@ -195,7 +207,8 @@ class Session:
             if done.any():
                 returns[done] = np.asarray(info["episode"]["r"])[done]
                 finished |= done
-        prev = [r["total_reward"] for r in self.eval_rows[-(self.spec.meta.ma_window - 1):]]
+        window = self.spec.meta.ma_window
+        prev = [r["total_reward"] for r in self.eval_rows[-(window - 1):]] if window > 1 else []  # [-0:] is all
         row = {"frame": self.clock.frame, "epi": self.clock.epi, "opt_step": self.clock.opt_step,
                "wall_t": self.clock.wall_t, "total_reward": float(returns.mean()),
                "total_reward_std": float(returns.std()), "total_reward_ma": float(np.mean(prev + [returns.mean()]))}
@@ -255,15 +268,24 @@ class Session:
         """Restore a session serialized by ``to_checkpoint``; counts one more ``resume_count``.
 
         The spec given to the constructor may raise ``max_frame``; everything else continues from
-        the checkpoint. Without ``env.pkl`` the env is reset at a seed derived from (session seed,
-        resume_count) and ``exact`` becomes false. A replay buffer left out of the checkpoint is
-        refilled: rows logged until it holds ``training_start_step`` transitions have ``refill``.
+        the checkpoint. ``state.pt`` is always loaded onto the CPU; only nets and optimizer states move
+        to the algorithm's device (a GPU checkpoint resumes on a CPU-only host and vice versa). Without
+        ``env.pkl`` the env is reset with seeds derived from (session seed, resume_count), the
+        memory's unfinished episodes are cut (``memory.cut_episodes``: a PPO rollout's last step per
+        sub-env becomes truncated, REINFORCE's partial episodes are dropped) so no return spans two
+        episodes, and ``exact`` becomes false; it is also false when the torch RNG state was saved on
+        another device kind (see ``Algorithm.load_state_dict``). A replay buffer left out of the
+        checkpoint is refilled: rows logged until it holds ``training_start_step`` transitions have
+        ``refill``.
+
+        Args:
+            files: file name -> bytes, as ``to_checkpoint`` returned them (``env.pkl`` optional).
 
         Raises:
             KeyError / RuntimeError: the state does not fit this spec (names the part).
         """
-        state = torch.load(io.BytesIO(files["state.pt"]), weights_only=True, map_location=self.algorithm.device)
-        self.algorithm.load_state_dict(state["algorithm"])
+        state = load_state(files["state.pt"])
+        self.exact = self.algorithm.load_state_dict(state["algorithm"]) and self.exact
         self.clock.load_state_dict(state["clock"])
         self.clock.resume_count += 1
         self.returns.clear()
@@ -285,7 +307,18 @@ class Session:
             self.obs = state["obs"].numpy()
         else:
             self.exact = False
-            self.obs = self.env.reset(seed=self.seed + 7919 * self.clock.resume_count)[0]
+            self.algorithm.memory.cut_episodes()
+            self.clock.t = 0
+            self.obs = self.reset_env(self.clock.resume_count)
+
+    def reset_env(self, resume_count: int) -> np.ndarray:
+        """Reset the training env with ``sub_env_seeds(seed, N, TRAIN_STREAM, resume_count)``.
+
+        Returns:
+            The first observations (N, *O).
+        """
+        seeds = sub_env_seeds(self.seed, self.spec.env.num_envs, TRAIN_STREAM, resume_count)
+        return self.env.reset(seed=seeds)[0]
 
     def weights_sha256(self) -> dict[str, str]:
         """Per net: sha256 over its tensors' raw bytes in ``state_dict`` order (DESIGN.md section 7)."""
@@ -318,6 +351,18 @@ def _to_torch(tree: Any) -> Any:
     if isinstance(tree, np.generic):
         return tree.item()
     return tree
+
+
+def load_state(data: bytes) -> dict[str, Any]:
+    """``state.pt`` bytes -> the state tree, every tensor on the CPU (``weights_only=True``).
+
+    Never onto the algorithm's device: ``torch.Generator.set_state`` takes only a CPU ByteTensor
+    and memory/observation tensors are read back with ``.numpy()``.
+
+    Raises:
+        pickle.UnpicklingError / RuntimeError: the bytes are not a ``weights_only`` torch file.
+    """
+    return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
 
 
 def _parquet(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> bytes:

@@ -14,6 +14,7 @@ needs no pickled classes and a resumed session continues exactly.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -225,8 +226,17 @@ class Algorithm:
             state["memory"] = self.memory.state_dict()
         return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore exactly what ``state_dict`` saved.
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        """Restore what ``state_dict`` saved, from a state tree on any device (load it on the CPU).
+
+        Net and optimizer tensors are copied onto the devices of the existing parameters
+        (``self.device``); RNG states and the memory stay host-side. A torch RNG state saved by a
+        generator of another device kind (CUDA Philox, 16 bytes, vs CPU Mersenne Twister, 5056
+        bytes) cannot be set: ``self.gen`` is then reseeded from a sha256 of the saved state, so
+        the resume is deterministic but not exact.
+
+        Returns:
+            True when restored exactly; False when the torch RNG state was re-derived as above.
 
         Raises:
             KeyError: naming a missing or unexpected net/optimizer/scheduler key.
@@ -235,9 +245,25 @@ class Algorithm:
             if set(state[group]) != set(objs):
                 raise KeyError(f"state '{group}' has {sorted(state[group])}, expected {sorted(objs)}")
             for name, obj in objs.items():
-                obj.load_state_dict(state[group][name])
-        self.gen.set_state(state["rng"]["torch"])
+                obj.load_state_dict(state[group][name])  # optimizers cast their state to the params' device
+        exact = self.load_torch_rng(state["rng"]["torch"])
         self.rng.bit_generator.state = state["rng"]["numpy"]
         self.load_extra_state(state["extra"])
         if "memory" in state:
             self.memory.load_state_dict(state["memory"])
+        return exact
+
+    def load_torch_rng(self, rng_state: torch.Tensor) -> bool:
+        """Set ``self.gen`` to a saved state (uint8 (S,), any device); see ``load_state_dict``.
+
+        Returns:
+            True if set exactly, False if the state came from another device kind and was hashed
+            into a seed instead.
+        """
+        rng_state = rng_state.detach().to("cpu", torch.uint8)
+        if rng_state.numel() == self.gen.get_state().numel():
+            self.gen.set_state(rng_state)
+            return True
+        digest = hashlib.sha256(rng_state.numpy().tobytes()).digest()
+        self.gen.manual_seed(int.from_bytes(digest[:8], "little") >> 1)
+        return False

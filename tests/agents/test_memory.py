@@ -239,3 +239,45 @@ def test_onpolicy_replay_empty_state_round_trip():
 def test_onpolicy_replay_rejects_bad_frequency():
     with pytest.raises(ValueError, match="training_frequency"):
         OnPolicyReplay(0, 1)
+
+
+# ---------------------------------------------------------------- cut_episodes (env reset under a restored memory)
+
+def test_batch_replay_cut_episodes_truncates_last_step_only():
+    mem = OnPolicyBatchReplay(horizon=4)
+    mem.cut_episodes()  # empty: nothing to cut
+    assert len(mem) == 0
+    mem.add(*vec_step(0, 3, truncated=[1, 0, 0]))
+    mem.add(*vec_step(3, 3, terminated=[0, 1, 0]))
+    mem.cut_episodes()
+    mem.add(*vec_step(6, 3))
+    mem.add(*vec_step(9, 3))
+    batch = mem.pop()
+    # step 1 ends every sub-env's episode: env 1 stays terminated (not also truncated), envs 0, 2 truncate
+    np.testing.assert_array_equal(batch["truncated"], [[1, 0, 0], [1, 0, 1], [0, 0, 0], [0, 0, 0]])
+    np.testing.assert_array_equal(batch["terminated"], [[0, 0, 0], [0, 1, 0], [0, 0, 0], [0, 0, 0]])
+    assert batch["truncated"].dtype == bool
+    np.testing.assert_array_equal(batch["reward"][1], [3, 4, 5])  # the rest of the step is untouched
+    np.testing.assert_array_equal(batch["next_obs"][1, :, 0], [3.5, 4.5, 5.5])
+
+
+def test_onpolicy_replay_cut_episodes_drops_unfinished():
+    mem = OnPolicyReplay(num_episodes=3, num_envs=2)
+    fill_episodes(mem)  # 2 complete episodes, unfinished: env 0 (2 steps), env 1 (1 step)
+    mem.cut_episodes()
+    assert len(mem) == 5 and [len(ep) for ep in mem.current] == [0, 0]
+    mem.add(*vec_step(0, 2, terminated=[1, 0]))  # env 0's new episode: one step
+    batch = mem.pop()
+    np.testing.assert_array_equal(batch["reward"], [0, 10, 1, 11, 21, 0])
+    np.testing.assert_array_equal(batch["terminated"], [False, True, False, False, False, True])
+    assert [len(ep) for ep in mem.current] == [0, 1]
+
+
+def test_replay_cut_episodes_keeps_rows():
+    mem = Replay(max_size=10, obs_shape=(OBS_DIM,), act_shape=(), act_dtype=np.int64, batch_size=4)
+    mem.add(*vec_step(0, 4))
+    before = {k: v.copy() for k, v in mem.data.items()}
+    mem.cut_episodes()
+    assert (mem.head, mem.size) == (4, 4)
+    for k, v in mem.data.items():
+        np.testing.assert_array_equal(v, before[k])

@@ -8,7 +8,17 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from envs.make import OLD_ENV_IDS, EnvSpec, episode_returns, final_obs, make_env, resolve_env_id
+from envs.make import (
+    EVAL_STREAM,
+    OLD_ENV_IDS,
+    TRAIN_STREAM,
+    EnvSpec,
+    episode_returns,
+    final_obs,
+    make_env,
+    resolve_env_id,
+    sub_env_seeds,
+)
 
 
 def rollout(env, steps, seed=0):
@@ -160,3 +170,29 @@ def test_only_unregistered_ids_are_in_the_map():
 def test_unknown_id_raises():
     with pytest.raises(ValueError, match="unknown env id 'Pendulum-v9'"):
         resolve_env_id("Pendulum-v9")
+
+
+def test_sub_env_seeds_no_two_sessions_share_one():
+    """Seeds of sessions 0..3 of a trial (base 1: session seeds 1..4), 8 sub-envs, training and eval
+    streams: all distinct; with ``seed + i`` sessions 1 and 2 would share 7 of 8."""
+    seeds = [sub_env_seeds(s, 8, stream, index) for s in range(1, 5)
+             for stream, index in ((TRAIN_STREAM, 0), (TRAIN_STREAM, 1), (EVAL_STREAM, 0), (EVAL_STREAM, 1000))]
+    flat = [x for group in seeds for x in group]
+    assert len(flat) == 4 * 4 * 8 and len(set(flat)) == len(flat)
+    assert all(0 <= x < 2**64 for x in flat)
+    assert sub_env_seeds(1, 8) == sub_env_seeds(1, 8, TRAIN_STREAM, 0) == seeds[0]  # deterministic
+    assert sub_env_seeds(1, 3) == seeds[0][:3]  # sub-env i's seed does not depend on N
+
+
+def test_sub_env_seeds_give_distinct_initial_obs_and_reject_bad_args():
+    spec = EnvSpec("CartPole-v1", max_frame=100, num_envs=8)
+    env = make_env(spec, 1)
+    obs_0 = env.reset(seed=sub_env_seeds(1, 8))[0]
+    obs_1 = env.reset(seed=sub_env_seeds(2, 8))[0]
+    assert not (obs_0[:, None, :] == obs_1[None, :, :]).all(-1).any()  # no initial obs in common
+    np.testing.assert_array_equal(env.reset(seed=sub_env_seeds(1, 8))[0], obs_0)
+    env.close()
+    with pytest.raises(ValueError, match="must be >= 0"):
+        sub_env_seeds(-1, 4)
+    with pytest.raises(ValueError, match="num_envs"):
+        sub_env_seeds(1, 0)

@@ -2,6 +2,9 @@
 checkpoint store and resumed, gives the same train_df (all columns but wall_t, fps) and the same
 weights as the uninterrupted run (DESIGN.md section 5; issue: exactness)."""
 
+import io
+
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -94,3 +97,108 @@ def test_dqn_refills_replay_before_training(tmp_path):
     per_row = spec["agent"]["algorithm"]["training_iter"] * spec["meta"]["log_frequency"] // \
         spec["agent"]["algorithm"]["training_frequency"]
     assert (trained.opt_step.diff().dropna() <= per_row).all()
+
+
+# ---------------------------------------------------------------- in-process restores (Session.to/from_checkpoint)
+def restored(spec, seed, files, device=None):
+    """A new session restored from checkpoint ``files``; ``device`` (e.g. ``meta``) stands in for the
+    algorithm's device during the restore only, as a GPU would (nets stay on the CPU)."""
+    session = Session(spec, seed, fresh=False)
+    cpu, session.algorithm.device = session.algorithm.device, device or session.algorithm.device
+    session.from_checkpoint(files)
+    session.algorithm.device = cpu
+    return session
+
+
+@pytest.mark.parametrize("name, overrides, stop_frame", [
+    ("ppo_cartpole", ["env.max_frame=768", "meta.log_frequency=256", "agent.algorithm.training_epoch=2"], 296),
+    ("dqn_cartpole", ["env.max_frame=600", "meta.log_frequency=200", "agent.algorithm.training_start_step=100",
+                      "agent.memory.checkpoint=true"], 333),
+])
+def test_checkpoint_loads_on_cpu_whatever_the_algorithm_device(name, overrides, stop_frame):
+    """With the algorithm's device set to ``meta`` (which fails like CUDA would if RNG states, memory
+    and obs went there), the restore still gives CPU-side state equal to the saved one and the run
+    continues exactly."""
+    spec = load_spec(SPECS, name, overrides)
+    straight = uninterrupted(spec, seed=4)
+    first = Session(spec, 4)
+    first.run_rl(until_frame=stop_frame)
+    files, meta = first.to_checkpoint()
+    second = restored(spec, 4, files, device=torch.device("meta"))
+    assert second.exact and meta["exact"]
+    assert torch.equal(second.algorithm.gen.get_state(), first.algorithm.gen.get_state())
+    assert second.obs.dtype == first.obs.dtype and (second.obs == first.obs).all()
+    saved, loaded = first.algorithm.memory.state_dict(), second.algorithm.memory.state_dict()
+    for k, v in saved["data"].items():
+        assert (loaded["data"][k] == v).all(), k
+    assert len(second.algorithm.memory) == len(first.algorithm.memory) > 0
+    second.run_rl()
+    pd.testing.assert_frame_equal(COMPARED(straight.train_df), COMPARED(second.train_df))
+    assert straight.weights_sha256() == second.weights_sha256()
+
+
+def test_torch_rng_state_of_another_device_kind_resumes_deterministically():
+    """A checkpoint whose torch RNG state is a 16-byte CUDA (Philox) state restores on a CPU generator:
+    reseeded from the state's hash, the same way every time, and marked not exact."""
+    spec = load_spec(SPECS, "ppo_cartpole", ["env.max_frame=512", "meta.log_frequency=256",
+                                             "agent.algorithm.training_epoch=1"])
+    first = Session(spec, 4)
+    first.run_rl(until_frame=256)
+    files, _ = first.to_checkpoint()
+    state = torch.load(io.BytesIO(files["state.pt"]), weights_only=True)
+    state["algorithm"]["rng"]["torch"] = torch.arange(16, dtype=torch.uint8)  # seed and offset, 8 bytes each
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    files = {**files, "state.pt": buf.getvalue()}
+    a, b = restored(spec, 4, files), restored(spec, 4, files)
+    assert not a.exact and not b.exact
+    assert torch.equal(a.algorithm.gen.get_state(), b.algorithm.gen.get_state())
+    assert not torch.equal(a.algorithm.gen.get_state(), first.algorithm.gen.get_state())
+    a.run_rl()
+    b.run_rl()
+    pd.testing.assert_frame_equal(COMPARED(a.train_df), COMPARED(b.train_df))
+    assert a.clock.frame == 512
+
+
+def test_ppo_rollout_cut_when_env_not_restored():
+    """No env.pkl: the env is reset, so the restored rollout's last step (5 of 32 stored) becomes
+    truncated on every sub-env not already terminated; earlier steps and all other fields are kept."""
+    spec = load_spec(SPECS, "ppo_cartpole", ["env.max_frame=768", "meta.log_frequency=256",
+                                             "agent.algorithm.training_epoch=1"])
+    first = Session(spec, 6)
+    first.run_rl(until_frame=256 + 5 * 8)
+    files, _ = first.to_checkpoint()
+    del files["env.pkl"]
+    second = restored(spec, 6, files)
+    saved, cut = first.algorithm.memory.rows, second.algorithm.memory.rows
+    assert len(saved) == len(cut) == 5
+    for t in range(5):
+        for k, (x, y) in enumerate(zip(saved[t], cut[t])):
+            expected = np.logical_or(x, ~saved[t][4]) if (t, k) == (4, 5) else x
+            np.testing.assert_array_equal(y, expected, err_msg=f"step {t} field {k}")
+    assert (cut[4][5] & ~saved[4][5]).any()  # some sub-env was mid-episode, now truncated
+    assert not second.exact and second.clock.t == 0 and second.clock.resume_count == 1
+    assert not np.array_equal(second.obs, first.obs)  # the env was reset
+    second.run_rl(until_frame=256 * 2)
+    assert len(second.algorithm.memory) == 0 and second.clock.opt_step > first.clock.opt_step
+
+
+def test_reinforce_partial_episodes_dropped_when_env_not_restored():
+    """No env.pkl: REINFORCE keeps its completed episodes and drops the unfinished ones, so each
+    sub-env's next stored episode starts at the reset observation."""
+    spec = load_spec(SPECS, "reinforce_cartpole", ["env.max_frame=600", "meta.log_frequency=200"])
+    first = Session(spec, 6)
+    first.run_rl(until_frame=130)
+    files, _ = first.to_checkpoint()
+    del files["env.pkl"]
+    second = restored(spec, 6, files)
+    saved, restored_mem = first.algorithm.memory, second.algorithm.memory
+    assert sum(map(len, saved.current)) > 0  # there were unfinished episodes to drop
+    assert [len(ep) for ep in restored_mem.current] == [0, 0, 0, 0]
+    assert len(restored_mem.done_episodes) == len(saved.done_episodes)
+    for ep_saved, ep_restored in zip(saved.done_episodes, restored_mem.done_episodes):
+        np.testing.assert_array_equal([s[2] for s in ep_restored], [s[2] for s in ep_saved])
+    reset_obs = second.obs.copy()
+    second.run_rl(until_frame=130 + 4 * 3)  # 3 vector steps: shorter than any CartPole episode
+    assert [len(ep) for ep in restored_mem.current] == [3, 3, 3, 3]
+    np.testing.assert_array_equal(np.stack([ep[0][0] for ep in restored_mem.current]), reset_obs)

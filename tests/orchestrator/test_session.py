@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from orchestrator.session import EVAL_COLUMNS, TRAIN_COLUMNS, Session
-from orchestrator.spec import load_spec
+from orchestrator.spec import load_spec, session_seed
 
 REPO = Path(__file__).resolve().parents[2]
 SPECS = str(REPO / "specs" / "benchmark" / "cartpole.json")
@@ -154,3 +154,28 @@ def test_normalize_state_with_eval_runs():
                                    "agent.algorithm.training_epoch=1"])
     assert session.train_df.frame.tolist() == [256, 512] and len(session.eval_df) == 1
     assert session.train_df.total_reward.iloc[-1] >= 8  # episode returns are unscaled
+
+
+def test_eval_ma_window_1_is_each_rows_own_return():
+    """meta.ma_window=1: total_reward_ma of an eval row is its total_reward (not the mean of all rows);
+    with 2, the mean of the row and the one before."""
+    base = ["env.max_frame=768", "meta.log_frequency=256", "meta.eval_frequency=256", "meta.rigorous_eval=2",
+            "agent.algorithm.training_epoch=1"]
+    one = run("ppo_cartpole", base + ["meta.ma_window=1"], seed=3).eval_df
+    assert len(one) == 3 and one.total_reward.nunique() > 1  # rows differ, so a mean of all would show
+    np.testing.assert_allclose(one.total_reward_ma, one.total_reward)
+    two = run("ppo_cartpole", base + ["meta.ma_window=2"], seed=3).eval_df
+    np.testing.assert_allclose(two.total_reward, one.total_reward)
+    np.testing.assert_allclose(two.total_reward_ma, two.total_reward.rolling(2, min_periods=1).mean())
+
+
+def test_sessions_of_a_trial_share_no_env_seed():
+    """8 sub-envs: sessions 0 and 1 of trial 0 start from 8 + 8 different observations (with sub-env
+    seeds ``seed + i`` they shared 7)."""
+    spec = load_spec(SPECS, "ppo_cartpole", SHORT["ppo_cartpole"])
+    s0, s1 = Session(spec, session_seed(1, 0, 0)), Session(spec, session_seed(1, 0, 1))
+    assert s0.obs.shape == (8, 4)
+    rows = np.concatenate([s0.obs, s1.obs])
+    assert len(np.unique(rows, axis=0)) == 16
+    s0.close()
+    s1.close()
