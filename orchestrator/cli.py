@@ -238,7 +238,8 @@ def run_enjoy_mode(args: argparse.Namespace) -> int:
 
 def run_dev_mode(args: argparse.Namespace) -> int:
     """``dev``: one in-process session."""
-    return run_dev(load_spec(args.spec_file, args.spec_name, args.overrides), args.data_dir, args.quiet)
+    spec = load_spec(args.spec_file, args.spec_name, args.overrides)
+    return run_dev(spec, storage.absolute(args.data_dir), args.quiet)
 
 
 # mode (the part before '@') -> handler; each handler parses its own '@' target from args.mode
