@@ -20,9 +20,12 @@ Outputs (all through ``orchestrator.storage``):
 ``t{T}/s{S}/session_metrics.json`` next to ``train_df.parquet``; ``info/t{T}_trial_metrics.json``
 next to ``trial_df.parquet``; ``graph/{spec_name}_t{T}_s{S}_session_graph.png`` (return and its
 moving average, loss, lr, explore_var, entropy vs frames) and ``graph/{spec_name}_t{T}_trial_graph.png``
-(mean ``total_reward_ma`` across sessions with a +-1 std band). Resume points (run.json ``resumes``
-``from_frames``) and actor restarts (``restarts`` ``frame_restored``) are marked with vertical lines
-on one continuous curve. Data is read from each session's newest committed checkpoint (verified),
+(mean ``total_reward_ma`` across sessions with a +-1 std band). Each resume (run.json ``resumes``
+``from_frames``) and actor restart (``restarts`` ``frame_restored``) is one marker on one continuous
+curve: vertical lines at its frames and one horizontal label (``markers``). A panel that is
+constant up to float noise (e.g. a fixed lr) gets y-limits around its value (``flat_ylim``).
+Session and trial metrics also hold the final ``total_reward_ma``; ``summary_lines`` turns them
+into the end-of-run summary. Data is read from each session's newest committed checkpoint (verified),
 falling back to ``t{T}/s{S}/train_df.parquet`` (``dev`` runs have no checkpoints).
 
 The random baseline is computed once per (env, max_t) per machine and cached as JSON under

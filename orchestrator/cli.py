@@ -1,7 +1,8 @@
 """Command line: ``lab SPEC_FILE SPEC_NAME MODE [options]`` (also ``python run_lab.py ...``).
 
 Modes:
-  dev                 one session in-process with live progress, outputs in a new predir
+  dev                 one session in-process with live progress, outputs (with metrics, graphs and
+                      a run.json saying "mode": "dev") in a new predir; never resumable
   train               ``meta.max_session`` sessions as Ray actors, checkpointed
   train@latest        resume the newest run of SPEC_NAME in ``--data-dir``
   train@{predir}      resume that run (path or URI)
