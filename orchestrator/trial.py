@@ -324,7 +324,7 @@ class Trial:
             frame = self.record.data["sessions"].get(plan.key, {}).get("checkpoint")
             fresh = fresh or not frame
             if plan.status == "not started":
-                what = "not started"
+                what = "not started" + (f" (committed checkpoint at frame {frame})" if frame else "")
             elif frame:
                 what = f"{plan.status}, committed checkpoint at frame {frame}"
             else:
