@@ -147,6 +147,7 @@ class Trial:
         self.pending_restart: dict[str, float] = {}  # key -> monotonic time to restart at
         self.stopping_since: float | None = None
         self.checkpoint_seconds: list[float] = []
+        self.progress = SessionProgress(disable=True)  # the live display, once run() starts
 
     # ---------------------------------------------------------------- actors
     def start(self, plan: SessionPlan) -> None:
@@ -160,11 +161,19 @@ class Trial:
         self.record.update(plan)
 
     def request_stop(self) -> None:
-        """Ask every running session to commit a final checkpoint and stop."""
+        """Ask every running session to commit a final checkpoint and stop; a session whose actor
+        has not started yet (still waiting for resources) is not started at all: ``not started``."""
         if self.stopping_since is None:
             self.stopping_since = time.monotonic()
+            by_key = {p.key: p for p in self.plans}
             for key in list(self.streams):
-                self.actors[key].stop.remote()
+                if "pid" in self.record.data["sessions"].get(key, {}) or by_key[key].restarts:
+                    self.actors[key].stop.remote()
+                    continue
+                self.release(by_key[key])
+                by_key[key].status = "not started"
+                self.progress.status(key, "not started")
+                self.record.update(by_key[key])
 
     # ---------------------------------------------------------------- watching
     def run(self) -> int:

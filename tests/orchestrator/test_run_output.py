@@ -61,6 +61,29 @@ def test_interrupt_summary_names_committed_frames_and_sessions_not_started(tmp_p
     assert run["sessions"]["t0_s2"]["error"] is None
 
 
+def test_stop_while_a_session_waits_for_resources(ray_local, tmp_path, monkeypatch, capsys):
+    """2 sessions of 3 CPUs on a 4-CPU Ray: t0_s1 waits; a stop at t0_s0's first log leaves it
+    ``not started`` (its actor is never run) and t0_s0 interrupted at a committed checkpoint."""
+    from orchestrator.trial import plan_fresh
+
+    monkeypatch.setattr(sys, "argv", ["/usr/bin/lab"])
+    spec = load_spec(SPECS, "ppo_cartpole", ["meta.max_session=2", "env.max_frame=4000", "meta.log_frequency=400",
+                                             "meta.random_seed=5", 'meta.resources={"num_cpus": 3, "num_gpus": 0}'])
+    predir, plans = plan_fresh(spec, str(tmp_path / "data"))
+    record = RunRecord.load_or_new(predir, spec["name"])
+    trial = Trial(spec, predir, plans, record, quiet=True, analyze=False,
+                  on_log=lambda plan, row: trial.request_stop())
+    assert trial.run() == 0
+    run = json.loads((Path(predir) / "run.json").read_text())
+    s0, s1 = run["sessions"]["t0_s0"], run["sessions"]["t0_s1"]
+    assert s0["status"] == "interrupted" and s0["checkpoint"] >= 400
+    assert s1["status"] == "not started" and "pid" not in s1 and not (Path(predir) / "t0/s1/ckpt").exists()
+    out = capsys.readouterr().out.splitlines()
+    assert out[out.index("interrupted:") + 1:] == [
+        f"  t0_s0: interrupted, committed checkpoint at frame {s0['checkpoint']}", "  t0_s1: not started",
+        "resume with:", f"  lab {predir}/ppo_cartpole_spec.json ppo_cartpole train@{predir} --allow-fresh"]
+
+
 # ---------------------------------------------------------------- dev
 
 def test_dev_writes_metrics_graphs_and_summary_and_cannot_be_resumed(tmp_path, capsys):
