@@ -516,8 +516,9 @@ def analyze_after_run(predir: str, trials: list[int] | None = None) -> dict[str,
     try:
         return analyze_predir(predir, trials=trials)
     except Exception as err:  # noqa: BLE001 - reported, and `lab analyze` redoes it
+        from orchestrator.cli import entry_command
         print(f"warning: analysis of {predir} failed ({type(err).__name__}: {err}); "
-              f"rerun with: lab analyze {predir}", file=sys.stderr)
+              f"rerun with: {entry_command()} analyze {predir}", file=sys.stderr)
         return None
 
 
