@@ -20,9 +20,12 @@ Outputs (all through ``orchestrator.storage``):
 ``t{T}/s{S}/session_metrics.json`` next to ``train_df.parquet``; ``info/t{T}_trial_metrics.json``
 next to ``trial_df.parquet``; ``graph/{spec_name}_t{T}_s{S}_session_graph.png`` (return and its
 moving average, loss, lr, explore_var, entropy vs frames) and ``graph/{spec_name}_t{T}_trial_graph.png``
-(mean ``total_reward_ma`` across sessions with a +-1 std band). Resume points (run.json ``resumes``
-``from_frames``) and actor restarts (``restarts`` ``frame_restored``) are marked with vertical lines
-on one continuous curve. Data is read from each session's newest committed checkpoint (verified),
+(mean ``total_reward_ma`` across sessions with a +-1 std band). Each resume (run.json ``resumes``
+``from_frames``) and actor restart (``restarts`` ``frame_restored``) is one marker on one continuous
+curve: vertical lines at its frames and one horizontal label (``markers``). A panel that is
+constant up to float noise (e.g. a fixed lr) gets y-limits around its value (``flat_ylim``).
+Session and trial metrics also hold the final ``total_reward_ma``; ``summary_lines`` turns them
+into the end-of-run summary. Data is read from each session's newest committed checkpoint (verified),
 falling back to ``t{T}/s{S}/train_df.parquet`` (``dev`` runs have no checkpoints).
 
 The random baseline is computed once per (env, max_t) per machine and cached as JSON under
@@ -39,6 +42,7 @@ import math
 import os
 import re
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -229,12 +233,49 @@ def committed_df(session_dir: str, name: str) -> pd.DataFrame | None:
 
 
 def marks(run: dict[str, Any], key: str) -> list[tuple[int, str]]:
-    """(frame, "resume"|"restart") points of session ``key`` from run.json (frame 0 left out)."""
+    """(frame, "resume"|"restart") points of session ``key`` from run.json (frame 0 left out).
+
+    Returns:
+        The points sorted by frame, each once.
+    """
     out = [(int(r["from_frames"][key]), "resume") for r in run.get("resumes", [])
            if int(r.get("from_frames", {}).get(key) or 0) > 0]
     restarts = run.get("sessions", {}).get(key, {}).get("restarts", [])
     out += [(int(r["frame_restored"]), "restart") for r in restarts if int(r.get("frame_restored") or 0) > 0]
     return sorted(set(out))
+
+
+@dataclass(frozen=True)
+class Marker:
+    """One resume or restart on a graph: vertical lines at ``frames`` (frames) and one ``label``."""
+
+    frames: tuple[int, ...]
+    kind: str
+    label: str
+
+
+def markers(run: dict[str, Any], keys: list[str]) -> list[Marker]:
+    """One marker per resume of run.json (``resumes``) and per actor restart, over sessions ``keys``.
+
+    A resume from frame 0 in every session (a fresh start) is left out; resumes whose frames are
+    the same share one marker (label ``resume 2,3``).
+
+    Returns:
+        Markers sorted by their first frame.
+    """
+    by_frames: dict[tuple[tuple[int, ...], str], list[str]] = {}
+    for i, resume in enumerate(run.get("resumes", []), start=1):
+        frames = tuple(sorted({int(resume.get("from_frames", {}).get(k) or 0) for k in keys} - {0}))
+        if frames:
+            by_frames.setdefault((frames, "resume"), []).append(str(i))
+    for key in keys:
+        for restart in run.get("sessions", {}).get(key, {}).get("restarts", []):
+            frame = int(restart.get("frame_restored") or 0)
+            if frame > 0:
+                by_frames.setdefault(((frame,), "restart"), []).append(key)
+    out = [Marker(frames, kind, f"resume {','.join(ids)}" if kind == "resume" else "restart")
+           for (frames, kind), ids in by_frames.items()]
+    return sorted(out, key=lambda m: (m.frames[0], m.kind))
 
 
 # ---------------------------------------------------------------- graphs
@@ -250,14 +291,22 @@ def _figure(rows: int) -> tuple[Any, list[Any]]:
     return fig, list(axes)
 
 
-def _mark(axes: list[Any], points: list[tuple[int, str]]) -> None:
-    """Vertical lines at resume (dashed) and restart (dotted) frames, labelled on the first axis."""
-    for i, (frame, kind) in enumerate(points):
-        for ax in axes:
-            ax.axvline(frame, color="tab:red" if kind == "resume" else "tab:purple",
-                       linestyle="--" if kind == "resume" else ":", linewidth=1)
-        axes[0].annotate(kind, (frame, 1.0), xycoords=("data", "axes fraction"), fontsize=7, rotation=90,
-                         va="top", ha="right", color="tab:red" if kind == "resume" else "tab:purple")
+MARKER_STYLE = {"resume": ("tab:red", "--"), "restart": ("tab:purple", ":")}
+FLAT_REL = 1e-6  # a panel whose span is below this fraction of its magnitude is drawn as constant
+
+
+def _mark(axes: list[Any], points: list[Marker]) -> None:
+    """Vertical lines at each marker's frames on every axis; one horizontal label per marker on the
+    first axis, its height stepped so that neighbouring labels do not overlap."""
+    for i, marker in enumerate(points):
+        color, style = MARKER_STYLE[marker.kind]
+        for frame in marker.frames:
+            for ax in axes:
+                ax.axvline(frame, color=color, linestyle=style, linewidth=1)
+        axes[0].annotate(marker.label, (marker.frames[0], 0.97 - 0.09 * (i % 3)),
+                         xycoords=("data", "axes fraction"), xytext=(2, 0), textcoords="offset points",
+                         fontsize=7, va="top", ha="left", color=color,
+                         bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.7})
 
 
 def _png(fig: Any) -> bytes:
@@ -267,10 +316,31 @@ def _png(fig: Any) -> bytes:
     return buf.getvalue()
 
 
-def plot_session(df: pd.DataFrame, points: list[tuple[int, str]], title: str) -> bytes:
-    """PNG of a session: total_reward and total_reward_ma, loss, lr, explore_var, entropy vs frame.
+def flat_ylim(values: pd.Series) -> tuple[float, float] | None:
+    """Y-limits for a panel whose values are constant up to float noise, else None (autoscale).
 
-    Panels whose column is all NaN (e.g. explore_var of PPO) are left out.
+    Returns:
+        ``(v - |v|/2, v + |v|/2)`` around the mean ``v`` (``(-1, 1)`` for 0), so e.g. a constant lr is
+        drawn as a flat line at its value instead of being scaled to its rounding noise.
+    """
+    finite = values[np.isfinite(values.astype(float))].astype(float)
+    if finite.empty:
+        return None
+    lo, hi = float(finite.min()), float(finite.max())
+    if hi - lo > FLAT_REL * max(abs(lo), abs(hi)):
+        return None
+    v = float(finite.mean())
+    return (v - abs(v) / 2, v + abs(v) / 2) if v != 0 else (-1.0, 1.0)
+
+
+def session_figure(df: pd.DataFrame, points: list[Marker], title: str) -> Any:
+    """Figure of a session: total_reward and total_reward_ma, loss, lr, explore_var, entropy vs frame.
+
+    Panels whose column is all NaN (e.g. explore_var of PPO) are left out; a constant panel gets
+    ``flat_ylim``.
+
+    Returns:
+        The matplotlib Figure (axes top to bottom: return, then each panel).
     """
     panels = [c for c in ("loss", "lr", "explore_var", "entropy") if c in df and df[c].notna().any()]
     fig, axes = _figure(1 + len(panels))
@@ -282,16 +352,29 @@ def plot_session(df: pd.DataFrame, points: list[tuple[int, str]], title: str) ->
     for ax, col in zip(axes[1:], panels):
         ax.plot(df["frame"], df[col], color="tab:green", linewidth=1.2)
         ax.set_ylabel(col)
+        ylim = flat_ylim(df[col])
+        if ylim is not None:
+            ax.set_ylim(*ylim)
+            ax.ticklabel_format(axis="y", useOffset=False)
     axes[-1].set_xlabel("frame")
     axes[0].set_title(title)
     _mark(axes, points)
-    return _png(fig)
+    return fig
 
 
-def plot_trial(dfs: dict[int, pd.DataFrame], points: list[tuple[int, str]], title: str,
-               rand_return: float | None = None) -> bytes:
-    """PNG of a trial: mean total_reward_ma across sessions vs frame with a +-1 std band (ddof=1),
-    and the random-policy return as a dotted line when given."""
+def plot_session(df: pd.DataFrame, points: list[Marker], title: str) -> bytes:
+    """PNG bytes of ``session_figure``."""
+    return _png(session_figure(df, points, title))
+
+
+def trial_figure(dfs: dict[int, pd.DataFrame], points: list[Marker], title: str,
+                 rand_return: float | None = None) -> Any:
+    """Figure of a trial: mean total_reward_ma across sessions vs frame with a +-1 std band (ddof=1),
+    and the random-policy return as a dotted line when given.
+
+    Returns:
+        The matplotlib Figure (one axis).
+    """
     stacked = pd.concat([df.set_index("frame")["total_reward_ma"].rename(s) for s, df in dfs.items()], axis=1)
     mean, std = stacked.mean(axis=1), stacked.std(axis=1).fillna(0.0)
     fig, (ax,) = _figure(1)
@@ -306,42 +389,58 @@ def plot_trial(dfs: dict[int, pd.DataFrame], points: list[tuple[int, str]], titl
     ax.set_title(title)
     ax.legend(loc="lower right", fontsize=8)
     _mark([ax], points)
-    return _png(fig)
+    return fig
+
+
+def plot_trial(dfs: dict[int, pd.DataFrame], points: list[Marker], title: str,
+               rand_return: float | None = None) -> bytes:
+    """PNG bytes of ``trial_figure``."""
+    return _png(trial_figure(dfs, points, title, rand_return))
 
 
 # ---------------------------------------------------------------- whole runs
 
-def analyze_predir(predir: str, cache_dir: str | None = None) -> dict[str, Any]:
+def analyze_predir(predir: str, cache_dir: str | None = None, trials: list[int] | None = None) -> dict[str, Any]:
     """Compute and write every session's and trial's metrics and graphs of a run (see module docstring).
 
-    Sessions without any log row with a return are skipped (no metrics, no graph).
+    Sessions without any log row with a return are skipped (no metrics, no graph). The resume and
+    restart marks of trial T come from ``t{T}/run.json`` when it exists (a search trial's own
+    record), else from the predir's ``run.json``.
 
     Args:
         predir: run directory URI.
         cache_dir: random-baseline cache root (default ``default_cache_dir()``).
+        trials: analyze only these trials (default: all); other trials' files are not touched.
 
     Returns:
-        ``{"sessions": {"t0_s0": metrics}, "trials": {"t0": metrics}, "graphs": [uri, ...]}``.
+        ``{"sessions": {"t0_s0": metrics}, "trials": {"t0": metrics}, "graphs": [uri, ...]}``; a
+        session's and a trial's metrics include ``total_reward_ma``, the final moving average (a
+        trial's: the mean over its sessions).
 
     Raises:
         UsageError: ``predir`` is not a run directory.
     """
     spec = _run_spec(predir)
-    run_uri = storage.join(predir, "run.json")
-    run = storage.read_json(run_uri) if storage.exists(run_uri) else {}
     rand = run_baseline(predir, spec["env"], cache_dir or default_cache_dir())["mean"]
     out: dict[str, Any] = {"sessions": {}, "trials": {}, "graphs": []}
     per_trial: dict[int, dict[int, SessionResult]] = {}
+    runs: dict[int, dict[str, Any]] = {}
     for t, s in session_keys(predir):
+        if trials is not None and t not in trials:
+            continue
+        run = runs.setdefault(t, _run_record(predir, t))
         done = _analyze_session(predir, spec["name"], t, s, run, rand, out)
         if done is not None:
             per_trial.setdefault(t, {})[s] = done
     for t, sessions in per_trial.items():
         metrics = json_safe(trial_metrics([m for _, m in sessions.values()]))
-        record = {**metrics, "sessions": len(sessions), "random_baseline": rand}
+        finals = [out["sessions"][f"t{t}_s{s}"]["total_reward_ma"] for s in sessions]
+        finals = [f for f in finals if f is not None]
+        record = {**metrics, "total_reward_ma": float(np.mean(finals)) if finals else None,
+                  "sessions": len(sessions), "random_baseline": rand}
         storage.write_json(storage.join(predir, "info", f"t{t}_trial_metrics.json"), record)
         out["trials"][f"t{t}"] = record
-        points = sorted({p for s in sessions for p in marks(run, f"t{t}_s{s}")})
+        points = markers(runs[t], [f"t{t}_s{s}" for s in sessions])
         graph = storage.join(predir, "graph", f"{spec['name']}_t{t}_trial_graph.png")
         storage.write_bytes(graph, plot_trial({s: df for s, (df, _) in sessions.items()}, points,
                                               f"{spec['name']} t{t}", rand))
@@ -349,7 +448,21 @@ def analyze_predir(predir: str, cache_dir: str | None = None) -> dict[str, Any]:
     return out
 
 
+def _run_record(predir: str, t: int) -> dict[str, Any]:
+    """``t{T}/run.json`` if it exists, else the predir's ``run.json``, else {}."""
+    for uri in (storage.join(predir, f"t{t}", "run.json"), storage.join(predir, "run.json")):
+        if storage.exists(uri):
+            return storage.read_json(uri)
+    return {}
+
+
 SessionResult = tuple[pd.DataFrame, tuple[dict[str, float], pd.DataFrame]]  # train_df, (scalars, local)
+
+
+def _final_ma(df: pd.DataFrame) -> float | None:
+    """The last non-NaN ``total_reward_ma`` of a train_df, or None."""
+    values = df["total_reward_ma"].dropna()
+    return float(values.iloc[-1]) if len(values) else None
 
 
 def _analyze_session(predir: str, name: str, t: int, s: int, run: dict[str, Any], rand: float,
@@ -361,14 +474,15 @@ def _analyze_session(predir: str, name: str, t: int, s: int, run: dict[str, Any]
         return None
     key = f"t{t}_s{s}"
     scalar, local = session_metrics(df, rand)
-    record = {"train": json_safe(scalar), "random_baseline": rand, "frame": int(df["frame"].iloc[-1])}
+    record = {"train": json_safe(scalar), "random_baseline": rand, "frame": int(df["frame"].iloc[-1]),
+              "total_reward_ma": _final_ma(df)}
     eval_df = committed_df(sdir, "eval_df.parquet")
     if eval_df is not None and eval_df["total_reward"].notna().any():
         record["eval"] = json_safe(session_metrics(eval_df, rand)[0])
     storage.write_json(storage.join(sdir, "session_metrics.json"), record)
     out["sessions"][key] = record
     graph = storage.join(predir, "graph", f"{name}_{key}_session_graph.png")
-    storage.write_bytes(graph, plot_session(df, marks(run, key), f"{name} {key}"))
+    storage.write_bytes(graph, plot_session(df, markers(run, [key]), f"{name} {key}"))
     out["graphs"].append(graph)
     return df, (scalar, local)
 
@@ -389,17 +503,64 @@ def _run_spec(predir: str) -> dict[str, Any]:
     return storage.read_json(uri)
 
 
-def analyze_after_run(predir: str) -> None:
-    """End-of-trial analysis (train, train@): like ``analyze_predir``, but a failure only warns.
+def analyze_after_run(predir: str, trials: list[int] | None = None) -> dict[str, Any] | None:
+    """End-of-trial analysis (dev, train, train@, each search trial): ``analyze_predir``, but a
+    failure only warns.
 
     Training data is committed by then; a plotting or baseline failure must not turn a finished run
     into a failed one, so it is reported with the command that redoes it.
+
+    Returns:
+        What ``analyze_predir`` returns, or None when it failed (the warning is on stderr).
     """
     try:
-        analyze_predir(predir)
+        return analyze_predir(predir, trials=trials)
     except Exception as err:  # noqa: BLE001 - reported, and `lab analyze` redoes it
+        from orchestrator.cli import entry_command
         print(f"warning: analysis of {predir} failed ({type(err).__name__}: {err}); "
-              f"rerun with: lab analyze {predir}", file=sys.stderr)
+              f"rerun with: {entry_command()} analyze {predir}", file=sys.stderr)
+        return None
+
+
+def reward_threshold(env_name: str) -> float | None:
+    """The env's ``reward_threshold`` in gymnasium's registry (the return at which it counts as
+    solved), or None when the registry has none (or does not know the env)."""
+    import gymnasium as gym
+
+    from envs.make import resolve_env_id
+
+    try:
+        threshold = gym.spec(resolve_env_id(env_name)).reward_threshold
+    except Exception:  # noqa: BLE001 - an env outside the registry simply has no threshold
+        return None
+    return None if threshold is None else float(threshold)
+
+
+def summary_lines(predir: str, out: dict[str, Any]) -> list[str]:
+    """A short end-of-run summary of ``analyze_predir``'s result: per session and trial the final
+    ``total_reward_ma`` and ``strength``, the env's reward_threshold (when gymnasium has one) and
+    the random policy's return, and the graphs written.
+
+    Returns:
+        Lines to print, indented by two spaces ([] when no session has a logged return).
+    """
+    if not out["sessions"]:
+        return []
+    lines = []
+    for key, record in out["sessions"].items():
+        lines.append(f"  {key}: frame={record['frame']} total_reward_ma={_fmt(record.get('total_reward_ma'))} "
+                     f"strength={_fmt(record['train'].get('strength'))}")
+    for key, record in out["trials"].items():
+        lines.append(f"  {key} (mean of {record['sessions']} session(s)): "
+                     f"total_reward_ma={_fmt(record.get('total_reward_ma'))} "
+                     f"strength={_fmt(record.get('strength'))} consistency={_fmt(record.get('consistency'))}")
+    env = _run_spec(predir)["env"]["name"]
+    threshold = reward_threshold(env)
+    rand = next(iter(out["trials"].values()))["random_baseline"]
+    lines.append(f"  {env}: reward_threshold={_fmt(threshold) if threshold is not None else 'none'}, "
+                 f"random policy={_fmt(rand)} (strength = total_reward - random policy)")
+    lines += [f"  graph: {uri}" for uri in out["graphs"]]
+    return lines
 
 
 def analyze_command(predir: str) -> int:

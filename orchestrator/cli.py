@@ -1,7 +1,8 @@
 """Command line: ``lab SPEC_FILE SPEC_NAME MODE [options]`` (also ``python run_lab.py ...``).
 
 Modes:
-  dev                 one session in-process with live progress, outputs in a new predir
+  dev                 one session in-process with live progress, outputs (with metrics, graphs and
+                      a run.json saying "mode": "dev") in a new predir; never resumable
   train               ``meta.max_session`` sessions as Ray actors, checkpointed
   train@latest        resume the newest run of SPEC_NAME in ``--data-dir``
   train@{predir}      resume that run (path or URI)
@@ -23,7 +24,9 @@ arguments): one clear message, no traceback, nothing existing is changed.
 from __future__ import annotations
 
 import argparse
+import os
 import secrets
+import shlex
 import sys
 import warnings
 from typing import Any, NoReturn
@@ -36,10 +39,44 @@ MODES = ("dev", "train", "train@latest", "train@{predir}", "search", "search@lat
          "enjoy@{session_spec_file}[@latest]")
 
 
+COMMANDS_HELP = """modes:
+  dev                  one session in-process with live progress, outputs in a new predir
+  train                meta.max_session sessions as Ray actors, checkpointed
+  train@latest         resume the newest run of SPEC_NAME in --data-dir
+  train@PREDIR         resume that run (path or URI)
+  search               Ray Tune search over the spec's search section
+  search@latest        resume the newest search of SPEC_NAME (search@PREDIR: that search)
+  enjoy@SESSION_SPEC   replay a session's best checkpoint (SESSION_SPEC@latest: its newest)
+
+other commands (no spec):
+  lab ls [--data-dir URI]   list runs: status per session, frames, best return, resumable
+  lab analyze PREDIR        recompute a run's metrics and graphs from its committed data
+
+example:
+  lab specs/demo.json dqn_cartpole dev
+"""
+
+
+def package_version() -> str:
+    """The installed version of rl-trial-lab ("unknown" when it is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("rl-trial-lab")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """Parse the command line (argparse exits 2 on malformed options)."""
+    """Parse the command line.
+
+    Returns:
+        The parsed arguments. argparse exits 2 on malformed options, 0 after ``--help``/``--version``.
+    """
     parser = argparse.ArgumentParser(
-        prog="lab", description="Spec-driven deep RL trials on Ray, checkpointed and resumable.")
+        prog="lab", usage="lab SPEC_FILE SPEC_NAME MODE [options]\n       lab {ls,analyze} ...",
+        description="Spec-driven deep RL trials on Ray, checkpointed and resumable.",
+        epilog=COMMANDS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"lab (rl-trial-lab) {package_version()}")
     parser.add_argument("spec_file", help="spec file (JSON or YAML), path or URI")
     parser.add_argument("spec_name", help="name of the spec inside the file")
     parser.add_argument("mode", help=f"one of: {', '.join(MODES)}")
@@ -73,8 +110,51 @@ def resolve_seed(spec: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
+def entry_command(argv0: str | None = None) -> str:
+    """How the user started the lab, for the commands it prints (resume, train the best spec).
+
+    Args:
+        argv0: ``sys.argv[0]`` (default: the running process's).
+
+    Returns:
+        ``lab`` when run as the ``lab`` console script (or from an unknown entry), else
+        ``python /abs/path/run_lab.py`` (any ``*.py`` entry, with an absolute path), or
+        ``python -m orchestrator.cli``.
+    """
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    base = os.path.basename(argv0)
+    if base == "cli.py" and os.path.basename(os.path.dirname(os.path.abspath(argv0))) == "orchestrator":
+        return "python -m orchestrator.cli"
+    if base.endswith(".py") and base != "__main__.py":
+        return f"python {shlex.quote(os.path.abspath(argv0))}"
+    return "lab"
+
+
+def lab_command(spec_file: str, spec_name: str, mode: str, *extra: str) -> str:
+    """The full command line ``{entry} SPEC_FILE SPEC_NAME MODE [EXTRA...]`` (local paths absolute).
+
+    Returns:
+        The command, shell-quoted.
+    """
+    spec_file = storage.absolute(spec_file)
+    if "@" in mode and not storage.is_remote(mode.split("@", 1)[1]) and mode.split("@", 1)[1] != "latest":
+        head, target = mode.split("@", 1)
+        mode = f"{head}@{storage.absolute(target)}"
+    words = [spec_file, spec_name, mode, *extra]
+    return " ".join([entry_command(), *(shlex.quote(w) for w in words)])
+
+
 def run_dev(spec: dict[str, Any], data_dir: str, quiet: bool) -> int:
-    """Run one session in-process; write specs, train_df/eval_df and log.txt into a new predir."""
+    """Run one session in-process; write specs, train_df/eval_df, log.txt, a ``run.json`` with
+    ``"mode": "dev"`` (the marker that refuses ``train@``), metrics and graphs into a new predir,
+    and print a summary.
+
+    Returns:
+        0 (a session that raises propagates its exception).
+
+    Raises:
+        SpecError: the env/agent combination is not supported (before the predir exists).
+    """
     import torch
 
     from orchestrator import predir as predir_mod
@@ -98,18 +178,41 @@ def run_dev(spec: dict[str, Any], data_dir: str, quiet: bool) -> int:
         log_lines.append(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
         progress.update("t0_s0", row, sess.clock.max_frame)
 
+    status = "failed"
     with SessionProgress(disable=quiet) as progress:
         try:
             session.run_rl(on_log=on_log)
+            status = "done"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
         finally:
             storage.write_parquet(storage.join(sdir, "train_df.parquet"), session.train_df)
             if session.eval_rows:
                 storage.write_parquet(storage.join(sdir, "eval_df.parquet"), session.eval_df)
             storage.write_text(storage.join(sdir, "log.txt"), "\n".join(log_lines) + "\n")
+            write_dev_record(predir, spec["name"], seed, status, session.clock.frame)
             session.close()
-    last = session.train_rows[-1] if session.train_rows else {}
-    print(f"dev run done: {predir}\n  frame={session.clock.frame} epi={session.clock.epi} "
-          f"total_reward_ma={last.get('total_reward_ma', float('nan')):.2f}")
+    return finish_dev(predir, session)
+
+
+def write_dev_record(predir: str, spec_name: str, seed: int, status: str, frame: int) -> None:
+    """``run.json`` of a dev run: ``"mode": "dev"``, its one session's status and frame, no resumes."""
+    from datetime import datetime, timezone
+
+    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    storage.write_json(storage.join(predir, "run.json"), {
+        "spec_name": spec_name, "created": created, "mode": "dev", "resumes": [],
+        "sessions": {"t0_s0": {"status": status, "frame": frame, "seed": seed, "restarts": [], "error": None}}})
+
+
+def finish_dev(predir: str, session: Any) -> int:
+    """Analyze a finished dev run and print its summary; returns 0."""
+    from orchestrator.analysis import analyze_after_run, summary_lines
+
+    out = analyze_after_run(predir)
+    print(f"dev run done: {predir}\n  frame={session.clock.frame} epi={session.clock.epi}")
+    print("\n".join(summary_lines(predir, out) if out else []))
     return 0
 
 
@@ -136,7 +239,8 @@ def run_enjoy_mode(args: argparse.Namespace) -> int:
 
 def run_dev_mode(args: argparse.Namespace) -> int:
     """``dev``: one in-process session."""
-    return run_dev(load_spec(args.spec_file, args.spec_name, args.overrides), args.data_dir, args.quiet)
+    spec = load_spec(args.spec_file, args.spec_name, args.overrides)
+    return run_dev(spec, storage.absolute(args.data_dir), args.quiet)
 
 
 # mode (the part before '@') -> handler; each handler parses its own '@' target from args.mode
@@ -148,11 +252,37 @@ MODE_HANDLERS = {
 }
 
 
+def is_mode_word(word: str) -> bool:
+    """True if ``word`` is a mode (``train``, ``train@latest``, ``enjoy@...``) rather than a file or name."""
+    return word.split("@", 1)[0] in MODE_HANDLERS
+
+
+def order_hint(args: argparse.Namespace) -> str:
+    """A hint when a mode word was given before the spec file or name ('' otherwise)."""
+    words = [args.spec_file, args.spec_name, args.mode]
+    if not any(is_mode_word(w) for w in words[:2]):
+        return ""
+    mode = next(w for w in words if is_mode_word(w))
+    rest = [w for w in words if w != mode]
+    return (f"; arguments go in the order SPEC_FILE SPEC_NAME MODE: did you mean "
+            f"'lab {' '.join(rest)} {mode}'?")
+
+
 def dispatch(args: argparse.Namespace) -> int:
-    """Run the mode; raises SpecError/UsageError/StorageError on bad input."""
+    """Run the mode.
+
+    Returns:
+        The mode's exit code.
+
+    Raises:
+        SpecError, UsageError, storage.StorageError: bad input.
+    """
+    if is_mode_word(args.spec_file) and not os.path.exists(args.spec_file):
+        raise UsageError(f"'{args.spec_file}' is a mode, not a spec file" + order_hint(args))
     handler = MODE_HANDLERS.get(args.mode.split("@", 1)[0])
     if handler is None or (args.mode == "dev@" or args.mode.startswith("dev@")):
-        raise UsageError(f"unknown mode '{args.mode}'; expected one of: {', '.join(MODES)}")
+        raise UsageError(f"unknown mode '{args.mode}'; expected one of: {', '.join(MODES)}"
+                         + order_hint(args))
     return handler(args)
 
 
@@ -163,8 +293,14 @@ def fail(message: str) -> NoReturn:
 
 
 def run_analyze(argv: list[str]) -> int:
-    """``lab analyze PREDIR``: recompute a run's metrics and graphs from its committed data."""
-    parser = argparse.ArgumentParser(prog="lab analyze", description=run_analyze.__doc__)
+    """``lab analyze PREDIR``: recompute a run's metrics and graphs from its committed data.
+
+    Returns:
+        0. Raises UsageError: not a run directory.
+    """
+    parser = argparse.ArgumentParser(
+        prog="lab analyze", description="Recompute a run's metrics and graphs from its committed data, "
+        "and print them.")
     parser.add_argument("predir", help="run directory, path or URI")
     args = parser.parse_args(argv)
     from orchestrator.analysis import analyze_command
@@ -172,8 +308,15 @@ def run_analyze(argv: list[str]) -> int:
 
 
 def run_ls(argv: list[str]) -> int:
-    """``lab ls [--data-dir URI]``: list runs with status, frames, best return and resumability."""
-    parser = argparse.ArgumentParser(prog="lab ls", description=run_ls.__doc__)
+    """``lab ls [--data-dir URI]``: list runs with status, frames, best return and resumability.
+
+    Returns:
+        0 (also when the data dir holds no run).
+    """
+    parser = argparse.ArgumentParser(
+        prog="lab ls", description="List the runs of a data dir, oldest first: per run its spec, max_frame, "
+        "best total_reward_ma and whether train@PREDIR can resume it; per session its status, committed "
+        "frame and best score.")
     parser.add_argument("--data-dir", default="data", help="root of run directories: path, file://, s3:// or gs://")
     args = parser.parse_args(argv)
     from orchestrator.runs import ls_command

@@ -10,6 +10,7 @@ import math
 import time
 from typing import Any
 
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 PLAIN_INTERVAL_S = 10.0
@@ -22,16 +23,21 @@ def _fmt(value: Any) -> str:
 class SessionProgress:
     """One progress bar per session key (e.g. ``t0_s1``), updated from train_df rows.
 
-    Use as a context manager. ``disable=True`` prints nothing (tests, ``--quiet``).
+    Use as a context manager. ``disable=True`` prints nothing (tests, ``--quiet``). ``console``:
+    where to draw (default: stdout); when it is not a terminal only plain lines are printed.
     """
 
-    def __init__(self, disable: bool = False) -> None:
+    def __init__(self, disable: bool = False, console: Console | None = None) -> None:
+        console = console or Console()
+        self.disable = disable
+        self.plain = not disable and not console.is_terminal
+        # not a terminal: the bars only track state for the plain lines, and are never rendered
+        # (not even once at the end, which would print a block of bars into a log)
         self.progress = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
             TextColumn("fps {task.fields[fps]:>6}"), TextColumn("ma {task.fields[ma]:>7}"),
-            TextColumn("{task.fields[status]}"), TimeRemainingColumn(), disable=disable, transient=False)
-        self.disable = disable
-        self.plain = not disable and not self.progress.console.is_terminal
+            TextColumn("{task.fields[status]}"), TimeRemainingColumn(), console=console,
+            disable=disable or self.plain, transient=False)
         self.tasks: dict[str, Any] = {}
         self.last_line: dict[str, float] = {}  # key -> monotonic time of its last plain line
 

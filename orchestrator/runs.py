@@ -4,7 +4,8 @@ Read-only. Per session the frame is its newest committed checkpoint's (the point
 from), the status comes from ``run.json``, and the best return is the highest ``total_reward_ma`` of
 its committed checkpoints' manifests. A run is resumable (``train@{predir}``) when some session is
 below ``env.max_frame`` and each such session has a committed checkpoint; with sessions lacking one,
-only with ``--allow-fresh``. ``dev`` runs write no checkpoints and are never resumable.
+only with ``--allow-fresh``. ``dev`` runs (run.json ``"mode": "dev"``) write no checkpoints and are
+never resumable.
 """
 
 from __future__ import annotations
@@ -61,9 +62,10 @@ def session_info(predir: str, key: str, run: dict[str, Any]) -> SessionInfo:
             best = None
     entry = run.get("sessions", {}).get(key, {})
     frame = max(ranked) if ranked else int(entry.get("frame") or 0)
-    status = entry.get("status") or ("dev" if not run else "not started")
+    dev = is_dev(run)
+    status = entry.get("status") or ("dev" if dev else "not started")
     df_uri = storage.join(predir_mod.session_dir(predir, t, s), "train_df.parquet")
-    if not ranked and not entry and storage.exists(df_uri):  # a dev run: its train_df is all there is
+    if not ranked and (dev or not entry) and storage.exists(df_uri):  # a dev run: its train_df is all there is
         df = storage.read_parquet(df_uri)
         if len(df):
             frame = int(df["frame"].iloc[-1])
@@ -71,9 +73,15 @@ def session_info(predir: str, key: str, run: dict[str, Any]) -> SessionInfo:
     return SessionInfo(key, status, frame, best, bool(ranked))
 
 
-def resumability(sessions: list[SessionInfo], max_frame: int, has_record: bool) -> str:
+def is_dev(run: dict[str, Any]) -> bool:
+    """True for the run.json of a ``dev`` run (``"mode": "dev"``), or none at all (dev runs written
+    before that marker had no run.json)."""
+    return not run or run.get("mode") == "dev"
+
+
+def resumability(sessions: list[SessionInfo], max_frame: int, dev: bool) -> str:
     """``yes``, ``with --allow-fresh`` or ``no (why)`` for ``train@{predir}``."""
-    if not has_record:
+    if dev:
         return "no (dev run: no checkpoints)"
     unfinished = [s for s in sessions if s.frame < max_frame]
     if not unfinished:
@@ -101,7 +109,7 @@ def run_info(predir: str) -> RunInfo | None:
     sessions = [session_info(predir, key, run) for key in sorted(keys, key=_key_order)]
     max_frame = int(spec["env"]["max_frame"])
     return RunInfo(storage.basename(predir), spec_name, max_frame, sessions,
-                   resumability(sessions, max_frame, bool(run)))
+                   resumability(sessions, max_frame, is_dev(run)))
 
 
 def _key_order(key: str) -> tuple[int, ...]:

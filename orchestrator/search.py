@@ -26,7 +26,8 @@ Predir (DESIGN.md section 3) of a search::
     t{T}/s{S}/...                           sessions (checkpoints, train_df, log.txt)
     info/experiment_df.parquet              one row per trial: searched values + metrics, by strength
     info/trial_df.parquet                   per trial and frame: mean/std of returns across sessions
-    info/t{T}_trial_metrics.json, graph/... SLM-Lab metrics and graphs per session and trial (analysis.py)
+    info/t{T}_trial_metrics.json, graph/... SLM-Lab metrics and graphs per session and trial (analysis.py),
+                                            written when the trial ends
     graph/{spec_name}_experiment_graph.png  each metric against each searched variable
     tune/{spec_name}/                       Ray Tune's own experiment state
 
@@ -325,6 +326,8 @@ def search_trial(config: dict[str, Any], spec: dict[str, Any], predir: str) -> N
     storage.write_json(trial_json(predir, t), {**info, "status": "running"})
     run_lab_trial(predir, trial_spec, t)
     metrics = final_metrics(predir, trial_spec, t)
+    from orchestrator.analysis import analyze_after_run  # this trial's metrics and graphs, before "done"
+    analyze_after_run(predir, trials=[t])
     storage.write_json(trial_json(predir, t), {**info, "status": "done", "finished": now_iso(),
                                                "frame": metrics["frame"]})
     tune.report({**metrics, "trial": t})
@@ -458,8 +461,9 @@ def run_search(args: argparse.Namespace) -> int:
     for t, error in sorted(errors.items()):
         print(f"trial t{t} failed: {error}", file=sys.stderr)
     if interrupted:
-        print(f"interrupted; resume with:\n  python run_lab.py {predir_mod.spec_file(predir, spec['name'])} "
-              f"{spec['name']} search@{predir}")
+        from orchestrator.cli import lab_command
+        print("interrupted; resume with:\n  "
+              + lab_command(predir_mod.spec_file(predir, spec["name"]), spec["name"], f"search@{predir}"))
     return 1 if errors or interrupted else 0
 
 
@@ -601,20 +605,39 @@ def merge_run_records(predir: str, spec_name: str) -> None:
     record.save()
 
 
+def analyzed_trials(predir: str) -> dict[str, dict[str, Any]]:
+    """Trial metrics of the trials that are over (``done`` or ``stopped``) and already analyzed.
+
+    A done trial is analyzed when it finishes (``search_trial``), a stopped one at the end of the
+    search that stopped it; their files are not written again.
+
+    Returns:
+        ``{"t{T}": info/t{T}_trial_metrics.json}``.
+    """
+    out = {}
+    for t, info in lab_trials(predir).items():
+        uri = storage.join(predir, "info", f"t{t}_trial_metrics.json")
+        if info["status"] in ("done", "stopped") and storage.exists(uri):
+            out[f"t{t}"] = storage.read_json(uri)
+    return out
+
+
 def analyze(predir: str, spec: dict[str, Any]) -> Any:
     """Write experiment_df, trial_df, the experiment graph and the best trial's spec; returns the df.
 
-    Per-session and per-trial metrics and graphs come from ``analysis.analyze_predir`` (a failure
-    there only warns: the experiment_df then lacks SLM-Lab metrics).
+    Per-session and per-trial metrics and graphs come from ``analysis.analyze_predir``, for the
+    trials not already analyzed (``analyzed_trials``); a failure there only warns: the
+    experiment_df then lacks SLM-Lab metrics.
     """
     from orchestrator.analysis import analyze_predir
 
     merge_run_records(predir, spec["name"])
+    slm_metrics = analyzed_trials(predir)
+    todo = sorted(t for t in lab_trials(predir) if f"t{t}" not in slm_metrics)
     try:
-        slm_metrics = analyze_predir(predir)["trials"]
+        slm_metrics.update(analyze_predir(predir, trials=todo)["trials"] if todo else {})
     except Exception as err:  # noqa: BLE001 - reported; `lab analyze` redoes it
         print(f"warning: analysis of {predir} failed ({type(err).__name__}: {err})", file=sys.stderr)
-        slm_metrics = {}
     df = experiment_df(predir, spec, slm_metrics)
     if df.empty:
         return df
@@ -641,6 +664,7 @@ def report_summary(predir: str, spec: dict[str, Any], df: Any) -> None:
     columns = ["trial", *[v.path for v in parse_search(spec)[0]], "status", "strength", METRIC, "frame"]
     print(df[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     best = storage.join(predir, f"{spec['name']}_best_spec.json")
+    from orchestrator.cli import lab_command
     print(f"search done: {predir}\n  best trial t{int(df['trial'].iloc[0])}; run it with:\n"
-          f"  python run_lab.py {best} {spec['name']} train")
+          f"  {lab_command(best, spec['name'], 'train')}")
 

@@ -131,8 +131,8 @@ class Trial:
         quiet: no live progress display.
         on_log: called with (plan, train_df row) at each session log checkpoint (search mode reports
             trial metrics to Ray Tune from it); the Trial installs no signal handlers itself.
-        analyze: at the end, aggregate trial_df and analyze the whole predir (False inside a search
-            trial: the search analyzes its predir once, after all trials).
+        analyze: at the end, aggregate trial_df, analyze the whole predir and print the summary
+            (False inside a search trial: the search analyzes each trial when it ends).
     """
 
     def __init__(self, spec: dict[str, Any], predir: str, plans: list[SessionPlan], record: RunRecord,
@@ -147,6 +147,7 @@ class Trial:
         self.pending_restart: dict[str, float] = {}  # key -> monotonic time to restart at
         self.stopping_since: float | None = None
         self.checkpoint_seconds: list[float] = []
+        self.progress = SessionProgress(disable=True)  # the live display, once run() starts
 
     # ---------------------------------------------------------------- actors
     def start(self, plan: SessionPlan) -> None:
@@ -160,11 +161,19 @@ class Trial:
         self.record.update(plan)
 
     def request_stop(self) -> None:
-        """Ask every running session to commit a final checkpoint and stop."""
+        """Ask every running session to commit a final checkpoint and stop; a session whose actor
+        has not started yet (still waiting for resources) is not started at all: ``not started``."""
         if self.stopping_since is None:
             self.stopping_since = time.monotonic()
+            by_key = {p.key: p for p in self.plans}
             for key in list(self.streams):
-                self.actors[key].stop.remote()
+                if "pid" in self.record.data["sessions"].get(key, {}) or by_key[key].restarts:
+                    self.actors[key].stop.remote()
+                    continue
+                self.release(by_key[key])
+                by_key[key].status = "not started"
+                self.progress.status(key, "not started")
+                self.record.update(by_key[key])
 
     # ---------------------------------------------------------------- watching
     def run(self) -> int:
@@ -275,28 +284,65 @@ class Trial:
 
     # ---------------------------------------------------------------- end
     def finish(self) -> int:
-        """Mark unfinished sessions, aggregate trial_df, print the summary; returns the exit code."""
-        for plan in self.plans:
-            if plan.status in ("running", "restarting", "pending"):
-                plan.status = "interrupted" if self.stopping_since is not None else "failed"
-                plan.error = plan.error or ("no final checkpoint within shutdown_grace_s"
-                                            if self.stopping_since is not None else "stream ended early")
-                self.record.update(plan)
+        """Mark unfinished sessions, aggregate trial_df, analyze, print the summary.
+
+        Returns:
+            The exit code: 0 done (or cleanly interrupted), 1 a session failed or could not commit.
+        """
+        self.mark_unfinished()
+        out = None
         if self.analyze:
             aggregate_trial(self.predir, self.spec, sorted({p.trial for p in self.plans}))
             from orchestrator.analysis import analyze_after_run  # metrics JSON + graphs; a failure only warns
-            analyze_after_run(self.predir)
+            out = analyze_after_run(self.predir)
         failed = [p for p in self.plans if p.status == "failed"]
         for plan in failed:
             print(f"session {plan.key} failed: {(plan.error or '').strip().splitlines()[-1:]}", file=sys.stderr)
         if self.stopping_since is not None:
-            spec_file = predir_mod.spec_file(self.predir, self.spec["name"])
-            print(f"interrupted; resume with:\n  python run_lab.py {spec_file} {self.spec['name']} "
-                  f"train@{self.predir}")
-            clean = all(p.status in ("interrupted", "done") and not p.error for p in self.plans)
+            self.print_interrupted()
+            clean = all(p.status in ("interrupted", "done", "not started") and not p.error for p in self.plans)
             return 0 if clean else 1
-        print(f"trial done: {self.predir}")
+        if self.analyze:
+            from orchestrator.analysis import summary_lines
+            print("\n".join([f"trial done: {self.predir}", *(summary_lines(self.predir, out) if out else [])]))
         return 1 if failed else 0
+
+    def mark_unfinished(self) -> None:
+        """Record the final status of sessions still running: ``interrupted`` (or ``not started``,
+        a session whose actor never began, e.g. waiting for resources) after a stop, else ``failed``."""
+        for plan in self.plans:
+            if plan.status not in ("running", "restarting", "pending"):
+                continue
+            started = "pid" in self.record.data["sessions"].get(plan.key, {})
+            if self.stopping_since is not None and not started and not plan.restarts:
+                plan.status = "not started"
+            elif self.stopping_since is not None:
+                plan.status = "interrupted"
+                plan.error = plan.error or "no final checkpoint within shutdown_grace_s"
+            else:
+                plan.status, plan.error = "failed", plan.error or "stream ended early"
+            self.record.update(plan)
+
+    def print_interrupted(self) -> None:
+        """Print each session's state and committed checkpoint frame (from run.json), and the
+        command that resumes the run (with ``--allow-fresh`` when a session has no checkpoint)."""
+        from orchestrator.cli import lab_command
+
+        lines, fresh = ["interrupted:"], False
+        for plan in self.plans:
+            frame = self.record.data["sessions"].get(plan.key, {}).get("checkpoint")
+            fresh = fresh or not frame
+            if plan.status == "not started":
+                what = "not started" + (f" (committed checkpoint at frame {frame})" if frame else "")
+            elif frame:
+                what = f"{plan.status}, committed checkpoint at frame {frame}"
+            else:
+                what = f"{plan.status}, no committed checkpoint"
+            lines.append(f"  {plan.key}: {what}")
+        spec_file = predir_mod.spec_file(self.predir, self.spec["name"])
+        extra = ("--allow-fresh",) if fresh else ()
+        lines += ["resume with:", "  " + lab_command(spec_file, self.spec["name"], f"train@{self.predir}", *extra)]
+        print("\n".join(lines))
 
 
 def aggregate_trial(predir: str, spec: dict[str, Any], trials: list[int]) -> None:
@@ -395,8 +441,9 @@ def record_resume(predir: str, spec: dict[str, Any], plans: list[SessionPlan], a
     record = RunRecord.load_or_new(predir, spec["name"])
     if applied:
         storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)
-    record.data["resumes"].append({"at": now_iso(), "spec_edits": applied,
-                                   "from_frames": {p.key: p.frame for p in plans}})
+    if plans:  # a resume with nothing to do leaves no entry
+        record.data["resumes"].append({"at": now_iso(), "spec_edits": applied,
+                                       "from_frames": {p.key: p.frame for p in plans}})
     for line in applied:
         print(f"applied spec edit: {line}")
     return record
@@ -426,6 +473,26 @@ def run_with_signals(trial: Trial, spec: dict[str, Any]) -> int:
             signal.signal(sig, handler)
 
 
+def refuse_dev_run(predir: str, mode: str) -> None:
+    """Refuse to resume a ``dev`` run: its run.json says ``"mode": "dev"`` (or, written before that
+    marker, it has a train_df but no run.json). It has no checkpoints; resuming it would turn it
+    into a train run in place.
+
+    Raises:
+        UsageError: ``predir`` is a dev run (nothing is written).
+    """
+    run_uri = storage.join(predir, "run.json")
+    if storage.exists(run_uri):
+        dev = storage.read_json(run_uri).get("mode") == "dev"
+    else:
+        dev = storage.exists(storage.join(predir_mod.session_dir(predir, 0, 0), "train_df.parquet"))
+    if dev:
+        from orchestrator.cli import lab_command
+        name = predir_mod.spec_name_of(predir)
+        raise UsageError(f"{mode}: '{predir}' is a dev run, which has no checkpoints and cannot be resumed; "
+                         f"start a train run instead: {lab_command(predir_mod.spec_file(predir, name), name, 'train')}")
+
+
 def run_train(args: argparse.Namespace) -> int:
     """``train`` and ``train@...`` modes (see module docstring); returns the exit code."""
     new_spec = load_spec(args.spec_file, args.spec_name, args.overrides)
@@ -435,6 +502,7 @@ def run_train(args: argparse.Namespace) -> int:
         predir = resolve_predir(args.mode.split("@", 1)[1], args.data_dir, args.spec_name)
         if storage.exists(storage.join(predir, "search.json")):
             raise UsageError(f"{args.mode}: '{predir}' is a search; resume it with search@{predir}")
+        refuse_dev_run(predir, args.mode)
         spec, plans, applied = plan_resume(predir, new_spec, args.allow_fresh)
     else:
         spec = new_spec
@@ -449,5 +517,9 @@ def run_train(args: argparse.Namespace) -> int:
     else:
         predir, plans = plan_fresh(spec, args.data_dir)
         record = RunRecord.load_or_new(predir, spec["name"])
-    print(f"{args.mode}: {predir} ({len(plans)} session(s))")
+    if resume:
+        total = int(spec["meta"]["max_session"])
+        print(f"{args.mode}: {predir} ({len(plans)} of {total} sessions to resume, {total - len(plans)} done)")
+    else:
+        print(f"{args.mode}: {predir} ({len(plans)} session(s))")
     return run_with_signals(Trial(spec, predir, plans, record, quiet=args.quiet), spec)

@@ -94,6 +94,42 @@ def test_resume_and_restart_marks_from_run_json():
     assert analysis.marks(run, "t0_s1") == [] and analysis.marks({}, "t0_s0") == []
 
 
+def test_one_marker_per_resume_across_sessions():
+    # resume 1: the sessions stopped at different frames; resume 2 only moved t0_s1; resume 3 is a
+    # fresh start (frame 0 everywhere) and resume 4 repeats resume 2's frames (a kill before any new
+    # checkpoint): 2 and 4 share one label
+    run = {"resumes": [{"from_frames": {"t0_s0": 1600, "t0_s1": 2400}}, {"from_frames": {"t0_s1": 4000}},
+                       {"from_frames": {"t0_s0": 0, "t0_s1": 0}}, {"from_frames": {"t0_s1": 4000}}],
+           "sessions": {"t0_s0": {"restarts": [{"frame_restored": 800}]}}}
+    marks = analysis.markers(run, ["t0_s0", "t0_s1"])
+    assert [(m.frames, m.label) for m in marks] == [((800,), "restart"), ((1600, 2400), "resume 1"),
+                                                    ((4000,), "resume 2,4")]
+    df = pd.DataFrame({"frame": range(400, 4801, 400), "total_reward_ma": 20.0})
+    fig = analysis.trial_figure({0: df, 1: df}, marks, "t0", rand_return=10.0)
+    (ax,) = fig.axes
+    assert [t.get_text() for t in ax.texts] == ["restart", "resume 1", "resume 2,4"]
+    assert all(t.get_rotation() == 0 for t in ax.texts)
+    assert len({t.xy[1] for t in ax.texts}) == 3  # stepped heights: neighbours never overlap
+    vlines = [line for line in ax.get_lines() if line.get_xdata()[0] == line.get_xdata()[-1]]
+    assert sorted(line.get_xdata()[0] for line in vlines) == [800, 1600, 2400, 4000]
+
+
+def test_constant_lr_panel_is_not_scaled_to_float_noise():
+    frames = list(range(400, 4001, 400))
+    noise = [0.0, 1e-19, -1e-19, 0.0, 2e-19, 0.0, -1e-19, 0.0, 1e-19, 0.0]
+    df = pd.DataFrame({"frame": frames, "total_reward": 20.0, "total_reward_ma": 20.0,
+                       "loss": [1.0 / (i + 1) for i in range(10)], "lr": [3e-4 + n for n in noise],
+                       "explore_var": 0.0, "entropy": float("nan")})
+    fig = analysis.session_figure(df, [], "t0_s0")
+    ret, loss, lr, explore_var = fig.axes  # entropy (all NaN) is left out
+    assert lr.get_ylim() == pytest.approx((1.5e-4, 4.5e-4))
+    assert explore_var.get_ylim() == (-1.0, 1.0)
+    low, high = loss.get_ylim()  # a varying panel keeps matplotlib's autoscale around its data
+    assert low < 0.1 < 1.0 < high < 1.1
+    assert analysis.flat_ylim(pd.Series([2.0, 2.0])) == (1.0, 3.0)
+    assert analysis.flat_ylim(pd.Series([1.0, 1.1])) is None
+
+
 # ---------------------------------------------------------------- graphs of real runs
 
 def assert_png(path: Path) -> bytes:
