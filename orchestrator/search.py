@@ -635,10 +635,36 @@ def resume_search(args: argparse.Namespace, new_spec: dict[str, Any], target: st
     for line in applied:
         print(f"applied spec edit: {line}")
     lab_trials(predir)  # rebuilds a damaged trial.json before Tune's trials read it
+    verify_trials(predir, spec)
     # Tune keeps finished trials finished; with max_frame raised they must run again
     longer = any(line.startswith("env.max_frame:") for line in applied)
     tuner = restore_or_new_tuner(spec, predir, settings, args.quiet, restore=not longer)
     return predir, spec, settings, tuner
+
+
+def verify_trials(predir: str, spec: dict[str, Any]) -> None:
+    """Verify every existing session of a search in the driver before ``fit`` (``trial.check_session``).
+
+    Corrupt newest checkpoints are set aside here, so their warnings reach the terminal (Tune's trial
+    processes do not print to it); each is recorded under the session in ``t{T}/run.json``
+    (``set_aside``). The trials then plan from the verified checkpoints.
+
+    Raises:
+        UsageError: a session's checkpoints cannot be read.
+    """
+    for t in sorted(lab_trials(predir)):
+        record = None
+        for s in range(int(spec["meta"]["max_session"])):
+            if not storage.exists(predir_mod.session_dir(predir, t, s)):
+                continue
+            plan = SessionPlan(t, s, 0, resume=False)
+            session_done(predir, plan, int(spec["env"]["max_frame"]))
+            if plan.set_aside:
+                record = record or RunRecord.load_or_new(storage.join(predir, f"t{t}"), spec["name"])
+                entry = record.data["sessions"].setdefault(plan.key, {})
+                entry["set_aside"] = entry.get("set_aside", []) + plan.set_aside
+        if record is not None:
+            record.save()
 
 
 def resumed_spec(predir: str, new_spec: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:

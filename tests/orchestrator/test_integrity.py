@@ -141,6 +141,19 @@ def test_actor_restart_records_the_frame_restored_and_what_was_set_aside(run_cop
     assert "warning: session t0_s0" in capsys.readouterr().err
 
 
+def test_search_resume_verifies_sessions_in_the_driver(run_copy, capsys):
+    _delete_state(run_copy / "t0/s0/ckpt/000000003000")
+    (run_copy / "t0/trial.json").write_text(json.dumps({"trial": 0, "values": {}, "status": "running"}))
+    spec = load_spec(SPECS, "ppo_cartpole", ITEMS)
+    search.verify_trials(str(run_copy), spec)
+    warning = capsys.readouterr().err
+    assert "warning: session t0_s0" in warning and "file 'state.pt' is missing" in warning
+    (aside,) = json.loads((run_copy / "t0/run.json").read_text())["sessions"]["t0_s0"]["set_aside"]
+    assert aside["frame"] == 3000 and aside["moved_to"].startswith("ckpt/.corrupt-3000-")
+    plans, done = search.plan_sessions(str(run_copy), spec, 0)
+    assert [(p.key, p.resume, p.frame) for p in plans] == [("t0_s0", True, 2000)] and done == []
+
+
 # ---------------------------------------------------------------- C: damaged run.json / trial.json / search.json
 def test_truncated_run_json_is_rebuilt_with_a_warning(run_copy, capsys):
     damaged = (run_copy / "run.json").read_bytes()[:40]
