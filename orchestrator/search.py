@@ -30,7 +30,10 @@ Predir (DESIGN.md section 3) of a search::
     graph/{spec_name}_experiment_graph.png  each metric against each searched variable
     tune/{spec_name}/                       Ray Tune's own experiment state
 
-Resume: the lab's session checkpoints are the source of truth. A trial whose ``trial.json`` says
+Resume: the lab's session checkpoints are the source of truth. The driver holds the predir's lease
+(``orchestrator.lease``), rebuilds a damaged ``trial.json`` (a damaged ``search.json`` is an exit 2),
+and verifies every session before ``fit`` (corrupt checkpoints set aside with a warning). A trial
+whose ``trial.json`` says
 ``done`` at ``max_frame`` (or ``stopped``: ended early by the scheduler) reports its final metrics and
 returns without touching a file; any other trial resumes its sessions from their newest valid checkpoints (a
 session without one starts from frame 0 with its seed). Tune's state is restored with

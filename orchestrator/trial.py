@@ -6,6 +6,12 @@ process or node was lost) from the session's newest checkpoint up to ``meta.max_
 marks a session whose code raised as ``failed`` (siblings continue), and at the end aggregates
 ``info/trial_df.parquet`` (mean and std of returns across sessions per frame).
 
+Integrity (docs/RELIABILITY.md): the committed checkpoints are the truth. Before it runs anything,
+``train@`` holds the run's lease (``orchestrator.lease``: a second driver exits 2) and verifies every
+session's newest checkpoint in the driver: corrupt ones are set aside with one warning per session,
+``run.json`` records the frame really restored, sessions at ``max_frame`` get their train_df/eval_df
+copies re-exported from their checkpoint, and a damaged ``run.json`` is rebuilt.
+
 SIGINT/SIGTERM to the driver asks every session to commit a final checkpoint within
 ``meta.shutdown_grace_s`` seconds and prints the command that resumes the run; a second signal
 exits at once (committed checkpoints are never half-written).

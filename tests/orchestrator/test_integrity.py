@@ -18,7 +18,17 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from lab_helpers import DRIVER_ENV, REPO, SPECS, files_digest, kill_pids, overrides, run_cli
+from lab_helpers import (
+    DRIVER_ENV,
+    REPO,
+    SPECS,
+    descendants,
+    files_digest,
+    kill_pids,
+    overrides,
+    run_cli,
+    start_driver,
+)
 
 from orchestrator import lease as lease_mod
 from orchestrator import search, storage
@@ -243,6 +253,35 @@ def test_second_driver_on_a_held_run_exits_2_then_takes_over_once_the_holder_die
                    *overrides(ITEMS)) == 0
     assert f"taking over the lease of {run_copy} from host" in capsys.readouterr().err
     assert not (run_copy / "lease.json").exists()  # released on exit
+
+
+def test_second_train_on_a_running_train_exits_2_naming_its_pid(ray_local, tmp_path, capsys):
+    items = ["meta.max_session=1", "meta.log_frequency=1000", "env.max_frame=200000", "meta.random_seed=3"]
+    driver = start_driver([SPECS, "ppo_cartpole", "train", *overrides(items)], tmp_path)
+    tree = []
+    try:
+        deadline = time.time() + 240
+        while not list(tmp_path.glob("data/*/t0/s0/ckpt/0*/MANIFEST.json")):
+            assert driver.poll() is None and time.time() < deadline, "the driver ended or never checkpointed"
+            time.sleep(0.2)
+        tree = descendants(driver.pid)
+        (predir,) = (tmp_path / "data").iterdir()
+        holder = json.loads((predir / "lease.json").read_text())
+        assert holder["pid"] == driver.pid
+        cwd = os.getcwd()
+        os.chdir(tmp_path)
+        try:
+            assert run_cli(SPECS, "ppo_cartpole", "train@latest", *overrides(items)) == 2
+        finally:
+            os.chdir(cwd)
+        err = capsys.readouterr().err
+        assert f"pid {driver.pid}" in err and "in use by another driver" in err and "Traceback" not in err
+        run = json.loads((predir / "run.json").read_text())
+        assert run["resumes"] == [] and run["sessions"]["t0_s0"]["status"] == "running"
+        assert json.loads((predir / "lease.json").read_text())["driver_id"] == holder["driver_id"]
+    finally:
+        kill_pids([driver.pid] + tree + descendants(driver.pid))
+        driver.wait(timeout=30)
 
 
 def test_stale_lease_is_taken_over(run_copy, capsys):
