@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 import ray
-from ray.exceptions import RayActorError, RayTaskError
+from ray.exceptions import OutOfMemoryError, RayActorError, RayTaskError
 
 from orchestrator import predir as predir_mod
 from orchestrator import storage
@@ -283,7 +283,8 @@ class Trial:
             self.record.update(plan)
             self.log_error(plan, str(err))
             return
-        except RayActorError as err:  # process or node died: restart from the newest checkpoint
+        except (RayActorError, OutOfMemoryError) as err:  # process or node died, or Ray's memory monitor
+            # killed it (OutOfMemoryError is no RayActorError): restart from the newest checkpoint
             self.release(plan)
             self.on_actor_died(plan, err)
             return

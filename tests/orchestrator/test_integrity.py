@@ -164,6 +164,25 @@ def test_search_resume_verifies_sessions_in_the_driver(run_copy, capsys):
     assert [(p.key, p.resume, p.frame) for p in plans] == [("t0_s0", True, 2000)] and done == []
 
 
+def test_actor_killed_by_rays_memory_monitor_is_restarted(run_copy, monkeypatch):
+    """Ray reports a memory-monitor kill as OutOfMemoryError, not RayActorError (seen under load)."""
+    from ray.exceptions import OutOfMemoryError
+
+    from orchestrator import trial as trial_mod
+
+    def oom(_ref):
+        raise OutOfMemoryError("1 worker(s) were killed due to the node running low on memory")
+
+    monkeypatch.setattr(trial_mod.ray, "get", oom)
+    spec = load_spec(SPECS, "ppo_cartpole", ITEMS + ["meta.max_restarts=2"])
+    plan = SessionPlan(0, 0, 7, resume=True, status="running", frame=3000)
+    trial = Trial(spec, str(run_copy), [plan], RunRecord.load_or_new(str(run_copy), "ppo_cartpole"), quiet=True)
+    trial.progress = _Progress()
+    trial.next_event(plan, iter([object()]))
+    assert plan.status == "restarting" and "t0_s0" in trial.pending_restart
+    assert plan.restarts[0]["reason"] == "OutOfMemoryError" and plan.restarts[0]["frame_restored"] == 3000
+
+
 # ---------------------------------------------------------------- C: damaged run.json / trial.json / search.json
 def test_truncated_run_json_is_rebuilt_with_a_warning(run_copy, capsys):
     damaged = (run_copy / "run.json").read_bytes()[:40]
