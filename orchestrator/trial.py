@@ -638,7 +638,7 @@ def plan_resume(predir: str, new_spec: dict[str, Any],
 
 
 def record_resume(predir: str, spec: dict[str, Any], plans: list[SessionPlan], applied: list[str],
-                  done: list[SessionPlan] = ()) -> RunRecord:
+                  done: list[SessionPlan] | None = None) -> RunRecord:
     """Save the edited spec (if any edit applied), append the resume to run.json's history, and
     record the sessions found done (status, frame and checkpoint from their committed checkpoint).
 
@@ -655,6 +655,7 @@ def record_resume(predir: str, spec: dict[str, Any], plans: list[SessionPlan], a
     if applied:
         storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)
     entry = {"at": now_iso(), "spec_edits": applied, "from_frames": {p.key: p.frame for p in plans}}
+    done = done or []
     set_aside = {p.key: p.set_aside for p in [*plans, *done] if p.set_aside}
     if set_aside:
         entry["set_aside"] = set_aside
