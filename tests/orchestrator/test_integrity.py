@@ -164,6 +164,31 @@ def test_search_resume_verifies_sessions_in_the_driver(run_copy, capsys):
     assert [(p.key, p.resume, p.frame) for p in plans] == [("t0_s0", True, 2000)] and done == []
 
 
+def test_actor_side_fallback_is_logged_and_recorded_by_the_driver(run_copy, capsys):
+    """A checkpoint damaged after the driver verified it: the actor sets it aside, logs it, reports it in
+    ``started``; the driver prints it and corrects ``from_frames`` to the frame really restored."""
+    from orchestrator.session_actor import SessionRunner
+
+    spec = load_spec(SPECS, "ppo_cartpole", ITEMS)
+    _flip_state(run_copy / "t0/s0/ckpt/000000003000")
+    runner = SessionRunner(spec, str(run_copy), 0, 0, 7, resume=True)
+    runner.restore()
+    assert runner.restored_frame == 2000 and runner.set_aside[0]["frame"] == 3000
+    assert "fails its sha256 check" in (run_copy / "t0/s0/log.txt").read_text()
+    runner.session.close()
+    plan = SessionPlan(0, 0, 7, resume=True, status="running", frame=3000)
+    record = RunRecord.load_or_new(str(run_copy), "ppo_cartpole")
+    record.data["resumes"].append({"at": "now", "spec_edits": [], "from_frames": {"t0_s0": 3000}})
+    record.update(plan)
+    trial = Trial(spec, str(run_copy), [plan], record, quiet=True)
+    trial.on_started(plan, {"kind": "started", "pid": 1, "restored_frame": 2000, "set_aside": runner.set_aside})
+    run = json.loads((run_copy / "run.json").read_text())
+    assert run["resumes"][-1]["from_frames"] == {"t0_s0": 2000}
+    entry = run["sessions"]["t0_s0"]
+    assert entry["restored_frame"] == 2000 and entry["set_aside"][0]["frame"] == 3000
+    assert "warning: session t0_s0: set aside ckpt/.corrupt-3000-" in capsys.readouterr().err
+
+
 def test_actor_killed_by_rays_memory_monitor_is_restarted(run_copy, monkeypatch):
     """Ray reports a memory-monitor kill as OutOfMemoryError, not RayActorError (seen under load)."""
     from ray.exceptions import OutOfMemoryError
@@ -312,6 +337,23 @@ def test_stale_lease_is_taken_over(run_copy, capsys):
     err = capsys.readouterr().err
     assert "taking over the lease" in err and "host elsewhere pid 1" in err and "no heartbeat for 60 s" in err
     assert not (run_copy / "lease.json").exists()
+
+
+def test_holder_that_lost_its_lease_notices_at_its_next_heartbeat(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_LEASE_HEARTBEAT_S", "0.1")
+    monkeypatch.setattr(lease_mod, "CONFIRM_DELAY_S", 0.0)
+    held = lease_mod.Lease(str(tmp_path), "train")
+    held.acquire()
+    try:
+        other = {**held.record(), "driver_id": "other", "pid": 4242}
+        storage.write_json(str(tmp_path / "lease.json"), other)
+        deadline = time.time() + 10
+        while held.lost is None and time.time() < deadline:
+            time.sleep(0.05)
+        assert held.lost is not None and held.lost["pid"] == 4242
+    finally:
+        held.release()
+    assert json.loads((tmp_path / "lease.json").read_text())["driver_id"] == "other"  # not deleted: not ours
 
 
 def test_lease_on_s3(s3_bucket, monkeypatch):
