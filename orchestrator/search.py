@@ -650,7 +650,8 @@ def verify_trials(predir: str, spec: dict[str, Any]) -> None:
 
     Corrupt newest checkpoints are set aside here, so their warnings reach the terminal (Tune's trial
     processes do not print to it); each is recorded under the session in ``t{T}/run.json``
-    (``set_aside``). The trials then plan from the verified checkpoints.
+    (``set_aside``). Sessions at ``max_frame`` get their train_df/eval_df copies re-exported from
+    their checkpoint. The trials then plan from the verified checkpoints.
 
     Raises:
         UsageError: a session's checkpoints cannot be read.
@@ -661,7 +662,9 @@ def verify_trials(predir: str, spec: dict[str, Any]) -> None:
             if not storage.exists(predir_mod.session_dir(predir, t, s)):
                 continue
             plan = SessionPlan(t, s, 0, resume=False)
-            session_done(predir, plan, int(spec["env"]["max_frame"]))
+            is_done, selection = session_done(predir, plan, int(spec["env"]["max_frame"]))
+            if is_done:  # also for trials Tune does not run again
+                export_committed(predir, plan, selection)
             if plan.set_aside:
                 record = record or RunRecord.load_or_new(storage.join(predir, f"t{t}"), spec["name"])
                 entry = record.data["sessions"].setdefault(plan.key, {})
