@@ -102,6 +102,73 @@ class Manifest:
         return cls(d["format_version"], d["frame"], d["created"], d["files"], d["meta"])
 
 
+@dataclass(frozen=True)
+class Rejected:
+    """A checkpoint that failed verification and was set aside.
+
+    Attributes:
+        frame: its frame (env frames).
+        reason: why, e.g. "file 'state.pt' is missing", "file 'state.pt' fails its sha256 check",
+            "bad MANIFEST.json: ...".
+        moved_to: URI of the ``.corrupt-{frame}-{uuid}/`` dir it now lives in.
+    """
+
+    frame: int
+    reason: str
+    moved_to: str
+
+    @property
+    def moved_to_name(self) -> str:
+        """Basename of ``moved_to`` (``.corrupt-{frame}-{uuid}``)."""
+        return storage.basename(self.moved_to)
+
+    def to_json(self) -> dict:
+        """``{"frame", "reason", "moved_to"}`` with ``moved_to`` relative to the session dir (``ckpt/...``)."""
+        return {"frame": self.frame, "reason": self.reason, "moved_to": f"ckpt/{self.moved_to_name}"}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Result of ``CheckpointStore.select_latest``: the checkpoint a resume uses and what was set aside.
+
+    Attributes:
+        ckpt_dir: URI of the ``ckpt/`` dir.
+        manifest: manifest of the newest valid checkpoint; None if none verifies.
+        files: its files (name -> bytes); {} when ``manifest`` is None.
+        rejected: checkpoints set aside by this call, newest first.
+        earlier_corrupt: names of ``.corrupt-*`` dirs set aside before (only filled when none verifies).
+    """
+
+    ckpt_dir: str
+    manifest: Manifest | None
+    files: dict[str, bytes]
+    rejected: list[Rejected]
+    earlier_corrupt: list[str]
+
+    @property
+    def frame(self) -> int | None:
+        """Frame of the checkpoint used (env frames), None if none verifies."""
+        return None if self.manifest is None else self.manifest.frame
+
+    def describe(self) -> str:
+        """One sentence: each checkpoint set aside, why, where to, and the checkpoint used instead."""
+        parts = [f"checkpoint {storage.join(self.ckpt_dir, f'{r.frame:012d}')} failed verification "
+                 f"({r.reason}); set aside as {r.moved_to}" for r in self.rejected]
+        if self.manifest is not None:
+            used = f"resuming from checkpoint {storage.join(self.ckpt_dir, f'{self.manifest.frame:012d}')}"
+            return "; ".join(parts + [used + (" instead" if parts else "")])
+        if self.earlier_corrupt:
+            parts.append(f"earlier set aside: {', '.join(self.earlier_corrupt)}")
+        return (f"no valid checkpoint in {self.ckpt_dir}: {'; '.join(parts) or 'none committed'}. To start "
+                f"this session from frame 0, move the .corrupt-* directories out of {self.ckpt_dir}")
+
+
+def _reason(err: CheckpointCorruptError, uri: str) -> str:
+    """The cause part of a verification error, without the ``checkpoint {uri}: `` it starts with."""
+    text, prefix = str(err), f"checkpoint {uri}: "
+    return text[len(prefix):] if text.startswith(prefix) else text
+
+
 def sha256_hex(data: bytes) -> str:
     """Hex sha256 digest of ``data``."""
     return hashlib.sha256(data).hexdigest()
@@ -333,14 +400,14 @@ class CheckpointStore:
         try:
             manifest = Manifest.from_json(json.loads(storage.read_bytes(storage.join(uri, MANIFEST_NAME))))
         except FileNotFoundError:
-            raise CheckpointCorruptError(f"checkpoint {uri} has no {MANIFEST_NAME} (not committed)") from None
+            raise CheckpointCorruptError(f"checkpoint {uri}: {MANIFEST_NAME} is missing (not committed)") from None
         except (ValueError, UnicodeDecodeError) as err:
-            raise CheckpointCorruptError(f"checkpoint {uri} has a bad {MANIFEST_NAME}: {err}") from None
+            raise CheckpointCorruptError(f"checkpoint {uri}: bad {MANIFEST_NAME}: {err}") from None
         if manifest.format_version > FORMAT_VERSION:  # not corrupt: must not be set aside
             raise CheckpointError(f"checkpoint {uri} has format {manifest.format_version}; this lab "
                                          f"reads up to {FORMAT_VERSION}: upgrade the lab to resume it")
         if manifest.frame != frame:
-            raise CheckpointCorruptError(f"checkpoint {uri} has a manifest of frame {manifest.frame}")
+            raise CheckpointCorruptError(f"checkpoint {uri}: bad {MANIFEST_NAME}: it is of frame {manifest.frame}")
         return manifest
 
     def _read_verified(self, uri: str, name: str, entry: dict) -> bytes:
@@ -348,10 +415,10 @@ class CheckpointStore:
         try:
             data = storage.read_bytes(storage.join(uri, name))
         except FileNotFoundError:
-            raise CheckpointCorruptError(f"checkpoint {uri} lacks file '{name}'") from None
+            raise CheckpointCorruptError(f"checkpoint {uri}: file '{name}' is missing") from None
         if len(data) != entry["size"]:
-            raise CheckpointCorruptError(f"checkpoint {uri}: file '{name}' has {len(data)} bytes, "
-                                         f"manifest says {entry['size']}")
+            raise CheckpointCorruptError(f"checkpoint {uri}: file '{name}' has a size mismatch: "
+                                         f"{len(data)} bytes, {MANIFEST_NAME} says {entry['size']}")
         if sha256_hex(data) != entry["sha256"]:
             raise CheckpointCorruptError(f"checkpoint {uri}: file '{name}' fails its sha256 check")
         return data
@@ -368,7 +435,7 @@ class CheckpointStore:
         uri = self.frame_uri(frame)
         manifest = self.manifest(frame)
         if name not in manifest.files:
-            raise CheckpointCorruptError(f"checkpoint {uri} does not list file '{name}'")
+            raise CheckpointCorruptError(f"checkpoint {uri}: {MANIFEST_NAME} does not list file '{name}'")
         try:
             return self._read_verified(uri, name, manifest.files[name])
         except storage.StorageError as err:
@@ -435,12 +502,47 @@ class CheckpointStore:
             raise CheckpointError(f"no valid checkpoint in {self.ckpt_dir}: {'; '.join(skipped)}")
         return None
 
-    def latest_valid(self) -> tuple[Manifest, dict[str, bytes]] | None:
-        """Newest checkpoint that verifies, setting aside newer ones that do not.
+    def select_latest(self) -> Selection:
+        """Newest checkpoint that verifies, setting aside newer ones that do not; reports what it did.
 
-        A corrupt checkpoint is moved to ``ckpt/.corrupt-{frame}-{uuid}/`` (never deleted) and a
-        ``CheckpointFallbackWarning`` names it and the checkpoint used instead. Also rolls back a
-        replacement interrupted by a killed writer (see ``commit``).
+        A corrupt checkpoint (bad or unreadable manifest, missing file, size or sha256 mismatch) is
+        moved to ``ckpt/.corrupt-{frame}-{uuid}/`` (never deleted). Also rolls back a replacement
+        interrupted by a killed writer (see ``commit``). Nothing is printed or warned: the caller
+        reports ``Selection.rejected`` (see ``Selection.describe``).
+
+        Returns:
+            The selection: manifest and files of the checkpoint used (None if none verifies), the
+            checkpoints set aside now, and the names of ``.corrupt-*`` dirs set aside earlier.
+
+        Raises:
+            CheckpointError: the store cannot be read, a corrupt checkpoint cannot be moved, or a
+                manifest has a newer format (not corruption: nothing is moved).
+        """
+        try:
+            self._restore_replaced()
+            frames = self.frames()
+        except storage.StorageError as err:
+            raise CheckpointError(f"cannot list checkpoints in {self.ckpt_dir}: {err}") from err
+        rejected: list[Rejected] = []
+        for frame in reversed(frames):
+            try:
+                manifest, files = self.load(frame)
+            except CheckpointCorruptError as err:
+                rejected.append(Rejected(frame, _reason(err, self.frame_uri(frame)),
+                                         self._set_aside_corrupt(frame, err)))
+                continue
+            return Selection(self.ckpt_dir, manifest, files, rejected, [])
+        try:
+            earlier = [n for n in storage.listdir(self.ckpt_dir) if n.startswith(CORRUPT_PREFIX)]
+        except storage.StorageError as err:
+            raise CheckpointError(f"cannot list checkpoints in {self.ckpt_dir}: {err}") from err
+        return Selection(self.ckpt_dir, None, {}, rejected, [n for n in earlier
+                                                             if n not in {r.moved_to_name for r in rejected}])
+
+    def latest_valid(self) -> tuple[Manifest, dict[str, bytes]] | None:
+        """Newest checkpoint that verifies, setting aside newer ones that do not (see ``select_latest``).
+
+        A ``CheckpointFallbackWarning`` names each checkpoint set aside, why, and the one used instead.
 
         Returns:
             (manifest, files) of the newest valid checkpoint; None only if no checkpoint was ever
@@ -450,41 +552,21 @@ class CheckpointStore:
             CheckpointError: checkpoints exist but none verifies (all are now set aside), or the
                 store cannot be read.
         """
-        try:
-            self._restore_replaced()
-            frames = self.frames()
-        except storage.StorageError as err:
-            raise CheckpointError(f"cannot list checkpoints in {self.ckpt_dir}: {err}") from err
-        set_aside: list[str] = []
-        for frame in reversed(frames):
-            try:
-                manifest, files = self.load(frame)
-            except CheckpointCorruptError as err:
-                set_aside.append(self._set_aside_corrupt(frame, err))
-                continue
-            if set_aside:
-                used = self.frame_uri(frame)
-                warnings.warn(f"{'; '.join(set_aside)}; resuming from checkpoint {used} instead",
-                              CheckpointFallbackWarning, stacklevel=2)
-            return manifest, files
-        return self._none_valid(set_aside)
+        selection = self.select_latest()
+        if selection.manifest is not None:
+            if selection.rejected:
+                warnings.warn(selection.describe(), CheckpointFallbackWarning, stacklevel=2)
+            return selection.manifest, selection.files
+        if selection.rejected or selection.earlier_corrupt:
+            raise CheckpointError(selection.describe())
+        return None
 
     def _set_aside_corrupt(self, frame: int, err: CheckpointError) -> str:
-        """Move a corrupt checkpoint to ``.corrupt-*``; returns a sentence naming both places."""
+        """Move a corrupt checkpoint to ``.corrupt-*``; returns the URI it was moved to."""
         try:
-            aside = self._set_aside(frame, CORRUPT_PREFIX)
+            return self._set_aside(frame, CORRUPT_PREFIX)
         except storage.StorageError as move_err:
             raise CheckpointError(f"{err}; and it cannot be set aside: {move_err}") from move_err
-        return f"checkpoint {self.frame_uri(frame)} failed verification ({err}), moved to {aside}"
-
-    def _none_valid(self, set_aside: list[str]) -> None:
-        """Return None if no checkpoint was ever committed here; else raise (never start from scratch)."""
-        corrupt = [n for n in storage.listdir(self.ckpt_dir) if n.startswith(CORRUPT_PREFIX)]
-        if set_aside or corrupt:
-            detail = "; ".join(set_aside) if set_aside else f"earlier set aside: {', '.join(corrupt)}"
-            raise CheckpointError(f"no valid checkpoint in {self.ckpt_dir}: {detail}. To start this session "
-                                  f"from frame 0, move the .corrupt-* directories out of {self.ckpt_dir}")
-        return None
 
     # ---------------------------------------------------------------- retention and cleanup
     def prune(self, best_frame: int | None = None, protect: set[int] = frozenset()) -> list[int]:

@@ -31,7 +31,10 @@ Predir (DESIGN.md section 3) of a search::
     graph/{spec_name}_experiment_graph.png  each metric against each searched variable
     tune/{spec_name}/                       Ray Tune's own experiment state
 
-Resume: the lab's session checkpoints are the source of truth. A trial whose ``trial.json`` says
+Resume: the lab's session checkpoints are the source of truth. The driver holds the predir's lease
+(``orchestrator.lease``), rebuilds a damaged ``trial.json`` (a damaged ``search.json`` is an exit 2),
+and verifies every session before ``fit`` (corrupt checkpoints set aside with a warning). A trial
+whose ``trial.json`` says
 ``done`` at ``max_frame`` (or ``stopped``: ended early by the scheduler) reports its final metrics and
 returns without touching a file; any other trial resumes its sessions from their newest valid checkpoints (a
 session without one starts from frame 0 with its seed). Tune's state is restored with
@@ -54,6 +57,7 @@ from orchestrator import predir as predir_mod
 from orchestrator import storage
 from orchestrator.checkpoint import CheckpointStore
 from orchestrator.errors import UsageError
+from orchestrator.lease import Lease
 from orchestrator.search_space import SearchVar, apply_values, parse_search, plain
 from orchestrator.spec import SpecError, check, load_spec, resume_edits, session_seed
 from orchestrator.trial import (
@@ -62,9 +66,13 @@ from orchestrator.trial import (
     Trial,
     aggregate_trial,
     check_resources,
+    export_committed,
     init_ray,
+    missing_spec_message,
     now_iso,
+    read_json_file,
     resolve_predir,
+    session_done,
 )
 
 METRIC = "total_reward_ma"
@@ -223,17 +231,31 @@ def set_aside(predir: str, t: int) -> str:
     return dst
 
 
-def plan_sessions(predir: str, spec: dict[str, Any], t: int) -> list[SessionPlan]:
-    """One plan per session of trial ``t`` not yet at ``max_frame``: resumed from its newest
-    checkpoint, or fresh (with its seed) when it has none."""
-    plans = []
+def plan_sessions(predir: str, spec: dict[str, Any], t: int) -> tuple[list[SessionPlan], list[SessionPlan]]:
+    """Plans of trial ``t``'s sessions, each verified in this process first (``trial.check_session``).
+
+    A session whose newest valid checkpoint is at ``max_frame`` is done: its train_df/eval_df copies
+    are re-exported from that checkpoint (a killed driver may have left older ones). Any other
+    session resumes from its newest valid checkpoint (newer corrupt ones set aside with a warning),
+    or starts fresh (with its seed) when it has none.
+
+    Returns:
+        (plans to run, plans of the sessions already done).
+
+    Raises:
+        UsageError: a session's checkpoints cannot be read.
+    """
+    plans, done = [], []
     for s in range(int(spec["meta"]["max_session"])):
-        seed = session_seed(spec["meta"]["random_seed"], t, s)
-        frames = CheckpointStore(predir_mod.session_dir(predir, t, s)).frames()
-        if frames and frames[-1] >= int(spec["env"]["max_frame"]):
+        plan = SessionPlan(t, s, session_seed(spec["meta"]["random_seed"], t, s), resume=False)
+        is_done, selection = session_done(predir, plan, int(spec["env"]["max_frame"]))
+        if is_done:
+            export_committed(predir, plan, selection)
+            done.append(plan)
             continue
-        plans.append(SessionPlan(t, s, seed, resume=bool(frames), frame=frames[-1] if frames else 0))
-    return plans
+        plan.resume, plan.frame = selection.frame is not None, selection.frame or 0
+        plans.append(plan)
+    return plans, done
 
 
 def session_history(predir: str, t: int, s: int) -> dict[int, float]:
@@ -314,7 +336,7 @@ def search_trial(config: dict[str, Any], spec: dict[str, Any], predir: str) -> N
     t = trial_index(ctx.get_trial_name())
     values = {k: plain(v) for k, v in config.items()}
     trial_spec = check(apply_values(spec, values))
-    info = storage.read_json(trial_json(predir, t)) if storage.exists(trial_json(predir, t)) else None
+    info = read_trial_info(predir, t)
     if info is not None and info["values"] != values:
         set_aside(predir, t)
         info = None
@@ -347,13 +369,20 @@ def run_lab_trial(predir: str, spec: dict[str, Any], t: int) -> None:
     Raises:
         RuntimeError: a session failed.
     """
-    plans = plan_sessions(predir, spec, t)
+    plans, done = plan_sessions(predir, spec, t)
+    record = RunRecord.load_or_new(storage.join(predir, f"t{t}"), spec["name"])
+    for plan in done:  # the checkpoint is the truth: a killed driver may not have recorded the end
+        entry = record.data["sessions"].get(plan.key, {})
+        if entry.get("status") != "done" or entry.get("frame") != plan.frame:
+            record.update(plan, checkpoint=plan.frame)
     if not plans:
         return
-    record = RunRecord.load_or_new(storage.join(predir, f"t{t}"), spec["name"])
     if any(p.resume for p in plans) or record.data["sessions"]:
-        record.data["resumes"].append({"at": now_iso(), "spec_edits": [],
-                                       "from_frames": {p.key: p.frame for p in plans}})
+        entry = {"at": now_iso(), "spec_edits": [], "from_frames": {p.key: p.frame for p in plans}}
+        set_aside = {p.key: p.set_aside for p in [*plans, *done] if p.set_aside}
+        if set_aside:
+            entry["set_aside"] = set_aside
+        record.data["resumes"].append(entry)
     history = {s: session_history(predir, t, s) for s in range(int(spec["meta"]["max_session"]))}
     for plan in plans:  # rows past a resumed session's checkpoint come again; fresh ones have none
         kept = history[plan.session].items() if plan.resume else ()
@@ -417,9 +446,80 @@ def lab_trials(predir: str) -> dict[int, dict[str, Any]]:
     """``{T: trial.json}`` of every trial dir of a search predir."""
     out = {}
     for name in storage.listdir(predir):
-        if name.startswith("t") and name[1:].isdigit() and storage.exists(trial_json(predir, int(name[1:]))):
-            out[int(name[1:])] = storage.read_json(trial_json(predir, int(name[1:])))
+        if name.startswith("t") and name[1:].isdigit():
+            info = read_trial_info(predir, int(name[1:]))
+            if info is not None:
+                out[int(name[1:])] = info
     return out
+
+
+def read_trial_info(predir: str, t: int) -> dict[str, Any] | None:
+    """``t{T}/trial.json``; None if absent; a damaged one is rebuilt (``rebuild_trial_info``)."""
+    uri = trial_json(predir, t)
+    try:
+        data = storage.read_json(uri)
+    except FileNotFoundError:
+        return None
+    except (ValueError, UnicodeDecodeError) as err:
+        return rebuild_trial_info(predir, t, f"not valid JSON: {err}")
+    if not isinstance(data, dict) or not isinstance(data.get("values"), dict) or "status" not in data:
+        return rebuild_trial_info(predir, t, "not an object with 'values' and 'status'")
+    return data
+
+
+def _lookup(spec: dict[str, Any], path: str) -> Any:
+    """Value at a dotted spec path (a key may itself hold dots: the longest matching key wins).
+
+    Raises:
+        KeyError: no such path.
+    """
+    if path in spec:
+        return spec[path]
+    for i in range(path.count(".") + 1, 0, -1):
+        head = ".".join(path.split(".")[:i])
+        if head in spec and isinstance(spec[head], dict) and i <= path.count("."):
+            return _lookup(spec[head], path[len(head) + 1:])
+    raise KeyError(path)
+
+
+def rebuild_trial_info(predir: str, t: int, why: str) -> dict[str, Any] | None:
+    """A damaged ``t{T}/trial.json`` rebuilt from the trial's spec file and committed checkpoints.
+
+    The damaged file is kept as ``trial.json.damaged-{ts}``, a warning names both. ``values`` come
+    from ``{spec_name}_t{T}_spec.json`` at the search's variable paths; ``status`` is ``done`` when
+    every session has a committed checkpoint at ``max_frame``, else ``running`` (so ``search@``
+    resumes it; a trial the scheduler had ``stopped`` cannot be told apart and continues);
+    ``frame`` is the least newest checkpoint frame.
+
+    Returns:
+        The rebuilt content (written), or None when the spec files needed are unreadable too (the
+        damaged file is then only moved aside, and the trial is rewritten when it runs again).
+    """
+    uri = trial_json(predir, t)
+    kept = f"{uri}.damaged-{now_iso().replace(':', '')}"
+    storage.write_bytes(kept, storage.read_bytes(uri))
+    name = predir_mod.spec_name_of(predir)
+    try:
+        spec = storage.read_json(predir_mod.spec_file(predir, name))
+        trial_spec = storage.read_json(predir_mod.spec_file(predir, name, t))
+        values = {v.path: _lookup(trial_spec, v.path) for v in parse_search(spec)[0]}
+        max_frame, sessions = int(trial_spec["env"]["max_frame"]), int(trial_spec["meta"]["max_session"])
+    except (FileNotFoundError, ValueError, KeyError, TypeError) as err:
+        storage.delete(uri)
+        print(f"warning: {uri} is damaged ({why}); kept as {kept}; it cannot be rebuilt ({err}) and is "
+              f"rewritten when trial t{t} runs again", file=sys.stderr)
+        return None
+    frames = []
+    for s in range(sessions):
+        committed = CheckpointStore(predir_mod.session_dir(predir, t, s)).frames()
+        frames.append(committed[-1] if committed else 0)
+    status = "done" if frames and min(frames) >= max_frame else "running"
+    info = {"trial": t, "values": values, "status": status, "frame": min(frames, default=0),
+            "rebuilt": {"at": now_iso(), "why": why}}
+    storage.write_json(uri, info)
+    print(f"warning: {uri} is damaged ({why}); kept as {kept} and rebuilt from the trial's spec file and "
+          f"committed checkpoints: status {status}, frame {info['frame']}", file=sys.stderr)
+    return info
 
 
 def mark_ended(predir: str, spec: dict[str, Any], results: Any) -> tuple[dict[int, str], bool]:
@@ -448,13 +548,19 @@ def run_search(args: argparse.Namespace) -> int:
     """``search`` and ``search@{predir|latest}`` (see module docstring); returns the exit code."""
     new_spec = load_spec(args.spec_file, args.spec_name, args.overrides)
     args.data_dir = storage.absolute(args.data_dir)
-    if "@" in args.mode:
-        predir, spec, settings, tuner = resume_search(args, new_spec, args.mode.split("@", 1)[1])
-    else:
-        predir, spec, settings, tuner = start_search(args, new_spec)
-    print(f"{args.mode}: {predir} (max_trial={spec['meta']['max_trial']}, {spec['meta']['max_session']} "
-          f"session(s) per trial, search algorithm {settings['search_alg']})")
-    results = tuner.fit()
+    with SearchLease(args) as lease:
+        if "@" in args.mode:
+            predir, spec, settings, tuner = resume_search(args, new_spec, args.mode.split("@", 1)[1], lease)
+        else:
+            predir, spec, settings, tuner = start_search(args, new_spec, lease)
+        print(f"{args.mode}: {predir} (max_trial={spec['meta']['max_trial']}, {spec['meta']['max_session']} "
+              f"session(s) per trial, search algorithm {settings['search_alg']})")
+        results = tuner.fit()
+        return finish_search(predir, spec, results)
+
+
+def finish_search(predir: str, spec: dict[str, Any], results: Any) -> int:
+    """After ``fit``: mark ended trials, analyze, print the summary; returns the exit code."""
     errors, interrupted = mark_ended(predir, spec, results)
     df = analyze(predir, spec)
     report_summary(predir, spec, df)
@@ -467,8 +573,34 @@ def run_search(args: argparse.Namespace) -> int:
     return 1 if errors or interrupted else 0
 
 
-def start_search(args: argparse.Namespace, spec: dict[str, Any]) -> tuple[str, dict, dict, tune.Tuner]:
-    """A new search: checks, then the predir with its spec and ``search.json``, and a new Tuner.
+class SearchLease:
+    """Holds the lease (``orchestrator.lease``) of the search's predir once ``take`` names it; released
+    on exit. ``args`` is kept for the mode shown to a second driver."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.mode, self.lease = args.mode, None
+
+    def take(self, predir: str) -> None:
+        """Acquire the lease of ``predir``.
+
+        Raises:
+            LeaseHeldError: another live driver holds it (exit 2).
+        """
+        self.lease = Lease(predir, self.mode)
+        self.lease.acquire()
+
+    def __enter__(self) -> "SearchLease":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.lease is not None:
+            self.lease.release()
+
+
+def start_search(args: argparse.Namespace, spec: dict[str, Any],
+                 lease: SearchLease) -> tuple[str, dict, dict, tune.Tuner]:
+    """A new search: checks, then the predir (its lease taken) with its spec and ``search.json``, and a
+    new Tuner.
 
     Returns:
         (predir, spec as run, settings, tuner).
@@ -482,14 +614,16 @@ def start_search(args: argparse.Namespace, spec: dict[str, Any]) -> tuple[str, d
     init_ray(args.address)
     check_resources(spec["meta"])
     predir = predir_mod.new_predir(args.data_dir, spec["name"])
+    lease.take(predir)
     storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)
     storage.write_json(storage.join(predir, "search.json"), settings)
     return predir, spec, settings, make_tuner(spec, predir, settings, args.quiet)
 
 
-def resume_search(args: argparse.Namespace, new_spec: dict[str, Any],
-                  target: str) -> tuple[str, dict, dict, tune.Tuner]:
-    """``search@{target}``: the saved spec plus edits, and the restored (or a new) Tuner.
+def resume_search(args: argparse.Namespace, new_spec: dict[str, Any], target: str,
+                  lease: SearchLease) -> tuple[str, dict, dict, tune.Tuner]:
+    """``search@{target}``: the lease of the run, the saved spec plus edits, and the restored (or a new)
+    Tuner.
 
     Returns:
         (predir, spec as run, settings, tuner).
@@ -498,18 +632,49 @@ def resume_search(args: argparse.Namespace, new_spec: dict[str, Any],
         predir = resolve_predir(target, args.data_dir, args.spec_name)
     except UsageError as err:
         raise UsageError(str(err).replace("train@", "search@", 1)) from None
+    lease.take(predir)
     spec, applied = resumed_spec(predir, new_spec)
+    settings = read_settings(predir, spec["name"])
     init_ray(args.address)
     check_resources(spec["meta"])
     if applied:
         storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)
     for line in applied:
         print(f"applied spec edit: {line}")
-    settings = storage.read_json(storage.join(predir, "search.json"))
+    lab_trials(predir)  # rebuilds a damaged trial.json before Tune's trials read it
+    verify_trials(predir, spec)
     # Tune keeps finished trials finished; with max_frame raised they must run again
     longer = any(line.startswith("env.max_frame:") for line in applied)
     tuner = restore_or_new_tuner(spec, predir, settings, args.quiet, restore=not longer)
     return predir, spec, settings, tuner
+
+
+def verify_trials(predir: str, spec: dict[str, Any]) -> None:
+    """Verify every existing session of a search in the driver before ``fit`` (``trial.check_session``).
+
+    Corrupt newest checkpoints are set aside here, so their warnings reach the terminal (Tune's trial
+    processes do not print to it); each is recorded under the session in ``t{T}/run.json``
+    (``set_aside``). Sessions at ``max_frame`` get their train_df/eval_df copies re-exported from
+    their checkpoint. The trials then plan from the verified checkpoints.
+
+    Raises:
+        UsageError: a session's checkpoints cannot be read.
+    """
+    for t in sorted(lab_trials(predir)):
+        record = None
+        for s in range(int(spec["meta"]["max_session"])):
+            if not storage.exists(predir_mod.session_dir(predir, t, s)):
+                continue
+            plan = SessionPlan(t, s, 0, resume=False)
+            is_done, selection = session_done(predir, plan, int(spec["env"]["max_frame"]))
+            if is_done:  # also for trials Tune does not run again
+                export_committed(predir, plan, selection)
+            if plan.set_aside:
+                record = record or RunRecord.load_or_new(storage.join(predir, f"t{t}"), spec["name"])
+                entry = record.data["sessions"].setdefault(plan.key, {})
+                entry["set_aside"] = entry.get("set_aside", []) + plan.set_aside
+        if record is not None:
+            record.save()
 
 
 def resumed_spec(predir: str, new_spec: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -521,11 +686,33 @@ def resumed_spec(predir: str, new_spec: dict[str, Any]) -> tuple[dict[str, Any],
     """
     if not storage.exists(storage.join(predir, "search.json")):
         raise UsageError(f"search@: '{predir}' is not a search run (no search.json); resume it with train@")
-    saved = storage.read_json(predir_mod.spec_file(predir, new_spec["name"]))
+    if not storage.exists(predir_mod.spec_file(predir, new_spec["name"])):
+        raise UsageError(missing_spec_message("search@", predir, new_spec["name"]))
+    saved = read_json_file(predir_mod.spec_file(predir, new_spec["name"]), "search@: the search's saved spec")
     merged, applied, conflicts = resume_edits(saved, new_spec)
     if conflicts:
         raise SpecError([f"cannot resume {predir}: the spec contradicts the run's past"] + conflicts)
     return check(merged), applied
+
+
+def read_settings(predir: str, spec_name: str) -> dict[str, Any]:
+    """``search.json`` (Tune name, search algorithm, concurrency) of a search.
+
+    Raises:
+        UsageError: it is damaged (not valid JSON, or lacks a key): names it and what to write back.
+    """
+    uri = storage.join(predir, "search.json")
+    try:
+        settings = storage.read_json(uri)
+        if isinstance(settings, dict) and {"tune_name", "search_alg", "max_concurrent_trials"} <= set(settings):
+            return settings
+        why = "it lacks tune_name, search_alg or max_concurrent_trials"
+    except (ValueError, UnicodeDecodeError) as err:
+        why = f"not valid JSON: {err}"
+    raise UsageError(f"search@: the search settings {uri} are damaged ({why}). They cannot be rebuilt "
+                     "safely: the search algorithm decides which values each trial samples. Write back "
+                     f'{{"tune_name": "{spec_name}", "search_alg": "basic" or "optuna" (the one the search '
+                     'started with), "max_concurrent_trials": N or null}, then resume again')
 
 
 # ---------------------------------------------------------------- analysis
@@ -597,7 +784,7 @@ def merge_run_records(predir: str, spec_name: str) -> None:
     for t in sorted(lab_trials(predir)):
         uri = storage.join(predir, f"t{t}", "run.json")
         if storage.exists(uri):
-            trial_record = storage.read_json(uri)
+            trial_record = RunRecord.load_or_new(storage.join(predir, f"t{t}"), spec_name).data
             sessions.update(trial_record.get("sessions", {}))
             resumes += trial_record.get("resumes", [])
     resumes.sort(key=lambda r: r["at"])

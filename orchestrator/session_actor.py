@@ -3,7 +3,8 @@ checkpoint after each chunk, streams progress events to the driver, and on SIGTE
 final checkpoint and reports ``interrupted``.
 
 Events (dicts yielded by ``run``; ``kind`` is one of):
-  ``started``     {pid, node, device, restored_frame (None when fresh), exact}
+  ``started``     {pid, device, restored_frame (None when fresh), set_aside (checkpoints found corrupt
+                  by this actor: [{frame, reason, moved_to}]), exact}
   ``log``         {row}: a train_df row (frame, fps, total_reward_ma, ...)
   ``checkpoint``  {frame, seconds}: a committed checkpoint and the seconds training waited for it
   ``checkpoint_failed`` {frame}: every write attempt of that checkpoint failed (training goes on)
@@ -26,6 +27,7 @@ from orchestrator import storage
 from orchestrator.checkpoint import CheckpointError, CheckpointStore
 
 COMMIT_BACKOFF_S = (0.5, 1.0, 2.0)  # waits between checkpoint write attempts, seconds
+EXPORTED_FILES = ("train_df.parquet", "eval_df.parquet")  # checkpoint files copied to the session dir
 
 
 def checkpoint_frequency(meta: dict[str, Any]) -> int:
@@ -56,17 +58,30 @@ class SessionRunner:
         self.session = Session(spec, seed, trial, session, fresh=not resume)
         self.resume = resume
         self.restored_frame: int | None = None
+        self.set_aside: list[dict[str, Any]] = []  # checkpoints ``restore`` set aside as corrupt
         self.best: tuple[float, int] | None = None  # (total_reward_ma, frame) of the best checkpoint
 
     def restore(self) -> None:
-        """Load the newest valid checkpoint (falls back to older ones with a warning)."""
+        """Load the newest valid checkpoint; one set aside as corrupt is logged and reported in ``started``.
+
+        The driver verifies and sets aside before it starts the actor, so here ``set_aside`` is
+        normally empty; it is not when a checkpoint was damaged in between.
+
+        Raises:
+            FileNotFoundError: no checkpoint was ever committed here.
+            orchestrator.checkpoint.CheckpointError: none verifies (all set aside), or unreadable.
+        """
         self.store.collect_garbage()
-        found = self.store.latest_valid()
-        if found is None:
+        selection = self.store.select_latest()
+        self.set_aside = [r.to_json() for r in selection.rejected]
+        if selection.rejected:
+            self.log_line(f"warning: {selection.describe()}")
+        if selection.manifest is None:
+            if selection.rejected or selection.earlier_corrupt:
+                raise CheckpointError(selection.describe())
             raise FileNotFoundError(f"no committed checkpoint in {self.session_dir}")
-        manifest, files = found
-        self.session.from_checkpoint(files)
-        self.restored_frame = manifest.frame
+        self.session.from_checkpoint(selection.files)
+        self.restored_frame = selection.manifest.frame
         self.best = _best_of(self.store)
 
     def snapshot(self) -> tuple[int, dict[str, bytes], dict[str, Any]]:
@@ -99,7 +114,9 @@ class SessionRunner:
             self.best = (ma, frame)
         try:  # housekeeping: retention (the newest is always kept) and the user copy of train_df
             self.store.prune(best_frame=self.best[1] if self.best else None)
-            storage.write_bytes(storage.join(self.session_dir, "train_df.parquet"), files["train_df.parquet"])
+            for name in EXPORTED_FILES:  # the user copies (the checkpoint's are authoritative)
+                if name in files:
+                    storage.write_bytes(storage.join(self.session_dir, name), files[name])
         except (CheckpointError, storage.StorageError, OSError) as err:
             self.log_line(f"after checkpoint {frame}: {err}")
         return True
@@ -130,6 +147,7 @@ class SessionRunner:
         if self.resume:
             self.restore()
         yield {"kind": "started", "pid": os.getpid(), "restored_frame": self.restored_frame,
+               "set_aside": self.set_aside,
                "device": str(session.algorithm.device), "exact": session.exact}
         freq = checkpoint_frequency(self.spec["meta"])
         rows: list[dict[str, Any]] = []

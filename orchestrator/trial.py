@@ -6,6 +6,12 @@ process or node was lost) from the session's newest checkpoint up to ``meta.max_
 marks a session whose code raised as ``failed`` (siblings continue), and at the end aggregates
 ``info/trial_df.parquet`` (mean and std of returns across sessions per frame).
 
+Integrity (docs/RELIABILITY.md): the committed checkpoints are the truth. Before it runs anything,
+``train@`` holds the run's lease (``orchestrator.lease``: a second driver exits 2) and verifies every
+session's newest checkpoint in the driver: corrupt ones are set aside with one warning per session,
+``run.json`` records the frame really restored, sessions at ``max_frame`` get their train_df/eval_df
+copies re-exported from their checkpoint, and a damaged ``run.json`` is rebuilt.
+
 SIGINT/SIGTERM to the driver asks every session to commit a final checkpoint within
 ``meta.shutdown_grace_s`` seconds and prints the command that resumes the run; a second signal
 exits at once (committed checkpoints are never half-written).
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
 import threading
@@ -24,14 +31,15 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 import ray
-from ray.exceptions import RayActorError, RayTaskError
+from ray.exceptions import OutOfMemoryError, RayActorError, RayTaskError
 
 from orchestrator import predir as predir_mod
 from orchestrator import storage
-from orchestrator.checkpoint import CheckpointStore
+from orchestrator.checkpoint import CheckpointError, CheckpointStore, Selection
 from orchestrator.errors import UsageError
+from orchestrator.lease import Lease
 from orchestrator.progress import SessionProgress
-from orchestrator.session_actor import SessionActor
+from orchestrator.session_actor import EXPORTED_FILES, SessionActor
 from orchestrator.spec import SpecError, check, load_spec, resume_edits, session_seed
 
 
@@ -47,6 +55,7 @@ class SessionPlan:
     frame: int = 0
     restarts: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
+    set_aside: list[dict[str, Any]] = field(default_factory=list)  # corrupt checkpoints found on planning
 
     @property
     def key(self) -> str:
@@ -98,15 +107,74 @@ class RunRecord:
 
     @classmethod
     def load_or_new(cls, predir: str, spec_name: str) -> "RunRecord":
-        """Read an existing run.json or start a new record."""
+        """Read an existing run.json or start a new record; a damaged one is rebuilt (see ``rebuild``).
+
+        Args:
+            predir: the directory holding run.json (a run, or a search's ``t{T}`` dir).
+
+        Raises:
+            storage.StorageError: the store cannot be read.
+        """
         uri = storage.join(predir, "run.json")
-        if storage.exists(uri):
-            return cls(predir, storage.read_json(uri))
-        return cls(predir, {"spec_name": spec_name, "created": now_iso(), "versions": versions(),
-                            "sessions": {}, "resumes": []})
+        try:
+            data = storage.read_json(uri)
+        except FileNotFoundError:
+            return cls(predir, cls.new_data(spec_name))
+        except (ValueError, UnicodeDecodeError) as err:
+            return cls.rebuild(predir, spec_name, f"not valid JSON: {err}")
+        if not isinstance(data, dict) or not isinstance(data.get("sessions"), dict) \
+                or not isinstance(data.get("resumes"), list):
+            return cls.rebuild(predir, spec_name, "not an object with 'sessions' and 'resumes'")
+        return cls(predir, data)
+
+    @staticmethod
+    def new_data(spec_name: str) -> dict[str, Any]:
+        """The content of a new run.json."""
+        return {"spec_name": spec_name, "created": now_iso(), "versions": versions(), "sessions": {},
+                "resumes": []}
+
+    @classmethod
+    def rebuild(cls, predir: str, spec_name: str, why: str) -> "RunRecord":
+        """A run.json rebuilt from the run's session spec files and committed checkpoints, with a warning.
+
+        The damaged file is kept as ``run.json.damaged-{ts}``. Per session: ``frame``/``checkpoint`` =
+        its newest committed checkpoint (verified later by the resume), ``status`` ``done`` at the
+        session spec's ``max_frame``, else ``interrupted``; the seed from its spec file. The resume and
+        restart history cannot be recovered and starts empty.
+
+        Returns:
+            The rebuilt record (already written).
+        """
+        uri = storage.join(predir, "run.json")
+        kept = f"{uri}.damaged-{now_iso().replace(':', '')}"
+        storage.write_bytes(kept, storage.read_bytes(uri))
+        record = cls(predir, {**cls.new_data(spec_name), "rebuilt": {"at": now_iso(), "why": why}})
+        root = predir_mod_run_root(predir)
+        for trial, session in record_sessions(predir):
+            spec_uri = predir_mod.spec_file(root, spec_name, trial, session)
+            try:
+                spec = storage.read_json(spec_uri)
+                seed, max_frame = spec["meta"]["session_seed"], int(spec["env"]["max_frame"])
+            except (FileNotFoundError, ValueError, KeyError, TypeError):
+                seed, max_frame = None, None
+            frames = CheckpointStore(predir_mod.session_dir(root, trial, session)).frames()
+            frame = frames[-1] if frames else 0
+            status = "done" if max_frame is not None and frame >= max_frame else "interrupted"
+            record.data["sessions"][f"t{trial}_s{session}"] = {
+                "status": status, "frame": frame, "checkpoint": frame if frames else None, "seed": seed,
+                "restarts": [], "error": None}
+        record.save()
+        print(f"warning: {uri} is damaged ({why}); kept as {kept} and rebuilt from the spec files and "
+              f"committed checkpoints ({len(record.data['sessions'])} session(s); the resume history is lost)",
+              file=sys.stderr)
+        return record
 
     def update(self, plan: SessionPlan, checkpoint: int | None = None) -> None:
-        """Record a session's status, frame, restarts and error; write the file."""
+        """Record a session's status, frame (env frames), restarts and error; write the file.
+
+        Raises:
+            storage.StorageError: the write failed.
+        """
         entry = self.data["sessions"].setdefault(plan.key, {})
         entry.update({"status": plan.status, "frame": plan.frame, "seed": plan.seed,
                       "restarts": entry.get("restarts", []) + plan.restarts[len(entry.get("restarts", [])):],
@@ -133,13 +201,16 @@ class Trial:
             trial metrics to Ray Tune from it); the Trial installs no signal handlers itself.
         analyze: at the end, aggregate trial_df, analyze the whole predir and print the summary
             (False inside a search trial: the search analyzes each trial when it ends).
+        lease: the run's lease held by this driver; once another driver took it (``lease.lost``)
+            the sessions are asked to stop at their next checkpoint.
     """
 
     def __init__(self, spec: dict[str, Any], predir: str, plans: list[SessionPlan], record: RunRecord,
                  quiet: bool = False,
                  on_log: Callable[[SessionPlan, dict[str, Any]], None] | None = None,
-                 analyze: bool = True) -> None:
+                 analyze: bool = True, lease: Lease | None = None) -> None:
         self.spec, self.predir, self.plans, self.record, self.quiet = spec, predir, plans, record, quiet
+        self.lease = lease
         self.on_log, self.analyze = on_log, analyze
         self.meta = spec["meta"]
         self.actors: dict[str, Any] = {}
@@ -184,6 +255,8 @@ class Trial:
             for plan in self.plans:
                 self.start(plan)
             while self.streams or self.pending_restart:
+                if self.lease is not None and self.lease.lost and self.stopping_since is None:
+                    self.request_stop()
                 self.restart_due(by_key)
                 if self.stopping_since is not None and \
                         time.monotonic() - self.stopping_since > float(self.meta["shutdown_grace_s"]):
@@ -219,7 +292,8 @@ class Trial:
             self.record.update(plan)
             self.log_error(plan, str(err))
             return
-        except RayActorError as err:  # process or node died: restart from the newest checkpoint
+        except (RayActorError, OutOfMemoryError) as err:  # process or node died, or Ray's memory monitor
+            # killed it (OutOfMemoryError is no RayActorError): restart from the newest checkpoint
             self.release(plan)
             self.on_actor_died(plan, err)
             return
@@ -240,8 +314,7 @@ class Trial:
             self.checkpoint_seconds.append(float(event["seconds"]))
             self.record.update(plan, checkpoint=plan.frame)
         elif kind == "started":
-            self.record.data["sessions"][plan.key]["pid"] = event["pid"]
-            self.record.update(plan)
+            self.on_started(plan, event)
         elif kind in ("done", "interrupted"):
             plan.status, plan.frame = kind, int(event["frame"])
             if not event["checkpoint"]:
@@ -249,8 +322,33 @@ class Trial:
             self.progress.status(plan.key, kind)
             self.record.update(plan, checkpoint=plan.frame if event["checkpoint"] else None)
 
+    def on_started(self, plan: SessionPlan, event: dict[str, Any]) -> None:
+        """Record the actor's pid and the frame it actually restored; warn about checkpoints the
+        actor itself had to set aside (damaged after the driver verified them)."""
+        entry = self.record.data["sessions"][plan.key]
+        entry["pid"] = event["pid"]
+        restored = event.get("restored_frame")
+        entry["restored_frame"] = restored
+        if event.get("set_aside"):
+            plan.set_aside += event["set_aside"]
+            entry["set_aside"] = entry.get("set_aside", []) + event["set_aside"]
+            names = ", ".join(f"{r['moved_to']} ({r['reason']})" for r in event["set_aside"])
+            print(f"warning: session {plan.key}: set aside {names}; resumed from frame {restored}", file=sys.stderr)
+        if plan.resume and restored is not None and restored != plan.frame:
+            if plan.restarts:
+                plan.restarts[-1]["frame_restored"] = restored
+                entry["restarts"][-1:] = plan.restarts[-1:]
+            elif self.record.data["resumes"]:
+                self.record.data["resumes"][-1]["from_frames"][plan.key] = restored
+            plan.frame = restored
+        self.record.update(plan)
+
     def on_actor_died(self, plan: SessionPlan, err: Exception) -> None:
-        """Schedule a replacement actor with back-off, or mark the session failed."""
+        """Schedule a replacement actor with back-off, or mark the session failed.
+
+        The session's checkpoints are verified here (the dead actor writes no more): the restart
+        records the frame of the newest valid one (``frame_restored``) and what was set aside.
+        """
         max_restarts = int(self.meta["max_restarts"])
         if self.stopping_since is not None or len(plan.restarts) >= max_restarts:
             plan.status = "failed"
@@ -259,12 +357,22 @@ class Trial:
             self.progress.status(plan.key, "failed")
             self.record.update(plan)
             return
-        store = CheckpointStore(predir_mod.session_dir(self.predir, plan.trial, plan.session))
-        frames = store.frames()
-        plan.resume = bool(frames)
-        restored = frames[-1] if frames else 0
-        plan.restarts.append({"at": now_iso(), "frame_restored": restored,
-                              "frames_lost": max(0, plan.frame - restored), "reason": type(err).__name__})
+        before = len(plan.set_aside)
+        try:
+            selection = check_session(self.predir, plan)
+        except (CheckpointError, storage.StorageError) as check_err:
+            plan.status, plan.error = "failed", f"after the actor died: {check_err}"
+            self.progress.status(plan.key, "failed")
+            self.record.update(plan)
+            return
+        plan.resume = selection.frame is not None
+        restored = selection.frame or 0
+        restart = {"at": now_iso(), "frame_restored": restored, "frames_lost": max(0, plan.frame - restored),
+                   "reason": type(err).__name__}
+        if len(plan.set_aside) > before:
+            restart["set_aside"] = plan.set_aside[before:]
+        plan.restarts.append(restart)
+        plan.frame = restored
         plan.status = "restarting"
         self.progress.status(plan.key, f"restart {len(plan.restarts)}")
         self.record.update(plan)
@@ -364,6 +472,114 @@ def aggregate_trial(predir: str, spec: dict[str, Any], trials: list[int]) -> Non
     storage.write_parquet(storage.join(predir, "info", "trial_df.parquet"), agg.reset_index())
 
 
+def predir_mod_run_root(record_dir: str) -> str:
+    """The run directory of a run.json's directory: the predir itself, or the parent of a ``t{T}`` dir."""
+    return storage.dirname(record_dir) if re.fullmatch(r"t\d+", storage.basename(record_dir)) else record_dir
+
+
+def record_sessions(record_dir: str) -> list[tuple[int, int]]:
+    """(trial, session) of the session dirs a run.json in ``record_dir`` covers, sorted."""
+    name = storage.basename(record_dir)
+    if re.fullmatch(r"t\d+", name):
+        trials = [(int(name[1:]), record_dir)]
+    else:
+        trials = [(int(n[1:]), storage.join(record_dir, n)) for n in storage.listdir(record_dir)
+                  if re.fullmatch(r"t\d+", n)]
+    return sorted((t, int(n[1:])) for t, tdir in trials for n in storage.listdir(tdir) if re.fullmatch(r"s\d+", n))
+
+
+def read_json_file(uri: str, what: str) -> Any:
+    """Parse a JSON file a resume depends on.
+
+    Raises:
+        UsageError: the file is missing or damaged (names it and ``what`` it is).
+        storage.StorageError: the store cannot be read.
+    """
+    try:
+        return storage.read_json(uri)
+    except FileNotFoundError:
+        raise UsageError(f"{what} {uri} is missing") from None
+    except (ValueError, UnicodeDecodeError) as err:
+        raise UsageError(f"{what} {uri} is damaged (not valid JSON: {err}); restore it from a copy") from None
+
+
+def check_session(predir: str, plan: SessionPlan) -> Selection:
+    """Verify a session's checkpoints in the driver before it runs: the newest valid one is the truth.
+
+    Collects debris of killed writers, sets aside newer checkpoints that fail verification (one
+    warning on stderr and in the session's log.txt naming each, why, and the checkpoint used) and
+    records them in ``plan.set_aside``. Call only while no actor writes this session (planning, or
+    after its actor died).
+
+    Returns:
+        The selection (``frame`` None when no checkpoint verifies).
+
+    Raises:
+        CheckpointError: the store cannot be read, or a checkpoint of a newer format.
+    """
+    sdir = predir_mod.session_dir(predir, plan.trial, plan.session)
+    store = CheckpointStore(sdir)
+    store.collect_garbage()
+    selection = store.select_latest()
+    if selection.rejected:
+        plan.set_aside += [r.to_json() for r in selection.rejected]
+        text = f"warning: session {plan.key}: {selection.describe()}"
+        print(text, file=sys.stderr)
+        try:
+            storage.append_text(storage.join(sdir, "log.txt"), f"[{now_iso()}] {text}\n")
+        except (storage.StorageError, OSError):
+            pass
+    return selection
+
+
+def export_committed(predir: str, plan: SessionPlan, selection: Selection) -> list[str]:
+    """Make a session's user copies (train_df/eval_df parquet) equal to its checkpoint's.
+
+    A driver killed between a session's last commit and its exports leaves older copies; the
+    committed checkpoint is authoritative. Only files that differ are rewritten.
+
+    Returns:
+        Names of the files rewritten.
+
+    Raises:
+        storage.StorageError: a write failed.
+    """
+    sdir = predir_mod.session_dir(predir, plan.trial, plan.session)
+    written = []
+    for name in EXPORTED_FILES:
+        if name not in selection.files:
+            continue
+        uri = storage.join(sdir, name)
+        current = storage.read_bytes(uri) if storage.exists(uri) else None
+        if current != selection.files[name]:
+            storage.write_bytes(uri, selection.files[name])
+            written.append(name)
+    if written:
+        print(f"session {plan.key}: {', '.join(written)} rewritten from its committed checkpoint at frame "
+              f"{selection.frame}", file=sys.stderr)
+    return written
+
+
+def session_done(predir: str, plan: SessionPlan, max_frame: int) -> tuple[bool, Selection]:
+    """Verify a session (``check_session``) and, if its newest valid checkpoint is at ``max_frame``
+    (frames), mark ``plan`` done at that frame (the caller then re-exports with ``export_committed``).
+
+    Returns:
+        (done, selection).
+
+    Raises:
+        UsageError: its checkpoints cannot be read (names the session).
+    """
+    try:
+        selection = check_session(predir, plan)
+    except CheckpointError as err:
+        raise UsageError(f"session {plan.key}: {err}") from None
+    if selection.frame is None or selection.frame < max_frame:
+        return False, selection
+    plan.status, plan.frame = "done", selection.frame
+    return True, selection
+
+
 # ---------------------------------------------------------------- planning train / train@
 
 def plan_fresh(spec: dict[str, Any], data_dir: str) -> tuple[str, list[SessionPlan]]:
@@ -396,54 +612,103 @@ def resolve_predir(target: str, data_dir: str, spec_name: str) -> str:
         name = predir_mod.spec_name_of(predir)
     except ValueError as err:
         raise UsageError(f"train@{target}: {err}") from None
-    if name != spec_name or not storage.exists(predir_mod.spec_file(predir, spec_name)):
+    if name != spec_name:
         raise UsageError(f"train@{target}: '{predir}' is a run of '{name}', not of '{spec_name}'")
+    if not storage.exists(predir_mod.spec_file(predir, spec_name)):
+        raise UsageError(missing_spec_message(f"train@{target}", predir, spec_name))
     return predir
 
 
+def missing_spec_message(mode: str, predir: str, spec_name: str) -> str:
+    """Why a run without its saved spec cannot resume, which spec files remain, and how to proceed."""
+    missing = predir_mod.spec_file(predir, spec_name)
+    left = sorted(n for n in storage.listdir(predir) if n.endswith("_spec.json"))
+    text = (f"{mode}: the run's saved spec {missing} is missing (deleted or never written); a resume "
+            f"needs it (it is the spec as run, edits included). Spec files left in the run: "
+            f"{', '.join(left) or 'none'}. ")
+    trial_spec = predir_mod.spec_file(predir, spec_name, 0)
+    if storage.exists(storage.join(predir, "search.json")):
+        return text + (f"The trial spec files hold sampled values, not the search: write the spec "
+                       f"'{spec_name}' the search was started with (search section included) to {missing}")
+    if storage.basename(trial_spec) in left:
+        return text + (f"{storage.basename(trial_spec)} is the same spec plus \"trial\": 0 under \"meta\": "
+                       f"copy it to {missing} and delete that key, then resume again")
+    return text + f"Write the spec '{spec_name}' the run was started with to {missing}, then resume again"
+
+
 def plan_resume(predir: str, new_spec: dict[str, Any],
-                allow_fresh: bool) -> tuple[dict[str, Any], list[SessionPlan], list[str]]:
+                allow_fresh: bool) -> tuple[dict[str, Any], list[SessionPlan], list[str], list[SessionPlan]]:
     """Merge spec edits and plan one resumed actor per unfinished session.
 
+    Each saved session is verified here, in the driver (``check_session``): its plan's ``frame`` is
+    the frame of its newest checkpoint that verifies (newer corrupt ones are set aside, with a
+    warning, and listed in ``set_aside``). A session whose valid checkpoint is at ``max_frame`` is
+    done: its train_df/eval_df copies are re-exported from that checkpoint.
+
     Returns:
-        (spec to run, plans, applied edits).
+        (spec to run, plans to run, applied edits, plans of the sessions already done).
 
     Raises:
         SpecError: edits that contradict the past (each key with both values).
-        UsageError: sessions with no committed checkpoint (unless ``allow_fresh``).
+        UsageError: the saved spec is missing or damaged; sessions with no valid checkpoint (unless
+            ``allow_fresh``); unreadable checkpoints.
     """
-    saved = storage.read_json(predir_mod.spec_file(predir, new_spec["name"]))
+    saved = read_json_file(predir_mod.spec_file(predir, new_spec["name"]), "the run's saved spec")
     merged, applied, conflicts = resume_edits(saved, new_spec)
     if conflicts:
         raise SpecError([f"cannot resume {predir}: the spec contradicts the run's past"] + conflicts)
     merged = check(merged)
     base, max_frame = merged["meta"]["random_seed"], merged["env"]["max_frame"]
-    plans, missing = [], []
+    plans, done, missing = [], [], []
     for s in range(merged["meta"]["max_session"]):
-        seed = session_seed(base, 0, s)
+        plan = SessionPlan(0, s, session_seed(base, 0, s), resume=False)
         if s >= saved["meta"]["max_session"]:  # max_session raised: a fresh session
-            plans.append(SessionPlan(0, s, seed, resume=False))
+            plans.append(plan)
             continue
-        frames = CheckpointStore(predir_mod.session_dir(predir, 0, s)).frames()
-        if frames and frames[-1] >= max_frame:
-            continue  # already at max_frame
-        if not frames and not allow_fresh:
-            missing.append(f"t0_s{s}")
-        plans.append(SessionPlan(0, s, seed, resume=bool(frames), frame=frames[-1] if frames else 0))
+        is_done, selection = session_done(predir, plan, max_frame)
+        if is_done:
+            done.append((plan, selection))
+            continue
+        if selection.frame is None and not allow_fresh:
+            bad = selection.rejected or selection.earlier_corrupt
+            missing.append(plan.key + (" (every checkpoint failed verification, set aside as .corrupt-*)"
+                                       if bad else ""))
+        plan.resume, plan.frame = selection.frame is not None, selection.frame or 0
+        plans.append(plan)
     if missing:
         raise UsageError(f"train@{predir}: no committed checkpoint for session(s) {', '.join(missing)}; "
                          "pass --allow-fresh to start them from frame 0")
-    return merged, plans, applied
+    for plan, selection in done:
+        export_committed(predir, plan, selection)
+    return merged, plans, applied, [plan for plan, _ in done]
 
 
-def record_resume(predir: str, spec: dict[str, Any], plans: list[SessionPlan], applied: list[str]) -> RunRecord:
-    """Save the edited spec (if any edit applied) and append the resume to run.json's history."""
+def record_resume(predir: str, spec: dict[str, Any], plans: list[SessionPlan], applied: list[str],
+                  done: list[SessionPlan] | None = None) -> RunRecord:
+    """Save the edited spec (if any edit applied), append the resume to run.json's history, and
+    record the sessions found done (status, frame and checkpoint from their committed checkpoint).
+
+    ``from_frames`` holds the frame each session is actually restored from; ``set_aside`` (present
+    when any) the checkpoints set aside as corrupt per session.
+
+    Returns:
+        The run's record (written).
+
+    Raises:
+        storage.StorageError: a write failed.
+    """
     record = RunRecord.load_or_new(predir, spec["name"])
     if applied:
         storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)
-    if plans:  # a resume with nothing to do leaves no entry
-        record.data["resumes"].append({"at": now_iso(), "spec_edits": applied,
-                                       "from_frames": {p.key: p.frame for p in plans}})
+    entry = {"at": now_iso(), "spec_edits": applied, "from_frames": {p.key: p.frame for p in plans}}
+    done = done or []
+    set_aside = {p.key: p.set_aside for p in [*plans, *done] if p.set_aside}
+    if set_aside:
+        entry["set_aside"] = set_aside
+    if plans or set_aside:  # a resume with nothing to do (and nothing set aside) leaves no entry
+        record.data["resumes"].append(entry)
+    for plan in done:
+        record.update(plan, checkpoint=plan.frame)
     for line in applied:
         print(f"applied spec edit: {line}")
     return record
@@ -481,11 +746,14 @@ def refuse_dev_run(predir: str, mode: str) -> None:
     Raises:
         UsageError: ``predir`` is a dev run (nothing is written).
     """
-    run_uri = storage.join(predir, "run.json")
-    if storage.exists(run_uri):
-        dev = storage.read_json(run_uri).get("mode") == "dev"
-    else:
-        dev = storage.exists(storage.join(predir_mod.session_dir(predir, 0, 0), "train_df.parquet"))
+    run_uri, sdir = storage.join(predir, "run.json"), predir_mod.session_dir(predir, 0, 0)
+    try:
+        data = storage.read_json(run_uri)
+        dev = isinstance(data, dict) and data.get("mode") == "dev"
+    except FileNotFoundError:  # written before the marker: a train_df and no checkpoint at all
+        dev = storage.exists(storage.join(sdir, "train_df.parquet")) and not CheckpointStore(sdir).frames()
+    except (ValueError, UnicodeDecodeError):  # damaged: RunRecord.load_or_new rebuilds it with a warning
+        dev = False
     if dev:
         from orchestrator.cli import lab_command
         name = predir_mod.spec_name_of(predir)
@@ -494,32 +762,48 @@ def refuse_dev_run(predir: str, mode: str) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    """``train`` and ``train@...`` modes (see module docstring); returns the exit code."""
+    """``train`` and ``train@...`` modes (see module docstring); returns the exit code.
+
+    The driver holds the run's lease (``orchestrator.lease``) from before it reads the run until it
+    exits, so a second driver on the same run exits 2 naming this one.
+
+    Raises:
+        UsageError / SpecError: bad input (exit 2), including a run held by another live driver.
+    """
     new_spec = load_spec(args.spec_file, args.spec_name, args.overrides)
     args.data_dir = storage.absolute(args.data_dir)  # actors may run in another working directory
-    resume = args.mode != "train"
-    if resume:
-        predir = resolve_predir(args.mode.split("@", 1)[1], args.data_dir, args.spec_name)
-        if storage.exists(storage.join(predir, "search.json")):
-            raise UsageError(f"{args.mode}: '{predir}' is a search; resume it with search@{predir}")
-        refuse_dev_run(predir, args.mode)
-        spec, plans, applied = plan_resume(predir, new_spec, args.allow_fresh)
-    else:
-        spec = new_spec
+    if args.mode == "train":
+        init_ray(args.address)
+        check_resources(new_spec["meta"])
+        predir, plans = plan_fresh(new_spec, args.data_dir)
+        with Lease(predir, args.mode) as lease:
+            record = RunRecord.load_or_new(predir, new_spec["name"])
+            print(f"{args.mode}: {predir} ({len(plans)} session(s))")
+            return run_with_signals(Trial(new_spec, predir, plans, record, quiet=args.quiet, lease=lease), new_spec)
+    predir = resolve_predir(args.mode.split("@", 1)[1], args.data_dir, args.spec_name)
+    if storage.exists(storage.join(predir, "search.json")):
+        raise UsageError(f"{args.mode}: '{predir}' is a search; resume it with search@{predir}")
+    refuse_dev_run(predir, args.mode)  # before the lease: a dev run stays byte-identical
+    with Lease(predir, args.mode) as lease:
+        return resume_train(args, predir, new_spec, lease)
+
+
+def resume_train(args: argparse.Namespace, predir: str, new_spec: dict[str, Any], lease: Lease) -> int:
+    """``train@{predir}`` once the lease is held: plan, record, run; returns the exit code.
+
+    Raises:
+        UsageError / SpecError: see ``plan_resume``.
+    """
+    spec, plans, applied, done = plan_resume(predir, new_spec, args.allow_fresh)
     init_ray(args.address)
     check_resources(spec["meta"])
-    if resume:
-        record = record_resume(predir, spec, plans, applied)
-        if not plans:
-            print(f"nothing to resume: every session of {predir} is at max_frame")
-            record.save()
-            return 0
-    else:
-        predir, plans = plan_fresh(spec, args.data_dir)
-        record = RunRecord.load_or_new(predir, spec["name"])
-    if resume:
-        total = int(spec["meta"]["max_session"])
-        print(f"{args.mode}: {predir} ({len(plans)} of {total} sessions to resume, {total - len(plans)} done)")
-    else:
-        print(f"{args.mode}: {predir} ({len(plans)} session(s))")
-    return run_with_signals(Trial(spec, predir, plans, record, quiet=args.quiet), spec)
+    record = record_resume(predir, spec, plans, applied, done)
+    if not plans:
+        print(f"nothing to resume: every session of {predir} is at max_frame")
+        record.save()
+        if done:
+            aggregate_trial(predir, spec, [0])
+        return 0
+    total = int(spec["meta"]["max_session"])
+    print(f"{args.mode}: {predir} ({len(plans)} of {total} sessions to resume, {total - len(plans)} done)")
+    return run_with_signals(Trial(spec, predir, plans, record, quiet=args.quiet, lease=lease), spec)
