@@ -19,7 +19,7 @@ import torch
 from agents import policy
 from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats
 from agents.memory import OnPolicyBatchReplay
-from agents.nets import make_loss
+from agents.nets import POLICY_GAIN, VALUE_GAIN, make_loss
 from agents.returns import calc_gaes
 from agents.schedules import VarSchedule
 from envs.clock import Clock
@@ -54,11 +54,11 @@ class PPO(Algorithm):
         pd_dim = policy.pdparam_dim(self.action_space)
         ns = self.net_spec
         if ns.shared:
-            self.nets["net"] = self.make_net([pd_dim, 1])
+            self.nets["net"] = self.make_net([pd_dim, 1], [POLICY_GAIN, VALUE_GAIN])
             self.add_optim("net", self.nets["net"].parameters(), ns.optim_spec)
         else:
-            self.nets["actor"] = self.make_net(pd_dim)
-            self.nets["critic"] = self.make_net(1)
+            self.nets["actor"] = self.make_net(pd_dim, [POLICY_GAIN])
+            self.nets["critic"] = self.make_net(1, [VALUE_GAIN])
             if ns.actor_optim_spec is None and ns.critic_optim_spec is None:
                 # One optimizer over both nets (as SB3 does): the same per-parameter updates as two
                 # optimizers of one spec, in one step call instead of two.
