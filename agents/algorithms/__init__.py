@@ -1,5 +1,6 @@
 """Algorithm registry: the spec's ``agent.algorithm.name`` -> class (checked by ``orchestrator.spec``)."""
 
+from agents.algorithms.actor_critic import ActorCritic
 from agents.algorithms.base import AgentSpec, Algorithm, AlgorithmSpec, LossStats
 from agents.algorithms.double_dqn import DoubleDQN
 from agents.algorithms.dqn import DQN
@@ -12,6 +13,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "DQN": DQN,
     "DoubleDQN": DoubleDQN,
     "PPO": PPO,
+    "ActorCritic": ActorCritic,
 }
 
 __all__ = ["ALGORITHMS", "AgentSpec", "Algorithm", "AlgorithmSpec", "LossStats"]

@@ -12,6 +12,9 @@ net gets one update per multiple of ``net.update_frequency`` frames crossed (k p
 closed-form lerp). Frames that pass while the replay holds fewer than ``training_start_step``
 transitions earn nothing, so a resumed session that refills its replay makes no gradient step until
 the buffer is full again, and then makes no catch-up burst.
+
+train_df columns of its own (means over the update's gradient steps): ``q_mean`` (mean Q(s, a) of the
+sampled actions) and ``td_error`` (mean |Q target - Q(s, a)|).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import numpy as np
 import torch
 
 from agents import policy
-from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats
+from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats, mean_metrics
 from agents.memory import Replay
 from agents.nets import make_loss, polyak_update
 from envs.clock import Clock
@@ -48,6 +51,7 @@ class DQN(Algorithm):
 
     spec_cls = DQNSpec
     memory_names = ("Replay",)
+    metric_names = ("q_mean", "td_error")
 
     def init_nets(self) -> None:
         """Online Q-net (B, *O) -> (B, A) Q-values, a frozen target copy, one optimizer."""
@@ -107,7 +111,7 @@ class DQN(Algorithm):
         """
         rounds = self.train_rounds(clock)
         self.last_train_frame = clock.frame
-        losses, grad_norms = [], []
+        losses, grad_norms, metrics = [], [], {"q_mean": [], "td_error": []}
         for _ in range(rounds * self.algo.training_iter):
             batch = {k: self.to_tensor(v, torch.int64 if k == "act" else torch.float32)
                      for k, v in self.memory.sample(self.rng).items()}
@@ -117,8 +121,11 @@ class DQN(Algorithm):
                 loss = self.loss_fn(q, target)
                 grad_norms.append(self.optim_step(loss, ("net",), clock))
                 losses.append(loss.detach())
+                metrics["q_mean"].append(q.detach().mean())
+                metrics["td_error"].append((target - q.detach()).abs().mean())
         self.update_target(clock)
-        return LossStats(float(torch.stack(losses).mean()), float("nan"), float(np.mean(grad_norms)))
+        return LossStats(float(torch.stack(losses).mean()), float("nan"), float(np.mean(grad_norms)),
+                         mean_metrics(metrics))
 
     def update_target(self, clock: Clock) -> int:
         """Apply the target-net updates due at ``clock.frame``; returns how many (k).
