@@ -67,6 +67,8 @@ class NetSpec:
         update_frequency: frames between target-net updates.
         polyak_coef: weight of the old target in a polyak update (SLM-Lab semantics).
         shared: one body with actor and critic heads (actor-critic algorithms).
+        normalize: SLM-Lab's "divide image input by 255", which its conv nets apply and its MLPNet
+            ignores; MLP nets here ignore it too (accepted so SLM-Lab MLP specs run unmodified).
         gpu: use CUDA when visible: true, false or ``"auto"``.
         init_from: initialize the nets (only: not optimizers, not the clock) of a fresh session from
             another run's checkpoint: a session spec file ``{spec_name}_t{T}_s{S}_spec.json`` (its best
@@ -89,6 +91,7 @@ class NetSpec:
     update_frequency: int = field(default=1, metadata={"gt": 0})
     polyak_coef: float = field(default=0.0, metadata={"ge": 0, "le": 1})
     shared: bool = False
+    normalize: bool | None = False
     gpu: bool | str = field(default=False, metadata={"choices": (True, False, "auto")})
     init_from: str | None = None
 

@@ -103,7 +103,6 @@ INERT_KEYS: dict[str, tuple[Any, ...]] = {
     "agent.algorithm.num_step_returns": (None,),
     "agent.algorithm.policy_loss_coef": (1.0, 1),
     "agent.net.batch_norm": (False, None),
-    "agent.net.normalize": (False, None),
     "agent.net.use_same_optim": (False, None),
     "env.frame_op": (None,),
     "env.frame_op_len": (None,),
@@ -385,10 +384,11 @@ def _schedule_paths(spec: dict[str, Any]) -> list[str]:
 
 
 def _unused_optim_problems(spec: dict[str, Any], problems: list[str]) -> None:
-    """An optimizer spec of ``agent.net`` set to an object that the algorithm does not read."""
-    net, paths = _get(spec, "agent.net"), _optim_paths(spec)
+    """An optimizer spec of ``agent.net`` set (to other than its default) that the algorithm does not read."""
+    net, paths, defaults = _get(spec, "agent.net"), _optim_paths(spec), _defaults(NetSpec)
     for key, value in (net.items() if isinstance(net, dict) and _algo_cls(spec) else []):
-        if key.endswith("optim_spec") and isinstance(value, dict) and f"agent.net.{key}" not in paths:
+        unused = key.endswith("optim_spec") and f"agent.net.{key}" not in paths
+        if unused and isinstance(value, dict) and value != defaults.get(key):
             problems.append(f"agent.net.{key}: {_get(spec, 'agent.algorithm.name')} does not read it; it reads "
                             f"{[p.removeprefix('agent.') for p in paths]}")
 

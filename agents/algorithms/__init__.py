@@ -5,6 +5,7 @@ from agents.algorithms.base import AgentSpec, Algorithm, AlgorithmSpec, LossStat
 from agents.algorithms.double_dqn import DoubleDQN
 from agents.algorithms.dqn import DQN
 from agents.algorithms.ppo import PPO
+from agents.algorithms.random import Random
 from agents.algorithms.reinforce import Reinforce
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
@@ -14,6 +15,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "DoubleDQN": DoubleDQN,
     "PPO": PPO,
     "ActorCritic": ActorCritic,
+    "Random": Random,
 }
 
 __all__ = ["ALGORITHMS", "AgentSpec", "Algorithm", "AlgorithmSpec", "LossStats"]

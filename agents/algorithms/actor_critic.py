@@ -11,7 +11,8 @@ rollout on
     loss = policy_loss_coef * -(logp * adv).mean() + val_loss_coef * L(V, v_target) - entropy_coef * H
 
 where ``L`` is ``net.loss_spec`` and ``entropy_coef`` comes from ``entropy_coef_spec`` (frames). Actor
-and critic are one net with two heads (``net.shared``) or two nets stepped together on that one loss:
+and critic are one net with two heads (``net.shared``; optimizer ``net.actor_optim_spec`` if given, else
+``net.optim_spec``, as SLM-Lab) or two nets stepped together on that one loss:
 by one optimizer over both (``net.optim_spec``), or by two when ``net.actor_optim_spec`` /
 ``net.critic_optim_spec`` are given (the other falls back to ``optim_spec``). For disjoint nets the
 combined loss gives each net exactly the gradient of its own term, as SLM-Lab's two separate steps do;
@@ -70,7 +71,8 @@ class ActorCritic(Algorithm):
         ns = self.net_spec
         if ns.shared:
             self.nets["net"] = self.make_net([pd_dim, 1], [POLICY_GAIN, VALUE_GAIN])
-            self.add_optim("net", self.nets["net"].parameters(), ns.optim_spec)
+            # SLM-Lab builds a shared net from the actor's keys: actor_optim_spec when given
+            self.add_optim("net", self.nets["net"].parameters(), ns.actor_optim_spec or ns.optim_spec)
         else:
             self.nets["actor"] = self.make_net(pd_dim, [POLICY_GAIN])
             self.nets["critic"] = self.make_net(1, [VALUE_GAIN])

@@ -279,7 +279,9 @@ class Algorithm:
         return float(grad_norm)
 
     def current_lr(self) -> float:
-        """Learning rate of the first optimizer's first param group."""
+        """Learning rate of the first optimizer's first param group (NaN without optimizers)."""
+        if not self.optims:
+            return math.nan
         return float(next(iter(self.optims.values())).param_groups[0]["lr"])
 
     # ---- training state ----

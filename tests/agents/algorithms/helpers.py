@@ -6,9 +6,12 @@ from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
+import pandas as pd
+import pytest
 
 from agents.algorithms import ALGORITHMS, Algorithm
 from envs.clock import Clock
+from orchestrator.session import Session
 from orchestrator.spec import build, load_spec
 
 REPO = Path(__file__).resolve().parents[3]
@@ -41,3 +44,39 @@ def drive(algo: Algorithm, clock: Clock, vector_steps: int, seed: int = 0, done_
             updates += 1
         obs = next_obs
     return updates
+
+
+SLM_SPECS = Path("/work/shared/slm_lab_specs/v5.3.0")
+
+
+def assert_resume_exact(tmp_path: Path, name: str, overrides: list[str], stop_frame: int, seed: int = 7,
+                        spec_file: str = SPECS) -> Session:
+    """Run spec ``name`` straight and stopped at ``stop_frame`` + restored: equal train_df (all columns
+    but wall_t, fps), weights_sha256 and clock. Returns the straight session."""
+    from tests.orchestrator.test_resume_exact import COMPARED, interrupted_then_resumed, uninterrupted
+
+    spec = load_spec(spec_file, name, overrides)
+    straight = uninterrupted(spec, seed)
+    resumed = interrupted_then_resumed(spec, seed, stop_frame, str(tmp_path / f"{name}_2026_01_01_000000"))
+    pd.testing.assert_frame_equal(COMPARED(straight.train_df), COMPARED(resumed.train_df))
+    assert straight.weights_sha256() == resumed.weights_sha256()
+    for key in ("frame", "epi", "t", "opt_step"):
+        assert getattr(straight.clock, key) == getattr(resumed.clock, key), key
+    return straight
+
+
+def run_slm_dev(tmp_path: Path, rel_file: str, name: str, max_frame: int = 300) -> pd.DataFrame:
+    """``lab {SLM-Lab spec} {name} dev`` with only ``env.max_frame`` overridden; returns its train_df."""
+    from orchestrator import cli
+
+    spec_file = str(SLM_SPECS / rel_file)
+    if not Path(spec_file).exists():
+        pytest.skip(f"SLM-Lab specs not present: {spec_file}")
+    data_dir = tmp_path / "data"
+    code = cli.main([spec_file, name, "dev", "-s", f"env.max_frame={max_frame}", "--data-dir", str(data_dir),
+                     "--quiet"])
+    assert code == 0
+    (df_file,) = data_dir.glob("*/t0/s0/train_df.parquet")
+    df = pd.read_parquet(df_file)
+    assert df.frame.iloc[-1] == max_frame
+    return df
