@@ -7,15 +7,19 @@ from agents.algorithms.dqn import DQN
 from agents.algorithms.ppo import PPO
 from agents.algorithms.random import Random
 from agents.algorithms.reinforce import Reinforce
+from agents.algorithms.sarsa import SARSA
+from agents.algorithms.vanilla_dqn import VanillaDQN
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     "REINFORCE": Reinforce,
     "Reinforce": Reinforce,
     "DQN": DQN,
+    "VanillaDQN": VanillaDQN,
     "DoubleDQN": DoubleDQN,
     "PPO": PPO,
     "ActorCritic": ActorCritic,
     "Random": Random,
+    "SARSA": SARSA,
 }
 
 __all__ = ["ALGORITHMS", "AgentSpec", "Algorithm", "AlgorithmSpec", "LossStats"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -52,13 +52,15 @@ class DQN(Algorithm):
     spec_cls = DQNSpec
     memory_names = ("Replay",)
     metric_names = ("q_mean", "td_error")
+    use_target_net: ClassVar[bool] = True  # False: bootstrap from the online net (VanillaDQN)
 
     def init_nets(self) -> None:
-        """Online Q-net (B, *O) -> (B, A) Q-values, a frozen target copy, one optimizer."""
+        """Online Q-net (B, *O) -> (B, A) Q-values, a frozen target copy (if ``use_target_net``), one optimizer."""
         if not self.discrete:
             raise ValueError(f"{type(self).__name__} needs a Discrete action space, got {self.action_space}")
         self.nets["net"] = self.make_net(int(self.action_space.n))
-        self.nets["target_net"] = copy.deepcopy(self.nets["net"]).requires_grad_(False)
+        if self.use_target_net:
+            self.nets["target_net"] = copy.deepcopy(self.nets["net"]).requires_grad_(False)
         self.add_optim("net", self.nets["net"].parameters(), self.net_spec.optim_spec)
         self.loss_fn = make_loss(self.net_spec.loss_spec)
         self.last_train_frame = 0
@@ -73,11 +75,8 @@ class DQN(Algorithm):
     def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:
         """Epsilon-greedy or Boltzmann actions (N,) from Q-values; argmax when ``deterministic``."""
         q = self.nets["net"](self.to_tensor(obs_NO))
-        if deterministic:
-            return q.argmax(dim=-1).cpu().numpy()
-        if self.algo.action_policy == "boltzmann":
-            return policy.boltzmann(q, self.explore_var(clock.frame), self.gen)
-        return policy.epsilon_greedy(q, self.explore_var(clock.frame), self.rng)
+        return policy.q_act(q, self.algo.action_policy, self.explore_var(clock.frame), self.rng, self.gen,
+                            deterministic)
 
     def train_ready(self, clock: Clock) -> bool:
         """Replay holds ``training_start_step`` transitions and a multiple of ``training_frequency`` frames
@@ -98,8 +97,8 @@ class DQN(Algorithm):
 
     @torch.no_grad()
     def q_target(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """``r + gamma * (1 - terminated) * max_a Q_target(s', a)``, (B,)."""
-        next_q = self.nets["target_net"](batch["next_obs"]).max(dim=-1).values
+        """``r + gamma * (1 - terminated) * max_a Q_target(s', a)``, (B,) (Q_target = Q without a target net)."""
+        next_q = self.target_net(batch["next_obs"]).max(dim=-1).values
         return batch["reward"] + self.algo.gamma * (1.0 - batch["terminated"]) * next_q
 
     def update(self, clock: Clock) -> LossStats:
@@ -127,6 +126,11 @@ class DQN(Algorithm):
         return LossStats(float(torch.stack(losses).mean()), float("nan"), float(np.mean(grad_norms)),
                          mean_metrics(metrics))
 
+    @property
+    def target_net(self) -> torch.nn.Module:
+        """The net that evaluates bootstrap targets: ``target_net``, or ``net`` when ``use_target_net`` is off."""
+        return self.nets["target_net" if self.use_target_net else "net"]
+
     def update_target(self, clock: Clock) -> int:
         """Apply the target-net updates due at ``clock.frame``; returns how many (k).
 
@@ -136,7 +140,7 @@ class DQN(Algorithm):
         """
         uf = self.net_spec.update_frequency
         k = clock.frame // uf - self.last_target_frame // uf
-        if k > 0:
+        if k > 0 and self.use_target_net:
             self.last_target_frame = clock.frame
             coef = 1.0 if self.net_spec.update_type == "replace" else 1.0 - self.net_spec.polyak_coef ** k
             polyak_update(self.nets["net"], self.nets["target_net"], coef)
