@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from envs.clock import Clock
-from tests.agents.algorithms.helpers import drive, make_algo
+from tests.agents.algorithms.helpers import assert_resume_exact, drive, make_algo, run_slm_dev
 
 FRAMES = 240  # divisible by 1, 3 and 8
 
@@ -52,3 +52,46 @@ def test_k_polyak_updates_are_one_lerp():
     for p_net, p_target in zip(net.parameters(), target.parameters()):
         torch.testing.assert_close(p_target, 0.875 * p_net)
     assert algo.update_target(clock) == 0
+
+
+def test_vanilla_dqn_bootstraps_from_the_online_net():
+    """No target net: Q = (1, 3) everywhere, r = 1, gamma 0.5: y = 1 + 0.5 * 3 = 2.5, or 1 when terminal."""
+    algo = make_algo("vanilla_dqn_cartpole", ["agent.algorithm.gamma=0.5", "agent.net.hid_layers=[2]"])
+    assert set(algo.nets) == {"net"} and algo.target_net is algo.nets["net"]
+    with torch.no_grad():
+        for p in algo.nets["net"].parameters():
+            p.zero_()
+        algo.nets["net"].heads[0][0].bias.copy_(torch.tensor([1.0, 3.0]))
+    batch = {"next_obs": torch.zeros(2, 4), "reward": torch.ones(2), "terminated": torch.tensor([0.0, 1.0])}
+    torch.testing.assert_close(algo.q_target(batch), torch.tensor([2.5, 1.0]))
+    clock = Clock(100, 1)
+    clock.frame = 500
+    assert algo.update_target(clock) == 500 and set(algo.nets) == {"net"}  # due updates: nothing to update
+
+
+def test_dueling_net_in_dqn():
+    algo = make_algo("dueling_dqn_cartpole", [])
+    assert type(algo.nets["net"]).__name__ == "DuelingMLPNet" and type(algo.nets["target_net"]).__name__ == \
+        "DuelingMLPNet"
+    assert algo.nets["net"](torch.zeros(5, 4)).shape == (5, 2)
+
+
+RESUME = ["env.max_frame=2000", "meta.log_frequency=250", "agent.algorithm.training_start_step=200",
+          "agent.memory.checkpoint=true"]
+
+
+@pytest.mark.parametrize("name", ["vanilla_dqn_cartpole", "dueling_dqn_cartpole"])
+def test_resume_is_exact(tmp_path, name):
+    straight = assert_resume_exact(tmp_path, name, RESUME, 911)
+    assert straight.clock.opt_step > 0 and not straight.train_df.td_error.isna().all()
+
+
+@pytest.mark.parametrize("rel_file, name", [
+    ("benchmark/dqn/dqn_cartpole.json", "vanilla_dqn_boltzmann_cartpole"),
+    ("experimental/dqn/dqn_cartpole.json", "vanilla_dqn_cartpole"),
+    ("experimental/dqn/dueling_dqn_cartpole.json", "dueling_dqn_boltzmann_cartpole"),
+    ("experimental/dqn/dueling_dqn_cartpole.json", "dueling_dqn_epsilon_greedy_cartpole"),
+])
+def test_slm_lab_spec_runs_unmodified(tmp_path, rel_file, name):
+    df = run_slm_dev(tmp_path, rel_file, name)
+    assert df.opt_step.iloc[-1] > 0
