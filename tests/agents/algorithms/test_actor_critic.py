@@ -10,7 +10,8 @@ from envs.clock import Clock
 from tests.agents.algorithms.helpers import assert_resume_exact, make_algo, run_slm_dev
 
 NSTEP = ["agent.algorithm.num_step_returns=2", "agent.algorithm.gamma=0.5", "agent.net.shared=false",
-         "agent.net.hid_layers=[3]", 'agent.net.optim_spec={"name": "SGD", "lr": 0.1}', "agent.net.clip_grad_val=null",
+         "agent.net.hid_layers=[3]", "agent.net.actor_optim_spec=null", "agent.net.critic_optim_spec=null",
+         'agent.net.optim_spec={"name": "SGD", "lr": 0.1}', "agent.net.clip_grad_val=null",
          'agent.algorithm.entropy_coef_spec={"name": "no_decay", "start_val": 0.01}']
 
 
@@ -69,6 +70,7 @@ def test_two_optimizers_one_opt_step_and_their_lrs():
 @pytest.mark.parametrize("name, overrides, stop_frame", [
     ("a2c_gae_cartpole", ["env.max_frame=1600", "meta.log_frequency=400"], 732),
     ("a2c_nstep_cartpole", ["env.max_frame=1600", "meta.log_frequency=400"], 596),
+    ("a2c_nstep_cartpole", ["env.max_frame=1600", "meta.log_frequency=400", "agent.net.shared=true"], 596),
     ("a2c_gae_cartpole", ["env.max_frame=1200", "meta.log_frequency=300", "agent.memory.name=OnPolicyReplay",
                           "agent.algorithm.training_frequency=2"], 516),
 ])
