@@ -100,6 +100,7 @@ AGENT_KEYS = ("name", "algorithm", "memory", "net")
 
 # SLM-Lab keys this lab does not implement: accepted only with their neutral values.
 INERT_KEYS: dict[str, tuple[Any, ...]] = {
+    "agent.algorithm.clip_val_loss": (False, None),  # in SLM-Lab's PPO specs, but its code reads clip_vloss
     "agent.algorithm.num_step_returns": (None,),
     "agent.algorithm.policy_loss_coef": (1.0, 1),
     "agent.net.batch_norm": (False, None),

@@ -3,7 +3,7 @@
 import torch
 
 from envs.clock import Clock
-from tests.agents.algorithms.helpers import drive, make_algo
+from tests.agents.algorithms.helpers import drive, make_algo, run_slm_dev
 
 
 def test_every_sample_is_used_each_epoch(monkeypatch):
@@ -21,3 +21,9 @@ def test_every_sample_is_used_each_epoch(monkeypatch):
     first = torch.cat(seen[:5]).sort().values
     assert len(first.unique()) == 300  # distinct advantages: each epoch covers all 300 samples once
     torch.testing.assert_close(torch.cat(seen[5:]).sort().values, first)
+
+
+def test_slm_lab_spec_runs_unmodified(tmp_path):
+    """SLM-Lab's ppo_cartpole (separate actor/critic optimizers, clip_val_loss: false, an inert key); T 256 x N 4 = 1024 frames per rollout."""
+    df = run_slm_dev(tmp_path, "benchmark/ppo/ppo_cartpole.json", "ppo_cartpole", max_frame=1100)
+    assert df.opt_step.iloc[-1] > 0 and not df.clip_frac.isna().all()
