@@ -230,7 +230,10 @@ class Algorithm:
         raise NotImplementedError
 
     def update(self, clock: Clock) -> LossStats:
-        """Learn from memory; advances ``clock.opt_step`` once per optimizer step."""
+        """Learn from memory; advances ``clock.opt_step`` once per gradient update of the main loss.
+
+        Returns ``LossStats`` whose ``metrics`` has a value for each of ``metric_names``.
+        """
         raise NotImplementedError
 
     def reseed(self, seed: int) -> None:
