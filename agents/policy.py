@@ -90,3 +90,23 @@ def boltzmann(q_BA: torch.Tensor, tau: float, gen: torch.Generator) -> np.ndarra
     """Sample from ``softmax(Q / tau)`` (B, A) -> (B,) int64; ``tau`` is the temperature."""
     probs = torch.softmax(q_BA / max(tau, 1e-8), dim=-1)
     return torch.multinomial(probs, 1, generator=gen).squeeze(-1).cpu().numpy()
+
+
+def q_act(q_BA: torch.Tensor, action_policy: str, explore_var: float, rng: np.random.Generator,
+          gen: torch.Generator, deterministic: bool = False) -> np.ndarray:
+    """Actions (B,) int64 of a value-based agent (DQN family, SARSA) from Q-values (B, A).
+
+    ``deterministic``: greedy argmax. Else ``action_policy`` ``"boltzmann"`` samples ``softmax(Q / tau)``
+    with ``tau = explore_var`` from ``gen``; ``"epsilon_greedy"`` is greedy but uniform with probability
+    ``explore_var``, drawing from ``rng``.
+
+    Raises:
+        ValueError: another ``action_policy``.
+    """
+    if deterministic:
+        return q_BA.argmax(dim=-1).cpu().numpy()
+    if action_policy == "boltzmann":
+        return boltzmann(q_BA, explore_var, gen)
+    if action_policy == "epsilon_greedy":
+        return epsilon_greedy(q_BA, explore_var, rng)
+    raise ValueError(f"unknown value-based action_policy '{action_policy}'; expected epsilon_greedy or boltzmann")

@@ -50,3 +50,30 @@ def calc_gaes(reward_T: torch.Tensor, value_T: torch.Tensor, next_value_T: torch
         last = delta[t] + decay[t] * last
         adv[t] = last
     return adv
+
+
+def calc_nstep_returns(reward_T: torch.Tensor, next_value_T: torch.Tensor, terminated_T: torch.Tensor,
+                       done_T: torch.Tensor, gamma: float) -> torch.Tensor:
+    """n-step bootstrapped returns over a rollout (Mnih et al. 2016, arXiv:1602.01783, A3C algorithm S3).
+
+    ``R_t = r_t + gamma * (1 - terminated_t) * B_t`` with ``B_t = V(s'_t)`` where the episode ended at t
+    (a truncation bootstraps from the true next observation) or t is the rollout's last step, and
+    ``B_t = R_{t+1}`` otherwise. Each step thus looks ahead up to the rollout end (T - t steps): with a
+    rollout of ``num_step_returns`` steps this is A3C's n-step return; it equals GAE with lam = 1 plus V.
+
+    Args:
+        reward_T, next_value_T: (T, ...) float; ``next_value_T`` is V of each step's true next observation.
+        terminated_T: 1.0 where s'_t is terminal (no bootstrap).
+        done_T: 1.0 where the episode ended at t (terminated or truncated).
+        gamma: discount in [0, 1].
+
+    Returns:
+        (T, ...) returns.
+    """
+    ret = torch.empty_like(reward_T)
+    future = next_value_T[-1]
+    for t in range(reward_T.shape[0] - 1, -1, -1):
+        boot = done_T[t] * next_value_T[t] + (1.0 - done_T[t]) * future
+        future = reward_T[t] + gamma * (1.0 - terminated_T[t]) * boot
+        ret[t] = future
+    return ret

@@ -4,7 +4,9 @@ No Ray here: a session runs in-process (tests, ``dev``) exactly as inside a sess
 drives it in frame chunks with ``run_rl(until_frame=...)``.
 
 Log rows (``train_df``) are taken every ``meta.log_frequency`` frames and at ``max_frame``;
-columns are ``TRAIN_COLUMNS`` (DESIGN.md section 1). ``total_reward`` is the mean undiscounted
+columns are ``TRAIN_COLUMNS`` (DESIGN.md section 1) followed by the algorithm's ``metric_names``
+(its own values from the latest update, NaN before the first; see each algorithm's docstring).
+``total_reward`` is the mean undiscounted
 return of the episodes that ended since the previous row (the last known return if none ended);
 ``total_reward_ma`` is the mean return of the last ``meta.ma_window`` episodes. With
 ``meta.rigorous_eval = k > 0``, every ``meta.eval_frequency`` frames k deterministic evaluation
@@ -22,7 +24,6 @@ algorithm's device (DESIGN.md section 8).
 
 from __future__ import annotations
 
-import hashlib
 import io
 import math
 import pickle
@@ -162,12 +163,18 @@ class Session:
             "loss": stats.loss, "lr": algo.current_lr(), "explore_var": algo.explore_var(clock.frame),
             "entropy_coef": algo.entropy_coef(clock.frame), "entropy": stats.entropy,
             "grad_norm": stats.grad_norm, "refill": self.refilling,
+            **{k: float(stats.metrics.get(k, math.nan)) for k in algo.metric_names},
         }
 
     @property
+    def train_columns(self) -> tuple[str, ...]:
+        """``TRAIN_COLUMNS`` followed by the algorithm's ``metric_names``."""
+        return TRAIN_COLUMNS + tuple(self.algorithm.metric_names)
+
+    @property
     def train_df(self) -> pd.DataFrame:
-        """One row per log checkpoint, columns ``TRAIN_COLUMNS``."""
-        return pd.DataFrame(self.train_rows, columns=list(TRAIN_COLUMNS))
+        """One row per log checkpoint, columns ``train_columns``."""
+        return pd.DataFrame(self.train_rows, columns=list(self.train_columns))
 
     @property
     def eval_df(self) -> pd.DataFrame:
@@ -250,7 +257,7 @@ class Session:
         """
         buf = io.BytesIO()
         torch.save(self.state_dict(), buf)
-        files = {"state.pt": buf.getvalue(), "train_df.parquet": _parquet(self.train_rows, TRAIN_COLUMNS)}
+        files = {"state.pt": buf.getvalue(), "train_df.parquet": _parquet(self.train_rows, self.train_columns)}
         if self.eval_rows:
             files["eval_df.parquet"] = _parquet(self.eval_rows, EVAL_COLUMNS)
         exact = self.exact
@@ -321,14 +328,8 @@ class Session:
         return self.env.reset(seed=seeds)[0]
 
     def weights_sha256(self) -> dict[str, str]:
-        """Per net: sha256 over its tensors' raw bytes in ``state_dict`` order (DESIGN.md section 7)."""
-        out = {}
-        for name, net in self.algorithm.nets.items():
-            h = hashlib.sha256()
-            for tensor in net.state_dict().values():
-                h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-            out[name] = h.hexdigest()
-        return out
+        """Per net and declared tensor: sha256 over its raw bytes (``Algorithm.weights_sha256``)."""
+        return self.algorithm.weights_sha256()
 
     def close(self) -> None:
         """Close the envs."""

@@ -100,10 +100,10 @@ AGENT_KEYS = ("name", "algorithm", "memory", "net")
 
 # SLM-Lab keys this lab does not implement: accepted only with their neutral values.
 INERT_KEYS: dict[str, tuple[Any, ...]] = {
+    "agent.algorithm.clip_val_loss": (False, None),  # in SLM-Lab's PPO specs, but its code reads clip_vloss
     "agent.algorithm.num_step_returns": (None,),
     "agent.algorithm.policy_loss_coef": (1.0, 1),
     "agent.net.batch_norm": (False, None),
-    "agent.net.normalize": (False, None),
     "agent.net.use_same_optim": (False, None),
     "env.frame_op": (None,),
     "env.frame_op_len": (None,),
@@ -367,24 +367,52 @@ def _check_agent_names(spec: dict[str, Any], problems: list[str]) -> None:
                         f"{list(ALGORITHMS[algo_name].memory_names)}, got {mem_name!r}")
 
 
+def _algo_cls(spec: dict[str, Any]) -> Any:
+    """The registered algorithm class the spec names, or None."""
+    return _registered(ALGORITHMS, _get(spec, "agent.algorithm.name"))
+
+
+def _optim_paths(spec: dict[str, Any]) -> list[str]:
+    """Dotted paths of the optimizer specs the algorithm reads (its ``optim_keys`` under ``agent``)."""
+    algo_cls = _algo_cls(spec)
+    return [f"agent.{key}" for key in (algo_cls.optim_keys if algo_cls else ("net.optim_spec",))]
+
+
+def _schedule_paths(spec: dict[str, Any]) -> list[str]:
+    """Dotted paths of the variable schedules the algorithm reads (its ``schedule_keys``)."""
+    algo_cls = _algo_cls(spec)
+    return [f"agent.algorithm.{key}" for key in (algo_cls.schedule_keys if algo_cls else ())]
+
+
+def _unused_optim_problems(spec: dict[str, Any], problems: list[str]) -> None:
+    """An optimizer spec of ``agent.net`` set (to other than its default) that the algorithm does not read."""
+    net, paths, defaults = _get(spec, "agent.net"), _optim_paths(spec), _defaults(NetSpec)
+    for key, value in (net.items() if isinstance(net, dict) and _algo_cls(spec) else []):
+        unused = key.endswith("optim_spec") and f"agent.net.{key}" not in paths
+        if unused and isinstance(value, dict) and value != defaults.get(key):
+            problems.append(f"agent.net.{key}: {_get(spec, 'agent.algorithm.name')} does not read it; it reads "
+                            f"{[p.removeprefix('agent.') for p in paths]}")
+
+
 def _check_component_names(spec: dict[str, Any], problems: list[str]) -> None:
     """Optimizer, loss, LR scheduler and variable schedule names (and optimizer learning rates)."""
     check = _name_checker(problems)
-    for key in ("optim_spec", "actor_optim_spec", "critic_optim_spec"):
-        optim = _get(spec, f"agent.net.{key}")
+    for path in _optim_paths(spec):
+        optim = _get(spec, path)
         if isinstance(optim, dict):
-            check(f"agent.net.{key}.name", optim.get("name"), OPTIMIZERS)
+            check(f"{path}.name", optim.get("name"), OPTIMIZERS)
             lr = optim.get("lr", 1e-3)
             if not _type_ok(lr, float) or lr < 0:
-                problems.append(f"agent.net.{key}.lr: expected a number >= 0, got {lr!r}")
+                problems.append(f"{path}.lr: expected a number >= 0, got {lr!r}")
+    _unused_optim_problems(spec, problems)
     for key, registry in (("loss_spec", LOSSES), ("lr_scheduler_spec", LR_SCHEDULERS)):
         section = _get(spec, f"agent.net.{key}")
         if isinstance(section, dict):
             check(f"agent.net.{key}.name", section.get("name"), registry)
-    algo = _get(spec, "agent.algorithm")
-    for key, value in (algo.items() if isinstance(algo, dict) else []):
-        if key.endswith("_spec") and isinstance(value, dict):
-            check(f"agent.algorithm.{key}.name", value.get("name", "no_decay"), DECAYS)
+    for path in _schedule_paths(spec):
+        value = _get(spec, path)
+        if isinstance(value, dict):
+            check(f"{path}.name", value.get("name", "no_decay"), DECAYS)
 
 
 def _check_env_name(spec: dict[str, Any], problems: list[str]) -> None:
@@ -425,17 +453,16 @@ def _check_build_args(spec: dict[str, Any], problems: list[str]) -> None:
     hid = net.get("hid_layers")
     if isinstance(hid, list) and not all(_type_ok(h, int) and h > 0 for h in hid):
         problems.append(f"agent.net.hid_layers: expected a list of positive ints, got {hid!r}")
-    algo = _get(spec, "agent.algorithm")
-    for key, value in (algo.items() if isinstance(algo, dict) else []):
-        known = isinstance(value, dict) and _registered(DECAYS, value.get("name", "no_decay"))
-        if key.endswith("_spec") and known:
-            _try_build(problems, f"agent.algorithm.{key}", VarSchedule.from_spec, value)
+    for path in _schedule_paths(spec):
+        value = _get(spec, path)
+        if isinstance(value, dict) and _registered(DECAYS, value.get("name", "no_decay")):
+            _try_build(problems, path, VarSchedule.from_spec, value)
     param = torch.nn.Parameter(torch.zeros(1))
-    for key in ("optim_spec", "actor_optim_spec", "critic_optim_spec"):
-        optim = net.get(key)
+    for path in _optim_paths(spec):
+        optim = _get(spec, path)
         known = isinstance(optim, dict) and _registered(OPTIMIZERS, optim.get("name"))
         if known and _type_ok(optim.get("lr", 0), float) and optim.get("lr", 0) >= 0:  # else reported
-            _try_build(problems, f"agent.net.{key}", make_optim, [param], optim)
+            _try_build(problems, path, make_optim, [param], optim)
     sched = net.get("lr_scheduler_spec")
     if isinstance(sched, dict) and _registered(LR_SCHEDULERS, sched.get("name")):
         optim = torch.optim.SGD([param], lr=1.0)

@@ -1,6 +1,8 @@
 """Transfer: ``agent.net.init_from`` initializes a fresh session's nets from another run's checkpoint.
 
-Only the nets' weights are taken (the ``nets`` group of the checkpoint's ``state.pt``); optimizers,
+Only the nets' weights are taken (the ``nets`` group of the checkpoint's ``state.pt``, including
+trainable tensors an algorithm declared with ``add_tensor``, less those declared ``transfer=False``,
+which stay as built: ``Algorithm.transfer_nets``); optimizers,
 LR schedulers, the clock and RNG states start fresh. ``init_from`` names one of:
 
 * a session spec file ``{spec_name}_t{T}_s{S}_spec.json`` of a run: that session's best checkpoint
@@ -99,11 +101,12 @@ def net_states(files: dict[str, bytes]) -> dict[str, dict[str, torch.Tensor]]:
 
 def mismatches(algorithm: Algorithm, nets: dict[str, dict[str, torch.Tensor]], where: str) -> list[str]:
     """Every difference between the algorithm's nets and checkpoint ``nets``, one line each."""
-    if set(nets) != set(algorithm.nets):
+    wanted = algorithm.transfer_nets()
+    if not set(wanted) <= set(nets) <= set(algorithm.nets):
         return [f"{KEY}: the checkpoint {where} has nets {sorted(nets)}, this spec builds "
                 f"{sorted(algorithm.nets)} (same algorithm and agent.net.shared needed)"]
     problems = []
-    for name, net in algorithm.nets.items():
+    for name, net in wanted.items():
         own, theirs = net.state_dict(), nets[name]
         for key in [*own, *(k for k in theirs if k not in own)]:  # state_dict order
             layer = f"{name}.{key}"
@@ -131,7 +134,7 @@ def init_nets(algorithm: Algorithm, source: str) -> str:
     if problems:
         raise SpecError(problems)
     with torch.no_grad():
-        for name, net in algorithm.nets.items():
+        for name, net in algorithm.transfer_nets().items():
             net.load_state_dict({k: v.to(algorithm.device) for k, v in nets[name].items()})
     return where
 

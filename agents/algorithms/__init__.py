@@ -1,17 +1,25 @@
 """Algorithm registry: the spec's ``agent.algorithm.name`` -> class (checked by ``orchestrator.spec``)."""
 
+from agents.algorithms.actor_critic import ActorCritic
 from agents.algorithms.base import AgentSpec, Algorithm, AlgorithmSpec, LossStats
 from agents.algorithms.double_dqn import DoubleDQN
 from agents.algorithms.dqn import DQN
 from agents.algorithms.ppo import PPO
+from agents.algorithms.random import Random
 from agents.algorithms.reinforce import Reinforce
+from agents.algorithms.sarsa import SARSA
+from agents.algorithms.vanilla_dqn import VanillaDQN
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     "REINFORCE": Reinforce,
     "Reinforce": Reinforce,
     "DQN": DQN,
+    "VanillaDQN": VanillaDQN,
     "DoubleDQN": DoubleDQN,
     "PPO": PPO,
+    "ActorCritic": ActorCritic,
+    "Random": Random,
+    "SARSA": SARSA,
 }
 
 __all__ = ["ALGORITHMS", "AgentSpec", "Algorithm", "AlgorithmSpec", "LossStats"]

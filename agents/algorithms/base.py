@@ -10,6 +10,27 @@ Subclasses add their networks and losses only. The session loop calls, per vecto
 ``state_dict()`` is an explicit allow-list (nets, optimizers, frame-driven LR schedulers, RNG
 states, algorithm counters, optionally the memory) of tensors, arrays and numbers, so a checkpoint
 needs no pickled classes and a resumed session continues exactly.
+
+Extension points: a subclass declares, as class attributes, what the rest of the lab reads
+(``orchestrator.spec`` validates from them, the session logs from them; none of them names an
+algorithm):
+
+* ``spec_cls``: its ``agent.algorithm`` keys (a frozen ``AlgorithmSpec`` subclass, SLM-Lab names);
+* ``memory_names``: the memories it accepts (the first is the default);
+* ``optim_keys``: the optimizer specs it reads, dotted paths under ``agent`` (e.g. ``net.optim_spec``,
+  ``net.actor_optim_spec``, or an ``algorithm.*_optim_spec`` field of its own spec): each is checked
+  as ``{"name": one of OPTIMIZERS, "lr": float >= 0, ...}``; an optimizer spec of ``agent.net`` that
+  it does not read is an error when set;
+* ``schedule_keys``: the fields of its spec that are variable schedules (``VarSchedule`` blocks);
+* ``metric_names``: the train_df columns it adds after the common ones, filled from
+  ``LossStats.metrics`` of the latest ``update`` (NaN before the first one);
+* trainable tensors outside nets (e.g. SAC's ``log_alpha``): ``add_tensor`` in ``init_nets``, once;
+  the tensor is then saved with the nets, part of ``weights_sha256`` and, unless
+  ``transfer=False``, of ``agent.net.init_from`` transfer.
+
+``opt_step`` counts gradient updates of the main loss: one per ``optim_step`` call, however many
+optimizers that call steps (actor and critic stepped on one loss count once). An algorithm with
+several losses per update (e.g. SAC's critic, actor and temperature) counts the critic's steps only.
 """
 
 from __future__ import annotations
@@ -67,11 +88,30 @@ class AgentSpec:
 
 @dataclass
 class LossStats:
-    """Means over the optimizer steps of one ``update`` (NaN where not applicable)."""
+    """Means over the optimizer steps of one ``update`` (NaN where not applicable).
+
+    ``metrics`` holds the algorithm's own values, keyed by its ``metric_names`` (train_df columns).
+    """
 
     loss: float = math.nan
     entropy: float = math.nan
     grad_norm: float = math.nan
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def mean_metrics(values: dict[str, list[Any]]) -> dict[str, float]:
+    """Per-name float mean of lists of scalars (tensors or floats), e.g. over one update's minibatches."""
+    return {k: float(torch.stack([torch.as_tensor(x, dtype=torch.float32) for x in v]).mean()) if v else math.nan
+            for k, v in values.items()}
+
+
+class TensorHolder(nn.Module):
+    """One trainable tensor outside nets (e.g. SAC's ``log_alpha``), held as the parameter ``value`` so it
+    is saved, hashed and transferred exactly as a net is (see ``Algorithm.add_tensor``)."""
+
+    def __init__(self, value: torch.Tensor) -> None:
+        super().__init__()
+        self.value = nn.Parameter(value.detach().clone())
 
 
 def pick_device(gpu: bool | str) -> torch.device:
@@ -96,6 +136,9 @@ class Algorithm:
 
     spec_cls: ClassVar[type[AlgorithmSpec]] = AlgorithmSpec
     memory_names: ClassVar[tuple[str, ...]] = tuple(MEMORIES)
+    optim_keys: ClassVar[tuple[str, ...]] = ("net.optim_spec",)
+    schedule_keys: ClassVar[tuple[str, ...]] = ("explore_var_spec", "entropy_coef_spec")
+    metric_names: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, spec: AgentSpec, obs_space: gym.Space, action_space: gym.Space,
                  num_envs: int, seed: int) -> None:
@@ -112,6 +155,7 @@ class Algorithm:
         self.explore_var = VarSchedule.from_spec(self.algo.explore_var_spec, default=math.nan)
         self.entropy_coef = VarSchedule.from_spec(self.algo.entropy_coef_spec, default=0.0)
         self.nets: dict[str, nn.Module] = {}
+        self.no_transfer: set[str] = set()  # names in self.nets that init_from leaves as built
         self.optims: dict[str, torch.optim.Optimizer] = {}
         self.lr_scheds: dict[str, FrameLR] = {}
         with torch.random.fork_rng(devices=[]):
@@ -128,11 +172,48 @@ class Algorithm:
         """Create the memory named in the spec."""
         raise NotImplementedError
 
-    def make_net(self, out_dims: int | list[int]) -> nn.Module:
-        """Net of the spec's type mapping (B, *O) observations to ``out_dims``, on ``self.device``."""
-        ns = self.net_spec
-        return make_net(ns.type, self.obs_dim, out_dims, ns.hid_layers, ns.hid_layers_activation,
-                        ns.init_fn, ns.out_layer_activation).to(self.device)
+    def make_net(self, out_dims: int | list[int], head_gains: list[float] | None = None,
+                 extra_in_dim: int = 0) -> nn.Module:
+        """Net of the spec's type built from the observation space, on ``self.device``.
+
+        Maps (B, *O) observations (plus extra inputs (B, E), ``extra_in_dim`` = E) to ``out_dims``;
+        ``head_gains`` are the orthogonal-init gains per head (``nets.POLICY_GAIN`` / ``VALUE_GAIN``).
+
+        Raises:
+            ValueError: unknown net type or an observation space the nets do not take.
+        """
+        return make_net(self.net_spec, self.obs_space, out_dims, head_gains, extra_in_dim).to(self.device)
+
+    def add_tensor(self, name: str, value: torch.Tensor, transfer: bool = True) -> nn.Parameter:
+        """Declare a trainable tensor outside nets; returns it as a parameter on ``self.device``.
+
+        It lives in ``self.nets[name]`` (a ``TensorHolder``), so ``state_dict``, ``weights_sha256`` and
+        transfer treat it as a net; ``transfer=False`` leaves it as built under ``agent.net.init_from``.
+        Give it an optimizer with ``add_optim(name, [param], spec)``.
+
+        Raises:
+            ValueError: ``name`` is already a net.
+        """
+        if name in self.nets:
+            raise ValueError(f"'{name}' is already one of the nets {sorted(self.nets)}")
+        self.nets[name] = TensorHolder(value).to(self.device)
+        if not transfer:
+            self.no_transfer.add(name)
+        return self.nets[name].value
+
+    def transfer_nets(self) -> dict[str, nn.Module]:
+        """The nets (and tensors) that ``agent.net.init_from`` loads: all but those declared ``transfer=False``."""
+        return {k: v for k, v in self.nets.items() if k not in self.no_transfer}
+
+    def weights_sha256(self) -> dict[str, str]:
+        """Per net (and tensor): sha256 over its tensors' raw bytes in ``state_dict`` order (DESIGN.md 7)."""
+        out = {}
+        for name, net in self.nets.items():
+            h = hashlib.sha256()
+            for tensor in net.state_dict().values():
+                h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+            out[name] = h.hexdigest()
+        return out
 
     def add_optim(self, name: str, params: Any, optim_spec: dict[str, Any]) -> None:
         """Register optimizer ``name`` and its frame-driven LR scheduler."""
@@ -149,7 +230,10 @@ class Algorithm:
         raise NotImplementedError
 
     def update(self, clock: Clock) -> LossStats:
-        """Learn from memory; advances ``clock.opt_step`` once per optimizer step."""
+        """Learn from memory; advances ``clock.opt_step`` once per gradient update of the main loss.
+
+        Returns ``LossStats`` whose ``metrics`` has a value for each of ``metric_names``.
+        """
         raise NotImplementedError
 
     def reseed(self, seed: int) -> None:
@@ -198,7 +282,9 @@ class Algorithm:
         return float(grad_norm)
 
     def current_lr(self) -> float:
-        """Learning rate of the first optimizer's first param group."""
+        """Learning rate of the first optimizer's first param group (NaN without optimizers)."""
+        if not self.optims:
+            return math.nan
         return float(next(iter(self.optims.values())).param_groups[0]["lr"])
 
     # ---- training state ----

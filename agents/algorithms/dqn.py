@@ -3,23 +3,31 @@
 Q-learning with a replay buffer and a target net updated every ``net.update_frequency`` frames by
 replacement or polyak averaging (``net.polyak_coef`` = weight kept of the old target, SLM-Lab
 semantics). Acting: epsilon-greedy or Boltzmann with ``explore_var_spec`` as epsilon/temperature.
-Training: once the replay holds ``training_start_step`` transitions, every ``training_frequency``
-frames run ``training_iter`` samples x ``training_batch_iter`` gradient steps (SLM-Lab cadence).
-Because readiness is measured on the buffer, a resumed session that refills its replay makes no
-gradient step until the buffer is full again, and then makes no catch-up burst.
+Training: once the replay holds ``training_start_step`` transitions, each multiple of
+``training_frequency`` frames crossed by a vector step earns one round of ``training_iter`` samples x
+``training_batch_iter`` gradient steps, so a spec gets ``training_iter * training_batch_iter /
+training_frequency`` gradient steps per frame whatever ``num_envs`` is (a step of N = 8 frames with
+frequency 4 runs two rounds; with N = 3 the remainder carries to the next step). Likewise the target
+net gets one update per multiple of ``net.update_frequency`` frames crossed (k polyak updates in one
+closed-form lerp). Frames that pass while the replay holds fewer than ``training_start_step``
+transitions earn nothing, so a resumed session that refills its replay makes no gradient step until
+the buffer is full again, and then makes no catch-up burst.
+
+train_df columns of its own (means over the update's gradient steps): ``q_mean`` (mean Q(s, a) of the
+sampled actions) and ``td_error`` (mean |Q target - Q(s, a)|).
 """
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from agents import policy
-from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats
+from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats, mean_metrics
 from agents.memory import Replay
 from agents.nets import make_loss, polyak_update
 from envs.clock import Clock
@@ -43,13 +51,16 @@ class DQN(Algorithm):
 
     spec_cls = DQNSpec
     memory_names = ("Replay",)
+    metric_names = ("q_mean", "td_error")
+    use_target_net: ClassVar[bool] = True  # False: bootstrap from the online net (VanillaDQN)
 
     def init_nets(self) -> None:
-        """Online Q-net (B, *O) -> (B, A) Q-values, a frozen target copy, one optimizer."""
+        """Online Q-net (B, *O) -> (B, A) Q-values, a frozen target copy (if ``use_target_net``), one optimizer."""
         if not self.discrete:
             raise ValueError(f"{type(self).__name__} needs a Discrete action space, got {self.action_space}")
         self.nets["net"] = self.make_net(int(self.action_space.n))
-        self.nets["target_net"] = copy.deepcopy(self.nets["net"]).requires_grad_(False)
+        if self.use_target_net:
+            self.nets["target_net"] = copy.deepcopy(self.nets["net"]).requires_grad_(False)
         self.add_optim("net", self.nets["net"].parameters(), self.net_spec.optim_spec)
         self.loss_fn = make_loss(self.net_spec.loss_spec)
         self.last_train_frame = 0
@@ -64,28 +75,43 @@ class DQN(Algorithm):
     def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:
         """Epsilon-greedy or Boltzmann actions (N,) from Q-values; argmax when ``deterministic``."""
         q = self.nets["net"](self.to_tensor(obs_NO))
-        if deterministic:
-            return q.argmax(dim=-1).cpu().numpy()
-        if self.algo.action_policy == "boltzmann":
-            return policy.boltzmann(q, self.explore_var(clock.frame), self.gen)
-        return policy.epsilon_greedy(q, self.explore_var(clock.frame), self.rng)
+        return policy.q_act(q, self.algo.action_policy, self.explore_var(clock.frame), self.rng, self.gen,
+                            deterministic)
 
     def train_ready(self, clock: Clock) -> bool:
-        """Replay holds ``training_start_step`` transitions and ``training_frequency`` frames passed."""
-        return (len(self.memory) >= self.algo.training_start_step
-                and clock.frame - self.last_train_frame >= self.algo.training_frequency)
+        """Replay holds ``training_start_step`` transitions and a multiple of ``training_frequency`` frames
+        was crossed since the last update.
+
+        While the replay is short of ``training_start_step``, ``last_train_frame`` follows the clock, so
+        those frames earn no gradient steps later (called once per vector step by the session loop).
+        """
+        if len(self.memory) < self.algo.training_start_step:
+            self.last_train_frame = clock.frame
+            return False
+        return self.train_rounds(clock) > 0
+
+    def train_rounds(self, clock: Clock) -> int:
+        """Training rounds due: multiples of ``training_frequency`` frames crossed since ``last_train_frame``."""
+        tf = self.algo.training_frequency
+        return clock.frame // tf - self.last_train_frame // tf
 
     @torch.no_grad()
     def q_target(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """``r + gamma * (1 - terminated) * max_a Q_target(s', a)``, (B,)."""
-        next_q = self.nets["target_net"](batch["next_obs"]).max(dim=-1).values
+        """``r + gamma * (1 - terminated) * max_a Q_target(s', a)``, (B,) (Q_target = Q without a target net)."""
+        next_q = self.target_net(batch["next_obs"]).max(dim=-1).values
         return batch["reward"] + self.algo.gamma * (1.0 - batch["terminated"]) * next_q
 
     def update(self, clock: Clock) -> LossStats:
-        """Replay-sampled TD regression steps, then the target-net update when due."""
+        """Replay-sampled TD regression steps, then the target-net updates due.
+
+        Runs ``train_rounds(clock) * training_iter`` replay samples, each with ``training_batch_iter``
+        gradient steps (one ``opt_step`` each), then ``k`` target updates where ``k`` is the number of
+        multiples of ``net.update_frequency`` frames crossed since the last one.
+        """
+        rounds = self.train_rounds(clock)
         self.last_train_frame = clock.frame
-        losses, grad_norms = [], []
-        for _ in range(self.algo.training_iter):
+        losses, grad_norms, metrics = [], [], {"q_mean": [], "td_error": []}
+        for _ in range(rounds * self.algo.training_iter):
             batch = {k: self.to_tensor(v, torch.int64 if k == "act" else torch.float32)
                      for k, v in self.memory.sample(self.rng).items()}
             target = self.q_target(batch)
@@ -94,11 +120,31 @@ class DQN(Algorithm):
                 loss = self.loss_fn(q, target)
                 grad_norms.append(self.optim_step(loss, ("net",), clock))
                 losses.append(loss.detach())
-        if clock.frame - self.last_target_frame >= self.net_spec.update_frequency:
+                metrics["q_mean"].append(q.detach().mean())
+                metrics["td_error"].append((target - q.detach()).abs().mean())
+        self.update_target(clock)
+        return LossStats(float(torch.stack(losses).mean()), float("nan"), float(np.mean(grad_norms)),
+                         mean_metrics(metrics))
+
+    @property
+    def target_net(self) -> torch.nn.Module:
+        """The net that evaluates bootstrap targets: ``target_net``, or ``net`` when ``use_target_net`` is off."""
+        return self.nets["target_net" if self.use_target_net else "net"]
+
+    def update_target(self, clock: Clock) -> int:
+        """Apply the target-net updates due at ``clock.frame``; returns how many (k).
+
+        k = multiples of ``net.update_frequency`` frames crossed since the last target update. A
+        replace copies the online net; k polyak updates (old-target weight ``polyak_coef`` each) are
+        one lerp with coefficient ``1 - polyak_coef ** k``.
+        """
+        uf = self.net_spec.update_frequency
+        k = clock.frame // uf - self.last_target_frame // uf
+        if k > 0 and self.use_target_net:
             self.last_target_frame = clock.frame
-            coef = 1.0 if self.net_spec.update_type == "replace" else 1.0 - self.net_spec.polyak_coef
+            coef = 1.0 if self.net_spec.update_type == "replace" else 1.0 - self.net_spec.polyak_coef ** k
             polyak_update(self.nets["net"], self.nets["target_net"], coef)
-        return LossStats(float(torch.stack(losses).mean()), float("nan"), float(np.mean(grad_norms)))
+        return k
 
     def extra_state(self) -> dict[str, Any]:
         """Frames of the last update and of the last target-net update."""

@@ -3,6 +3,8 @@
 Policy gradient with Monte-Carlo returns, optional return centering (a constant baseline) and an
 entropy bonus. Memory: ``OnPolicyReplay`` (``training_frequency`` = completed episodes per update)
 or ``OnPolicyBatchReplay`` (``training_frequency`` = vector steps per update).
+
+train_df column of its own: ``policy_loss`` (``-(logp * G).mean()``, without the entropy term).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 from agents import policy
 from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats
 from agents.memory import OnPolicyBatchReplay, OnPolicyReplay
+from agents.nets import POLICY_GAIN
 from agents.returns import calc_returns
 from envs.clock import Clock
 
@@ -31,10 +34,11 @@ class Reinforce(Algorithm):
 
     spec_cls = ReinforceSpec
     memory_names = ("OnPolicyReplay", "OnPolicyBatchReplay")
+    metric_names = ("policy_loss",)
 
     def init_nets(self) -> None:
         """Policy net (B, *O) -> (B, pd_dim) and its optimizer."""
-        self.nets["net"] = self.make_net(policy.pdparam_dim(self.action_space))
+        self.nets["net"] = self.make_net(policy.pdparam_dim(self.action_space), [POLICY_GAIN])
         self.add_optim("net", self.nets["net"].parameters(), self.net_spec.optim_spec)
 
     def init_memory(self) -> OnPolicyReplay | OnPolicyBatchReplay:
@@ -65,6 +69,8 @@ class Reinforce(Algorithm):
         act_dtype = torch.int64 if self.discrete else torch.float32
         act = self.to_tensor(batch["act"], act_dtype).reshape(len(obs), *self.action_space.shape)
         logp, entropy = policy.log_prob_entropy(self.nets["net"](obs), act, self.discrete)
-        loss = -(logp * ret).mean() - self.entropy_coef(clock.frame) * entropy.mean()
+        policy_loss = -(logp * ret).mean()
+        loss = policy_loss - self.entropy_coef(clock.frame) * entropy.mean()
         grad_norm = self.optim_step(loss, ("net",), clock)
-        return LossStats(float(loss.detach()), float(entropy.detach().mean()), grad_norm)
+        return LossStats(float(loss.detach()), float(entropy.detach().mean()), grad_norm,
+                         {"policy_loss": float(policy_loss.detach())})

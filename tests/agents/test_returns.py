@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from agents.returns import calc_gaes, calc_returns
+from agents.returns import calc_gaes, calc_nstep_returns, calc_returns
 
 T = lambda *xs: torch.tensor(xs, dtype=torch.float64)  # noqa: E731
 
@@ -78,3 +78,23 @@ def test_gae_envs_are_independent():
 def test_gae_keeps_dtype(dtype):
     adv = calc_gaes(*(x.to(dtype) for x in (REWARD, VALUE, NEXT_VALUE, T(0, 1, 0), T(0, 1, 1))), 0.9, 0.8)
     assert adv.dtype == dtype
+
+
+def test_calc_nstep_returns_hand_computed():
+    """r = 1, V(s') = 10, 20, 30, gamma 0.5: R2 = 1 + 0.5 * 30 = 16, R1 = 1 + 0.5 * 16 = 9, R0 = 5.5."""
+    reward, next_v, zero = T(1, 1, 1), T(10, 20, 30), T(0, 0, 0)
+    torch.testing.assert_close(calc_nstep_returns(reward, next_v, zero, zero, 0.5), T(5.5, 9, 16))
+    # truncated at t=1: R1 = 1 + 0.5 * V(s'_1) = 11, R0 = 1 + 0.5 * 11 = 6.5
+    torch.testing.assert_close(calc_nstep_returns(reward, next_v, zero, T(0, 1, 0), 0.5), T(6.5, 11, 16))
+    # terminated at t=1: R1 = 1, R0 = 1.5
+    torch.testing.assert_close(calc_nstep_returns(reward, next_v, T(0, 1, 0), T(0, 1, 0), 0.5), T(1.5, 1, 16))
+
+
+def test_calc_nstep_returns_is_gae_lam_one_plus_value():
+    g = torch.Generator().manual_seed(0)
+    reward, value, next_v = (torch.rand(6, 2, generator=g, dtype=torch.float64) for _ in range(3))
+    term = (torch.rand(6, 2, generator=g) < 0.2).double()
+    done = torch.maximum(term, (torch.rand(6, 2, generator=g) < 0.2).double())
+    value[1:] = torch.where(done[:-1].bool(), value[1:], next_v[:-1])  # V(s_{t+1}) = V(s'_t) within an episode
+    gae = calc_gaes(reward, value, next_v, term, done, 0.9, 1.0)
+    torch.testing.assert_close(calc_nstep_returns(reward, next_v, term, done, 0.9), gae + value)

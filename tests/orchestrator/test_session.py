@@ -43,7 +43,7 @@ def run(name, overrides, seed=1):
 def test_train_df_has_design_columns():
     df = run("dqn_cartpole", ["env.max_frame=1000", "meta.log_frequency=200",
                               "agent.algorithm.training_start_step=300"]).train_df
-    assert list(df.columns) == list(TRAIN_COLUMNS)
+    assert list(df.columns) == [*TRAIN_COLUMNS, "q_mean", "td_error"]  # common columns, then DQN's own
     assert set(DESIGN_COLUMNS) <= set(df.columns) and "refill" in df.columns
     assert df.frame.tolist() == [200, 400, 600, 800, 1000]
     assert df.epi.is_monotonic_increasing and df.wall_t.is_monotonic_increasing

@@ -253,7 +253,7 @@ def test_unknown_algorithm_lists_valid_names():
 
 def test_unknown_net_type():
     assert only(problems_of(["agent.net.type=ConvNett"])) == \
-        "agent.net.type: unknown name 'ConvNett'; expected one of ['MLPNet']"
+        "agent.net.type: unknown name 'ConvNett'; expected one of ['DuelingMLPNet', 'MLPNet']"
 
 
 def test_unknown_memory():

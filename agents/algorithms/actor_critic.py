@@ -1,0 +1,183 @@
+"""Advantage actor-critic, A2C (Mnih et al. 2016, arXiv:1602.01783, synchronous form), and the actor-critic
+base that PPO extends.
+
+Rollouts: ``OnPolicyBatchReplay`` of T vector steps (T = ``num_step_returns`` when it is set, else
+``training_frequency``), or ``OnPolicyReplay`` of ``training_frequency`` completed episodes. Advantages:
+GAE (Schulman et al. 2016, arXiv:1506.02438) when ``lam`` is set; else n-step returns
+(``agents.returns.calc_nstep_returns``) when ``num_step_returns`` is set; else Monte-Carlo returns minus
+V (SLM-Lab's three modes). Value targets are ``adv + V`` (GAE) or the returns. One gradient step per
+rollout on
+
+    loss = policy_loss_coef * -(logp * adv).mean() + val_loss_coef * L(V, v_target) - entropy_coef * H
+
+where ``L`` is ``net.loss_spec`` and ``entropy_coef`` comes from ``entropy_coef_spec`` (frames). Actor
+and critic are one net with two heads (``net.shared``; optimizer ``net.actor_optim_spec`` if given, else
+``net.optim_spec``, as SLM-Lab) or two nets stepped together on that one loss:
+by one optimizer over both (``net.optim_spec``), or by two when ``net.actor_optim_spec`` /
+``net.critic_optim_spec`` are given (the other falls back to ``optim_spec``). For disjoint nets the
+combined loss gives each net exactly the gradient of its own term, as SLM-Lab's two separate steps do;
+clipping (``clip_grad_val``) is over the global norm of both. Either way it is one ``opt_step``.
+
+train_df columns of its own: ``policy_loss`` (``-(logp * adv).mean()`` for A2C, the negated clipped
+surrogate for PPO) and ``val_loss`` (``L(V, v_target)``, before ``val_loss_coef``), means over the
+update's gradient steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from agents import policy
+from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats, mean_metrics
+from agents.memory import OnPolicyBatchReplay, OnPolicyReplay
+from agents.nets import POLICY_GAIN, VALUE_GAIN, make_loss
+from agents.returns import calc_gaes, calc_nstep_returns, calc_returns
+from envs.clock import Clock
+
+
+@dataclass(frozen=True)
+class ActorCriticSpec(AlgorithmSpec):
+    """ActorCritic keys (SLM-Lab names).
+
+    Fields: ``lam`` (GAE lambda in [0, 1], or None), ``num_step_returns`` (n of n-step returns, used when
+    ``lam`` is None; it is also the rollout length in vector steps), ``policy_loss_coef``,
+    ``val_loss_coef``, ``normalize_advantage`` (per gradient step's batch), ``training_frequency``
+    (vector steps per rollout with ``OnPolicyBatchReplay``, completed episodes with ``OnPolicyReplay``).
+    """
+
+    lam: float | None = field(default=0.95, metadata={"ge": 0, "le": 1})
+    num_step_returns: int | None = field(default=None, metadata={"gt": 0})
+    policy_loss_coef: float = field(default=1.0, metadata={"ge": 0})
+    val_loss_coef: float = field(default=1.0, metadata={"ge": 0})
+    normalize_advantage: bool = False
+
+
+class ActorCritic(Algorithm):
+    """Synchronous advantage actor-critic; see module docstring. Nets: ``net`` (shared, heads
+    ``[pd_dim, 1]``) or ``actor`` (B, *O) -> (B, pd_dim) and ``critic`` -> (B, 1)."""
+
+    spec_cls = ActorCriticSpec
+    memory_names = ("OnPolicyBatchReplay", "OnPolicyReplay")
+    optim_keys = ("net.optim_spec", "net.actor_optim_spec", "net.critic_optim_spec")
+    metric_names = ("policy_loss", "val_loss")
+
+    def init_nets(self) -> None:
+        """Actor and critic, shared or separate, and their optimizers (see module docstring)."""
+        pd_dim = policy.pdparam_dim(self.action_space)
+        ns = self.net_spec
+        if ns.shared:
+            self.nets["net"] = self.make_net([pd_dim, 1], [POLICY_GAIN, VALUE_GAIN])
+            # SLM-Lab builds a shared net from the actor's keys: actor_optim_spec when given
+            self.add_optim("net", self.nets["net"].parameters(), ns.actor_optim_spec or ns.optim_spec)
+        else:
+            self.nets["actor"] = self.make_net(pd_dim, [POLICY_GAIN])
+            self.nets["critic"] = self.make_net(1, [VALUE_GAIN])
+            if ns.actor_optim_spec is None and ns.critic_optim_spec is None:
+                # One optimizer over both nets (as SB3 does): the same per-parameter updates as two
+                # optimizers of one spec, in one step call instead of two.
+                self.add_optim("net", [*self.nets["actor"].parameters(), *self.nets["critic"].parameters()],
+                               ns.optim_spec)
+            else:
+                self.add_optim("actor", self.nets["actor"].parameters(), ns.actor_optim_spec or ns.optim_spec)
+                self.add_optim("critic", self.nets["critic"].parameters(),
+                               ns.critic_optim_spec or ns.optim_spec)
+        self.value_loss = make_loss(ns.loss_spec)
+
+    def horizon(self) -> int:
+        """Vector steps per ``OnPolicyBatchReplay`` rollout: ``num_step_returns`` if set, else
+        ``training_frequency``."""
+        return self.algo.num_step_returns or self.algo.training_frequency
+
+    def init_memory(self) -> OnPolicyBatchReplay | OnPolicyReplay:
+        """A rollout of ``horizon()`` vector steps, or ``training_frequency`` episodes (``OnPolicyReplay``)."""
+        if self.spec.memory.name == "OnPolicyReplay":
+            return OnPolicyReplay(self.algo.training_frequency, self.num_envs)
+        return OnPolicyBatchReplay(self.horizon())
+
+    def pdparam_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Policy parameters (B, pd_dim) and state values (B,) of observations (B, *O)."""
+        if self.net_spec.shared:
+            pdparam, value = self.nets["net"](obs)
+        else:
+            pdparam, value = self.nets["actor"](obs), self.nets["critic"](obs)
+        return pdparam, value.squeeze(-1)
+
+    @torch.no_grad()
+    def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:
+        """Sample actions (N,) or (N, A) from the policy; its mode when ``deterministic``."""
+        obs = self.to_tensor(obs_NO)
+        pdparam = self.nets["net"](obs)[0] if self.net_spec.shared else self.nets["actor"](obs)
+        return policy.sample(pdparam, self.discrete, self.gen, deterministic).cpu().numpy()
+
+    def train_ready(self, clock: Clock) -> bool:
+        """A full rollout (``horizon()`` vector steps, or ``training_frequency`` episodes) is stored."""
+        return self.memory.ready()
+
+    def advantages(self, batch: dict[str, torch.Tensor], value: torch.Tensor,
+                   next_value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Advantages and value targets, both (T, N), of a time-major rollout (GAE, n-step or MC)."""
+        algo = self.algo
+        reward, terminated, done = batch["reward"], batch["terminated"], batch["done"]
+        if algo.lam is not None:
+            adv = calc_gaes(reward, value, next_value, terminated, done, algo.gamma, algo.lam)
+            return adv, adv + value
+        if algo.num_step_returns is not None:
+            ret = calc_nstep_returns(reward, next_value, terminated, done, algo.gamma)
+        else:
+            ret = calc_returns(reward, done, algo.gamma)
+        return ret - value, ret
+
+    @torch.no_grad()
+    def prepare(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        """Flatten a (T, N) rollout (or (T,) episodes) to B = T*N samples: obs (B, *O), act (B, *A),
+        old_logp, adv, v_target (B,)."""
+        if batch["reward"].ndim == 1:  # OnPolicyReplay: one time axis of concatenated episodes
+            batch = {k: v[:, None] for k, v in batch.items()}
+        t, n = batch["reward"].shape
+        obs = self.to_tensor(batch["obs"]).reshape(t * n, *self.obs_space.shape)
+        next_obs = self.to_tensor(batch["next_obs"]).reshape(t * n, *self.obs_space.shape)
+        act_dtype = torch.int64 if self.discrete else torch.float32
+        act = self.to_tensor(batch["act"], act_dtype).reshape(t * n, *self.action_space.shape)
+        pdparam, value = self.pdparam_value(obs)
+        next_value = self.pdparam_value(next_obs)[1]
+        old_logp = policy.log_prob_entropy(pdparam, act, self.discrete)[0]
+        flags = {"reward": self.to_tensor(batch["reward"]), "terminated": self.to_tensor(batch["terminated"]),
+                 "done": self.to_tensor(np.logical_or(batch["terminated"], batch["truncated"]))}
+        adv, v_target = self.advantages(flags, value.reshape(t, n), next_value.reshape(t, n))
+        return {"obs": obs, "act": act, "old_logp": old_logp, "adv": adv.reshape(-1), "v_target": v_target.reshape(-1)}
+
+    def update(self, clock: Clock) -> LossStats:
+        """One gradient step on the whole rollout (``minibatch_loss`` of all B samples)."""
+        data = self.prepare(self.memory.pop())
+        loss, entropy, metrics = self.minibatch_loss(data, clock)
+        grad_norm = self.optim_step(loss, tuple(self.optims), clock)
+        return LossStats(float(loss.detach()), float(entropy), grad_norm, mean_metrics(metrics))
+
+    def policy_loss(self, logp: torch.Tensor, mb: dict[str, torch.Tensor], adv: torch.Tensor,
+                    clock: Clock, metrics: dict[str, list[Any]]) -> torch.Tensor:
+        """Scalar policy loss from log-probs (B,) and advantages (B,): ``-(logp * adv).mean()``."""
+        return -(logp * adv).mean()
+
+    def minibatch_loss(self, mb: dict[str, torch.Tensor], clock: Clock,
+                       metrics: dict[str, list[Any]] | None = None) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """Scalar loss, mean entropy and the metric lists (appended to ``metrics``) of one batch of B samples."""
+        metrics = {name: [] for name in self.metric_names} if metrics is None else metrics
+        pdparam, value = self.pdparam_value(mb["obs"])
+        logp, entropy = policy.log_prob_entropy(pdparam, mb["act"], self.discrete)
+        adv = mb["adv"]
+        if self.algo.normalize_advantage and len(adv) > 1:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        policy_loss = self.policy_loss(logp, mb, adv, clock, metrics)
+        val_loss = self.value_loss(value, mb["v_target"])
+        entropy = entropy.mean()
+        loss = self.algo.policy_loss_coef * policy_loss + self.algo.val_loss_coef * val_loss
+        ent_coef = self.entropy_coef(clock.frame)
+        if ent_coef:  # a zero bonus is left out of the graph: same loss and grads, less backward work
+            loss = loss - ent_coef * entropy
+        metrics["policy_loss"].append(policy_loss.detach())
+        metrics["val_loss"].append(val_loss.detach())
+        return loss, entropy.detach(), metrics

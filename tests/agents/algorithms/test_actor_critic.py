@@ -1,0 +1,89 @@
+"""ActorCritic (A2C): loss and gradient against a hand-computed rollout, exact resume, SLM-Lab specs."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from envs.clock import Clock
+from tests.agents.algorithms.helpers import assert_resume_exact, make_algo, run_slm_dev
+
+NSTEP = ["agent.algorithm.num_step_returns=2", "agent.algorithm.gamma=0.5", "agent.net.shared=false",
+         "agent.net.hid_layers=[3]", "agent.net.actor_optim_spec=null", "agent.net.critic_optim_spec=null",
+         'agent.net.optim_spec={"name": "SGD", "lr": 0.1}', "agent.net.clip_grad_val=null",
+         'agent.algorithm.entropy_coef_spec={"name": "no_decay", "start_val": 0.01}']
+
+
+def test_nstep_loss_and_critic_step_hand_computed():
+    """Zero weights, critic bias 1: uniform policy over 2 actions (logp = -ln 2, H = ln 2) and V = 1.
+    Rollout T = 2, N = 1, r = 1, 1, no done, gamma 0.5: R1 = 1 + 0.5 * 1 = 1.5, R0 = 1 + 0.5 * 1.5 = 1.75,
+    adv = 0.75, 0.5. policy_loss = ln 2 * 0.625 = 0.43322, val_loss = (0.75^2 + 0.5^2) / 2 = 0.40625,
+    loss = 0.43322 + 0.5 * 0.40625 - 0.01 * ln 2 = 0.62941. dL/db = 0.5 * mean(2 (V - R)) = -0.625, so
+    SGD lr 0.1 moves the critic bias to 1.0625."""
+    algo = make_algo("a2c_nstep_cartpole", NSTEP)
+    with torch.no_grad():
+        for net in algo.nets.values():
+            for p in net.parameters():
+                p.zero_()
+        algo.nets["critic"].heads[0][0].bias.fill_(1.0)
+    obs, no = np.zeros((1, 4), np.float32), np.zeros(1, bool)
+    for act in (0, 1):
+        algo.memory.add(obs, np.array([act]), np.ones(1, np.float32), obs, no, no)
+    clock = Clock(100, 1)
+    clock.frame = 2
+    assert algo.train_ready(clock)
+    stats = algo.update(clock)
+    ln2 = math.log(2)
+    assert stats.metrics["policy_loss"] == pytest.approx(ln2 * 0.625, rel=1e-6)
+    assert stats.metrics["val_loss"] == pytest.approx(0.40625, rel=1e-6)
+    assert stats.entropy == pytest.approx(ln2, rel=1e-6)
+    assert stats.loss == pytest.approx(ln2 * 0.625 + 0.5 * 0.40625 - 0.01 * ln2, rel=1e-6)
+    assert algo.nets["critic"].heads[0][0].bias.item() == pytest.approx(1.0625, rel=1e-6)
+    assert clock.opt_step == 1
+
+
+def test_gae_advantages_hand_computed():
+    """lam 0.5, gamma 0.5, V = 1 everywhere, r = 1, 1: delta = 1 + 0.5 - 1 = 0.5 each; A1 = 0.5,
+    A0 = 0.5 + 0.25 * 0.5 = 0.625; v_target = A + 1."""
+    algo = make_algo("a2c_gae_cartpole", ["agent.algorithm.lam=0.5", "agent.algorithm.gamma=0.5",
+                                          "agent.algorithm.training_frequency=2"])
+    with torch.no_grad():
+        for p in algo.nets["critic"].parameters():
+            p.zero_()
+        algo.nets["critic"].heads[0][0].bias.fill_(1.0)
+    obs, no = np.zeros((1, 4), np.float32), np.zeros(1, bool)
+    for act in (0, 1):
+        algo.memory.add(obs, np.array([act]), np.ones(1, np.float32), obs, no, no)
+    data = algo.prepare(algo.memory.pop())
+    torch.testing.assert_close(data["adv"], torch.tensor([0.625, 0.5]))
+    torch.testing.assert_close(data["v_target"], torch.tensor([1.625, 1.5]))
+
+
+def test_two_optimizers_one_opt_step_and_their_lrs():
+    """a2c_gae_cartpole: separate actor (lr 0.001) and critic (lr 0.003) optimizers, one opt_step per update."""
+    algo = make_algo("a2c_gae_cartpole", [])
+    assert {k: o.param_groups[0]["lr"] for k, o in algo.optims.items()} == {"actor": 0.001, "critic": 0.003}
+    assert algo.memory.horizon == 32
+
+
+@pytest.mark.parametrize("name, overrides, stop_frame", [
+    ("a2c_gae_cartpole", ["env.max_frame=1600", "meta.log_frequency=400"], 732),
+    ("a2c_nstep_cartpole", ["env.max_frame=1600", "meta.log_frequency=400"], 596),
+    ("a2c_nstep_cartpole", ["env.max_frame=1600", "meta.log_frequency=400", "agent.net.shared=true"], 596),
+    ("a2c_gae_cartpole", ["env.max_frame=1200", "meta.log_frequency=300", "agent.memory.name=OnPolicyReplay",
+                          "agent.algorithm.training_frequency=2"], 516),
+])
+def test_resume_is_exact(tmp_path, name, overrides, stop_frame):
+    straight = assert_resume_exact(tmp_path, name, overrides, stop_frame)
+    assert straight.clock.opt_step > 0 and not straight.train_df.val_loss.isna().all()
+
+
+@pytest.mark.parametrize("rel_file, name", [
+    ("benchmark/a2c/a2c_gae_cartpole.json", "a2c_gae_cartpole"),
+    ("experimental/a2c/a2c_cartpole.json", "a2c_shared_cartpole"),
+    ("experimental/a2c/a2c_cartpole.json", "a2c_separate_cartpole"),
+])
+def test_slm_lab_spec_runs_unmodified(tmp_path, rel_file, name):
+    df = run_slm_dev(tmp_path, rel_file, name)
+    assert df.opt_step.iloc[-1] > 0 and not math.isnan(df.policy_loss.iloc[-1])
