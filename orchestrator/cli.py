@@ -153,6 +153,8 @@ def dispatch(args: argparse.Namespace) -> int:
     handler = MODE_HANDLERS.get(args.mode.split("@", 1)[0])
     if handler is None or (args.mode == "dev@" or args.mode.startswith("dev@")):
         raise UsageError(f"unknown mode '{args.mode}'; expected one of: {', '.join(MODES)}")
+    from orchestrator.preflight import preflight
+    preflight(args)  # env dependencies and memory sizes, before any run dir or actor exists
     return handler(args)
 
 

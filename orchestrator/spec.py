@@ -396,7 +396,35 @@ def _check_env_name(spec: dict[str, Any], problems: list[str]) -> None:
     try:
         resolve_env_id(env_name)
     except ValueError as err:
-        problems.append(f"env.name: {err}")
+        ale = env_name.startswith("ALE/") or "NoFrameskip" in env_name
+        problems.append(f"env.name: {err}" + ("; Atari envs need: pip install ale-py" if ale else ""))
+
+
+def _int_at(spec: dict[str, Any], path: str) -> int | None:
+    """The int at ``path``, or None when it is missing or not an int (then reported elsewhere)."""
+    value = _get(spec, path)
+    return value if _type_ok(value, int) else None
+
+
+def _check_sizes(spec: dict[str, Any], problems: list[str]) -> None:
+    """Cross-key size rules: a replay sample and the training start fit in the replay (Replay memory
+    only: on-policy memories ignore ``batch_size``/``max_size``), and one vector step fits in the
+    frame budget."""
+    max_size = _int_at(spec, "agent.memory.max_size")
+    if _get(spec, "agent.memory.name") == "Replay" and max_size is not None and max_size > 0:
+        batch = _int_at(spec, "agent.memory.batch_size")
+        if batch is not None and batch > max_size:
+            problems.append(f"agent.memory.batch_size: {batch} transitions per sample exceeds the replay's "
+                            f"capacity agent.memory.max_size={max_size}; expected batch_size <= max_size")
+        start = _int_at(spec, "agent.algorithm.training_start_step")
+        if start is not None and start > max_size:
+            problems.append(f"agent.algorithm.training_start_step: {start} transitions can never be stored in a "
+                            f"replay of agent.memory.max_size={max_size}, so training would never start; "
+                            "expected training_start_step <= max_size")
+    num_envs, max_frame = _int_at(spec, "env.num_envs"), _int_at(spec, "env.max_frame")
+    if num_envs is not None and max_frame is not None and num_envs > max_frame > 0:
+        problems.append(f"env.num_envs: one vector step of {num_envs} sub-envs is {num_envs} frames, more than "
+                        f"the whole budget env.max_frame={max_frame}; expected num_envs <= max_frame")
 
 
 def _check_names(spec: dict[str, Any], problems: list[str]) -> None:
@@ -464,6 +492,7 @@ def validate(spec: dict[str, Any]) -> list[str]:
             _check_section(_get(spec, path), cls, path, problems)
     _check_names(spec, problems)
     _check_build_args(spec, problems)
+    _check_sizes(spec, problems)
     if not isinstance(spec.get("search"), dict):
         problems.append(f"search: expected an object, got {spec.get('search')!r}")
     else:
