@@ -213,6 +213,7 @@ def run(files: list[str], n_cases: int, seed: int, kinds: tuple[str, ...], timeo
         counts[outcome.split(":")[0]] += 1
         if is_finding(outcome):
             findings.append({"case": case.label, "outcome": outcome, "stderr_tail": stderr[-400:]})
+            print(f"FINDING {outcome}: {case.label}", file=sys.stderr, flush=True)
     return {"cases": len(cases), "seed": seed, "kinds": list(kinds), "wall_s": round(time.time() - start, 1),
             "counts": dict(counts), "findings": findings}
 

@@ -29,7 +29,8 @@ import gymnasium as gym
 import numpy as np
 
 from envs.make import EnvSpec, make_env, resolve_env_id
-from orchestrator.spec import SpecError, load_spec
+from orchestrator.search_space import apply_values, parse_search
+from orchestrator.spec import SpecError, check, load_spec
 
 # entry-point module prefix (or env id prefix) -> the pip command that installs the env family
 INSTALL_HINTS: tuple[tuple[str, str], ...] = (
@@ -247,14 +248,52 @@ def check_memory(spec: dict[str, Any], shape: EnvShape, sessions: int = 1, avail
 
 # ---------------------------------------------------------------- CLI hook
 
-def check_spec(spec: dict[str, Any], mode: str, max_concurrent_trials: int | None = None) -> EnvShape:
-    """``check_env`` then ``check_memory`` for a checked spec run in ``mode`` (the part before '@').
+def search_extremes(spec: dict[str, Any]) -> list[tuple[str, Any]]:
+    """``(dotted path, value)`` of each searched leaf at every value it can take (``choice``,
+    ``grid_search``) or at its bounds (``uniform``, ``loguniform``; ``randint`` low and high - 1);
+    ``normal`` has none."""
+    out = []
+    for var in parse_search(spec)[0]:
+        if var.kind in ("choice", "grid_search"):
+            values = list(var.arg)
+        elif var.kind in ("uniform", "loguniform"):
+            values = list(var.arg[:2])
+        else:
+            values = [var.arg[0], var.arg[1] - 1] if var.kind == "randint" else []
+        out += [(var.path, value) for value in values]
+    return out
+
+
+def check_search(spec: dict[str, Any], shape: EnvShape, sessions: int) -> None:
+    """``check`` and ``check_memory`` of the spec with each searched value of ``search_extremes``, one at
+    a time, so a sampled trial cannot fail on a value the search section allows.
 
     Raises:
-        SpecError: see ``check_env`` and ``check_memory``.
+        SpecError: each problem prefixed by ``search {path}={value}``.
+    """
+    problems = []
+    for path, value in search_extremes(spec):
+        try:
+            trial = check(apply_values(spec, {path: value}))
+            check_memory(trial, check_env(trial["env"]) if path.startswith("env.") else shape, sessions)
+        except SpecError as err:
+            problems += [f"search {path}={value!r}: {problem}" for problem in err.problems]
+    if problems:
+        raise SpecError(problems)
+
+
+def check_spec(spec: dict[str, Any], mode: str, max_concurrent_trials: int | None = None) -> EnvShape:
+    """``check_env`` then ``check_memory`` for a checked spec run in ``mode`` (the part before '@'); in
+    ``search``, also ``check_search``.
+
+    Raises:
+        SpecError: see ``check_env``, ``check_memory`` and ``check_search``.
     """
     shape = check_env(spec["env"])
-    check_memory(spec, shape, concurrent_sessions(spec, mode, max_concurrent_trials))
+    sessions = concurrent_sessions(spec, mode, max_concurrent_trials)
+    check_memory(spec, shape, sessions)
+    if mode == "search":
+        check_search(spec, shape, sessions)
     return shape
 
 

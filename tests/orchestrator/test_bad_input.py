@@ -197,3 +197,17 @@ def test_num_envs_beyond_max_frame_names_both_keys(tmp_path, capsys):
     assert dqn_dev(tmp_path / "data", "dev", "env.num_envs=64", "env.max_frame=32") == 2
     err = capsys.readouterr().err
     assert "env.num_envs: one vector step of 64 sub-envs" in err and "env.max_frame=32" in err
+
+
+def test_search_value_no_machine_can_hold_exits_2_before_the_search(tmp_path, capsys):
+    search = 'search={"agent.memory.max_size__choice": [1000, 1000000000000]}'
+    assert dqn_dev(tmp_path / "data", "search", search) == 2
+    err = capsys.readouterr().err
+    assert "search agent.memory.max_size=1000000000000: agent.memory.max_size: replay of 1000000000000" in err
+    assert "Traceback" not in err and not (tmp_path / "data").exists()
+
+
+def test_search_value_that_fails_validation_exits_2(tmp_path, capsys):
+    assert dqn_dev(tmp_path / "data", "search", 'search={"agent.memory.batch_size__randint": [32, 200000]}') == 2
+    err = capsys.readouterr().err
+    assert "search agent.memory.batch_size=199999: agent.memory.batch_size: 199999 transitions per sample" in err
