@@ -5,7 +5,8 @@ traceback, no run directory created). Anything else is a finding: an exception e
 ``orchestrator.cli.main`` (``crash:{type}``), exit 1, an exit 2 that left a predir or printed a
 traceback (``bad_exit2``), or a run still going after ``--timeout`` seconds (``timeout``).
 
-Cases: for every spec in the spec file (default ``specs/benchmark/*.json``), shrunk to a short run
+Cases: for every spec in the spec file (default ``specs/benchmark/*.json``), with its defaults
+filled in and shrunk to a short run
 (``env.max_frame`` = 300 frames, ``meta.log_frequency`` = 100, ``training_start_step`` <= 100), every
 leaf (dict values; list elements too) gets each mutation kind that applies to its value:
 ``wrong_type``, ``negative``, ``zero``, ``huge``, ``empty``, ``null``, ``unknown_key`` (a sibling key
@@ -193,9 +194,10 @@ def is_finding(outcome: str) -> bool:
 
 
 def load_specs(files: list[str]) -> dict[str, dict[str, Any]]:
-    """Every spec of the files, normalised to the flat shape."""
-    from orchestrator.spec import normalize, read_spec_file
-    return {name: normalize(spec) for f in files for name, spec in read_spec_file(f).items()}
+    """Every spec of the files, normalised to the flat shape with every default filled (so keys the
+    file leaves out, e.g. ``meta.resources``, are mutated too)."""
+    from orchestrator.spec import fill_defaults, normalize, read_spec_file
+    return {name: fill_defaults(normalize(spec)) for f in files for name, spec in read_spec_file(f).items()}
 
 
 def run(files: list[str], n_cases: int, seed: int, kinds: tuple[str, ...], timeout_s: float) -> dict[str, Any]:

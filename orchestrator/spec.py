@@ -390,8 +390,10 @@ def _check_component_names(spec: dict[str, Any], problems: list[str]) -> None:
         if isinstance(optim, dict):
             check(f"agent.net.{key}.name", optim.get("name"), OPTIMIZERS)
             lr = optim.get("lr", 1e-3)
-            if not _type_ok(lr, float) or not 0 <= lr <= MAX_LR:
-                problems.append(f"agent.net.{key}.lr: expected a number in [0, {MAX_LR:g}], got {lr!r}")
+            if not _type_ok(lr, float) or lr < 0:
+                problems.append(f"agent.net.{key}.lr: expected a number >= 0, got {lr!r}")
+            elif lr > MAX_LR:
+                problems.append(f"agent.net.{key}.lr: must be <= {MAX_LR:g} (larger steps diverge at once), got {lr!r}")
     for key, registry in (("loss_spec", LOSSES), ("lr_scheduler_spec", LR_SCHEDULERS)):
         section = _get(spec, f"agent.net.{key}")
         if isinstance(section, dict):
@@ -440,6 +442,26 @@ def _check_sizes(spec: dict[str, Any], problems: list[str]) -> None:
     if num_envs is not None and max_frame is not None and num_envs > max_frame > 0:
         problems.append(f"env.num_envs: one vector step of {num_envs} sub-envs is {num_envs} frames, more than "
                         f"the whole budget env.max_frame={max_frame}; expected num_envs <= max_frame")
+
+
+RESOURCE_KEYS = ("num_cpus", "num_gpus")
+MAX_RESOURCE = 2**20  # CPUs or GPUs per session: more than any machine has (torch threads overflow at 2**31)
+
+
+def _check_resources(spec: dict[str, Any], problems: list[str]) -> None:
+    """``meta.resources``: only ``num_cpus`` and ``num_gpus``, each a number in [0, ``MAX_RESOURCE``] per session."""
+    res = _get(spec, "meta.resources")
+    if not isinstance(res, dict):
+        return  # a non-dict is reported by the meta section's type check
+    for key, value in res.items():
+        path = f"meta.resources.{key}"
+        if key not in RESOURCE_KEYS:
+            close = difflib.get_close_matches(key, RESOURCE_KEYS, n=1)
+            problems.append(f"{path}: unknown key" + (f"; did you mean '{close[0]}'?" if close else
+                                                      f"; valid keys: {list(RESOURCE_KEYS)}"))
+        elif not _type_ok(value, float) or not 0 <= value <= MAX_RESOURCE:
+            unit = "CPUs" if key == "num_cpus" else "GPUs"
+            problems.append(f"{path}: expected a number in [0, {MAX_RESOURCE}] ({unit} per session), got {value!r}")
 
 
 def _check_finite(tree: Any, path: str, problems: list[str]) -> None:
@@ -524,6 +546,7 @@ def validate(spec: dict[str, Any]) -> list[str]:
     _check_names(spec, problems)
     _check_build_args(spec, problems)
     _check_sizes(spec, problems)
+    _check_resources(spec, problems)
     _check_finite(spec, "", problems)
     if not isinstance(spec.get("search"), dict):
         problems.append(f"search: expected an object, got {spec.get('search')!r}")
