@@ -148,17 +148,28 @@ def net_bytes(in_dim: int, hid_layers: list[int], out_dim: int) -> int:
     return NET_COPIES * FLOAT32_BYTES * params
 
 
-def available_bytes() -> int:
-    """Memory this process can still allocate (bytes): ``MemAvailable`` of /proc/meminfo (else
-    ``os.sysconf`` free pages), capped by the cgroup v2/v1 limit minus current usage."""
-    found: list[int] = []
+def _system_available() -> int:
+    """Available system memory (bytes): psutil's ``available`` where installed, else ``MemAvailable`` of
+    /proc/meminfo, else ``os.sysconf`` free pages."""
+    try:
+        import psutil
+        return int(psutil.virtual_memory().available)
+    except ImportError:
+        pass
     try:
         with open("/proc/meminfo") as f:
-            found += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
     except OSError:
         pass
-    if not found:
-        found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def available_bytes() -> int:
+    """Memory this process can still allocate (bytes): ``_system_available``, capped by the cgroup v2/v1
+    limit minus current usage."""
+    found = [_system_available()]
     for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
                                    ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
                                     "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
