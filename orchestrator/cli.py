@@ -283,6 +283,8 @@ def dispatch(args: argparse.Namespace) -> int:
     if handler is None or (args.mode == "dev@" or args.mode.startswith("dev@")):
         raise UsageError(f"unknown mode '{args.mode}'; expected one of: {', '.join(MODES)}"
                          + order_hint(args))
+    from orchestrator.preflight import preflight
+    preflight(args)  # env dependencies and memory sizes, before any run dir or actor exists
     return handler(args)
 
 

@@ -19,6 +19,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ import yaml
 
 from agents.algorithms import ALGORITHMS, AgentSpec, AlgorithmSpec
 from agents.memory import MEMORIES, MemorySpec
-from agents.nets import ACTIVATIONS, INIT_FNS, LOSSES, NETS, OPTIMIZERS, NetSpec, make_optim
+from agents.nets import ACTIVATIONS, INIT_FNS, LOSSES, NETS, OPTIMIZERS, NetSpec, make_loss, make_optim
 from agents.schedules import DECAYS, LR_SCHEDULERS, VarSchedule, make_lr_scheduler
 from envs.make import EnvSpec, resolve_env_id
 from orchestrator import storage
@@ -44,6 +45,19 @@ class SpecError(Exception):
         super().__init__("\n".join(self.problems))
 
 
+MAX_SEED = 2**62  # seeds go to torch.manual_seed (uint64) after session offsets are added
+MAX_LR = 10.0  # learning rates above this diverge at once (weights become NaN within an update)
+MAX_PASSES = 10_000  # passes over the data per update: more would not finish in any run
+
+# Upper limits on algorithm keys whose fields (agents/algorithms) only require > 0: repeat counts
+# per update whose absurd values hang a session (found by bench/spec_fuzz.py).
+RANGE_LIMITS: dict[str, dict[str, Any]] = {
+    "agent.algorithm.training_epoch": {"le": MAX_PASSES},
+    "agent.algorithm.training_iter": {"le": MAX_PASSES},
+    "agent.algorithm.training_batch_iter": {"le": MAX_PASSES},
+}
+
+
 @dataclass(frozen=True)
 class MetaSpec:
     """The spec ``meta`` section.
@@ -54,7 +68,7 @@ class MetaSpec:
         log_frequency: frames between train_df rows.
         eval_frequency: frames between eval checkpoints (used when ``rigorous_eval`` > 0).
         rigorous_eval: evaluation episodes per eval checkpoint (0 disables eval_df).
-        random_seed: base seed; session s of trial t uses ``random_seed + 1000 * t + s``. None: a
+        random_seed: base seed in [0, 2**62]; session s of trial t uses ``random_seed + 1000 * t + s``. None: a
             seed is drawn once and written into the saved spec.
         ma_window: episodes in the ``total_reward_ma`` moving average.
         checkpoint_frequency: frames between checkpoints (None: ``log_frequency``).
@@ -71,7 +85,7 @@ class MetaSpec:
     log_frequency: int = field(default=1000, metadata={"gt": 0})
     eval_frequency: int = field(default=10000, metadata={"gt": 0})
     rigorous_eval: int = field(default=0, metadata={"ge": 0})
-    random_seed: int | None = None
+    random_seed: int | None = field(default=None, metadata={"ge": 0, "le": MAX_SEED})
     ma_window: int = field(default=20, metadata={"gt": 0})
     checkpoint_frequency: int | None = field(default=None, metadata={"gt": 0})
     keep_checkpoints: int = field(default=3, metadata={"gt": 0})
@@ -330,10 +344,11 @@ def _check_section(section: Any, cls: type, path: str, problems: list[str]) -> N
             problems.append(f"{dotted}: expected {_type_name(hints[key])}, got {value!r}")
             continue
         _check_range(value, fields[key].metadata, dotted, problems)
+        _check_range(value, RANGE_LIMITS.get(dotted, {}), dotted, problems)
 
 
 def _check_range(value: Any, meta: Any, dotted: str, problems: list[str]) -> None:
-    if value is None:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):  # see _check_finite
         return
     if "choices" in meta and value not in meta["choices"]:
         problems.append(f"{dotted}: expected one of {list(meta['choices'])}, got {value!r}")
@@ -404,6 +419,8 @@ def _check_component_names(spec: dict[str, Any], problems: list[str]) -> None:
             lr = optim.get("lr", 1e-3)
             if not _type_ok(lr, float) or lr < 0:
                 problems.append(f"{path}.lr: expected a number >= 0, got {lr!r}")
+            elif lr > MAX_LR:
+                problems.append(f"{path}.lr: must be <= {MAX_LR:g} (larger steps diverge at once), got {lr!r}")
     _unused_optim_problems(spec, problems)
     for key, registry in (("loss_spec", LOSSES), ("lr_scheduler_spec", LR_SCHEDULERS)):
         section = _get(spec, f"agent.net.{key}")
@@ -424,7 +441,68 @@ def _check_env_name(spec: dict[str, Any], problems: list[str]) -> None:
     try:
         resolve_env_id(env_name)
     except ValueError as err:
-        problems.append(f"env.name: {err}")
+        ale = env_name.startswith("ALE/") or "NoFrameskip" in env_name
+        problems.append(f"env.name: {err}" + ("; Atari envs need: pip install ale-py" if ale else ""))
+
+
+def _int_at(spec: dict[str, Any], path: str) -> int | None:
+    """The int at ``path``, or None when it is missing or not an int (then reported elsewhere)."""
+    value = _get(spec, path)
+    return value if _type_ok(value, int) else None
+
+
+def _check_sizes(spec: dict[str, Any], problems: list[str]) -> None:
+    """Cross-key size rules: a replay sample and the training start fit in the replay (Replay memory
+    only: on-policy memories ignore ``batch_size``/``max_size``), and one vector step fits in the
+    frame budget."""
+    max_size = _int_at(spec, "agent.memory.max_size")
+    if _get(spec, "agent.memory.name") == "Replay" and max_size is not None and max_size > 0:
+        batch = _int_at(spec, "agent.memory.batch_size")
+        if batch is not None and batch > max_size:
+            problems.append(f"agent.memory.batch_size: {batch} transitions per sample exceeds the replay's "
+                            f"capacity agent.memory.max_size={max_size}; expected batch_size <= max_size")
+        start = _int_at(spec, "agent.algorithm.training_start_step")
+        if start is not None and start > max_size:
+            problems.append(f"agent.algorithm.training_start_step: {start} transitions can never be stored in a "
+                            f"replay of agent.memory.max_size={max_size}, so training would never start; "
+                            "expected training_start_step <= max_size")
+    num_envs, max_frame = _int_at(spec, "env.num_envs"), _int_at(spec, "env.max_frame")
+    if num_envs is not None and max_frame is not None and num_envs > max_frame > 0:
+        problems.append(f"env.num_envs: one vector step of {num_envs} sub-envs is {num_envs} frames, more than "
+                        f"the whole budget env.max_frame={max_frame}; expected num_envs <= max_frame")
+
+
+RESOURCE_KEYS = ("num_cpus", "num_gpus")
+MAX_RESOURCE = 2**20  # CPUs or GPUs per session: more than any machine has (torch threads overflow at 2**31)
+
+
+def _check_resources(spec: dict[str, Any], problems: list[str]) -> None:
+    """``meta.resources``: only ``num_cpus`` and ``num_gpus``, each a number in [0, ``MAX_RESOURCE``] per session."""
+    res = _get(spec, "meta.resources")
+    if not isinstance(res, dict):
+        return  # a non-dict is reported by the meta section's type check
+    for key, value in res.items():
+        path = f"meta.resources.{key}"
+        if key not in RESOURCE_KEYS:
+            close = difflib.get_close_matches(key, RESOURCE_KEYS, n=1)
+            problems.append(f"{path}: unknown key" + (f"; did you mean '{close[0]}'?" if close else
+                                                      f"; valid keys: {list(RESOURCE_KEYS)}"))
+        elif not _type_ok(value, float) or not 0 <= value <= MAX_RESOURCE:
+            unit = "CPUs" if key == "num_cpus" else "GPUs"
+            problems.append(f"{path}: expected a number in [0, {MAX_RESOURCE}] ({unit} per session), got {value!r}")
+
+
+def _check_finite(tree: Any, path: str, problems: list[str]) -> None:
+    """NaN and infinities anywhere (Python's JSON reader accepts ``NaN``/``Infinity``): no spec value
+    is meant to be one, and they turn into NaN weights instead of an error."""
+    if isinstance(tree, float) and not math.isfinite(tree):
+        problems.append(f"{path}: expected a finite number, got {tree!r}")
+    elif isinstance(tree, dict):
+        for key, value in tree.items():
+            _check_finite(value, f"{path}.{key}" if path else str(key), problems)
+    elif isinstance(tree, list):
+        for i, value in enumerate(tree):
+            _check_finite(value, f"{path}[{i}]", problems)
 
 
 def _check_names(spec: dict[str, Any], problems: list[str]) -> None:
@@ -461,8 +539,11 @@ def _check_build_args(spec: dict[str, Any], problems: list[str]) -> None:
     for path in _optim_paths(spec):
         optim = _get(spec, path)
         known = isinstance(optim, dict) and _registered(OPTIMIZERS, optim.get("name"))
-        if known and _type_ok(optim.get("lr", 0), float) and optim.get("lr", 0) >= 0:  # else reported
+        if known and _type_ok(optim.get("lr", 0), float) and 0 <= optim.get("lr", 0) <= MAX_LR:  # else reported
             _try_build(problems, path, make_optim, [param], optim)
+    loss = net.get("loss_spec")
+    if isinstance(loss, dict) and _registered(LOSSES, loss.get("name")):
+        _try_build(problems, "agent.net.loss_spec", make_loss, loss)
     sched = net.get("lr_scheduler_spec")
     if isinstance(sched, dict) and _registered(LR_SCHEDULERS, sched.get("name")):
         optim = torch.optim.SGD([param], lr=1.0)
@@ -491,6 +572,9 @@ def validate(spec: dict[str, Any]) -> list[str]:
             _check_section(_get(spec, path), cls, path, problems)
     _check_names(spec, problems)
     _check_build_args(spec, problems)
+    _check_sizes(spec, problems)
+    _check_resources(spec, problems)
+    _check_finite(spec, "", problems)
     if not isinstance(spec.get("search"), dict):
         problems.append(f"search: expected an object, got {spec.get('search')!r}")
     else:

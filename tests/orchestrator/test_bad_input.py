@@ -89,3 +89,125 @@ def test_allow_fresh_starts_the_session_without_checkpoint(existing_run):
     import pandas as pd
     for s in (0, 1):
         assert pd.read_parquet(copy / f"t0/s{s}/train_df.parquet")["frame"].tolist() == [400, 800, 1200, 1600]
+
+
+# ---------------------------------------------------------------- preflight (no Ray, no run directory)
+
+def dqn_dev(data, mode, *items):
+    """``lab cartpole.json dqn_cartpole MODE --data-dir data -s ...`` in-process."""
+    return run_cli(SPECS, "dqn_cartpole", mode, "--data-dir", str(data), *overrides(list(items)))
+
+
+def session_spec_file(tmp_path, *items):
+    """A session spec file (as a run writes it) of dqn_cartpole with ``items`` applied, for enjoy@."""
+    import json
+
+    from orchestrator.spec import load_spec
+    spec = load_spec(SPECS, "dqn_cartpole", list(items))
+    spec["meta"].update({"trial": 0, "session": 0, "session_seed": 1, "session_dir": "t0/s0"})
+    path = tmp_path / "dqn_cartpole_t0_s0_spec.json"
+    path.write_text(json.dumps(spec))
+    return str(path)
+
+
+LUNAR = "env.name=LunarLander-v3"
+SEARCH = 'search={"agent": {"algorithm": {"gamma__choice": [0.9, 0.99]}}}'
+
+
+@pytest.mark.parametrize("mode", ["dev", "train", "train@latest", "search", "search@latest", "enjoy@"])
+def test_missing_env_dependency_exits_2_with_the_pip_command(tmp_path, capsys, mode):
+    """Box2D is not installed here: every mode names the env and the pip command, creates nothing."""
+    data = tmp_path / "data"
+    extra = [SEARCH] if mode.startswith("search") else []
+    if mode == "enjoy@":
+        mode += session_spec_file(tmp_path, LUNAR)
+    capsys.readouterr()
+    code = dqn_dev(data, mode, LUNAR, "env.max_frame=200", *extra)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith("error:") and "Traceback" not in err
+    assert "env.name" in err and "LunarLander-v3" in err and 'pip install "gymnasium[box2d]"' in err, err
+    assert not data.exists()
+
+
+def test_unknown_env_id_exits_2_naming_it(tmp_path, capsys):
+    code = dqn_dev(tmp_path / "data", "dev", "env.name=NoSuchEnv-v9")
+    err = capsys.readouterr().err
+    assert code == 2 and "env.name" in err and "'NoSuchEnv-v9'" in err and "Traceback" not in err
+    assert not (tmp_path / "data").exists()
+
+
+def test_atari_id_without_ale_names_the_package(tmp_path, capsys):
+    assert dqn_dev(tmp_path / "data", "dev", "env.name=ALE/Pong-v5") == 2
+    err = capsys.readouterr().err
+    assert "'ALE/Pong-v5'" in err and "pip install ale-py" in err
+
+
+MEMORY_CASES = [
+    # (override, key named, fragments that must appear); DQN on CartPole: 48 bytes per transition
+    ("agent.memory.max_size=1000000000000", "agent.memory.max_size",
+     ["1000000000000 transitions x 48 bytes", "needs 48000000000000 bytes (43.7 TiB)", "available"]),
+    ("env.num_envs=1000000000000", "env.num_envs", ["1000000000000 sub-envs", "available"]),
+    ("agent.net.hid_layers=[1000000000000]", "agent.net.hid_layers",
+     ["net [4, 1000000000000, 2]", "needs 112000000000032 bytes", "available"]),
+    ("meta.rigorous_eval=1000000000000", "meta.rigorous_eval", ["1000000000000 eval sub-envs", "available"]),
+]
+
+
+@pytest.mark.parametrize("item, key, fragments", MEMORY_CASES, ids=[c[1] for c in MEMORY_CASES])
+def test_sizes_no_machine_can_hold_exit_2_naming_key_and_bytes(tmp_path, capsys, item, key, fragments):
+    data = tmp_path / "data"
+    capsys.readouterr()
+    code = dqn_dev(data, "dev", item, "env.max_frame=2000000000000")
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err and f"  {key}: " in err, err
+    for fragment in fragments:
+        assert fragment in err, (fragment, err)
+    assert not data.exists()
+
+
+def test_replay_too_big_in_train_names_the_share_of_each_session(tmp_path, capsys):
+    """Four sessions that need no CPU share this machine's memory."""
+    from orchestrator.preflight import available_bytes
+    per_session = available_bytes() // 48 // 2  # too big for half the memory, fits the whole
+    code = dqn_dev(tmp_path / "data", "train", f"agent.memory.max_size={per_session}", "meta.max_session=4",
+                   'meta.resources={"num_cpus": 0}', "env.max_frame=100")
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "agent.memory.max_size" in err and "shared by 4 sessions" in err and "Traceback" not in err
+    assert not (tmp_path / "data").exists()
+
+
+def test_batch_size_beyond_replay_names_both_keys(tmp_path, capsys):
+    assert dqn_dev(tmp_path / "data", "dev", "agent.memory.batch_size=500", "agent.memory.max_size=100") == 2
+    err = capsys.readouterr().err
+    assert ("agent.memory.batch_size: 500 transitions per sample exceeds the replay's capacity "
+            "agent.memory.max_size=100") in err
+
+
+def test_training_start_beyond_replay_names_both_keys(tmp_path, capsys):
+    assert dqn_dev(tmp_path / "data", "dev", "agent.algorithm.training_start_step=5000",
+                   "agent.memory.max_size=1000", "agent.memory.batch_size=32") == 2
+    err = capsys.readouterr().err
+    assert "agent.algorithm.training_start_step: 5000 transitions" in err and "agent.memory.max_size=1000" in err
+
+
+def test_num_envs_beyond_max_frame_names_both_keys(tmp_path, capsys):
+    assert dqn_dev(tmp_path / "data", "dev", "env.num_envs=64", "env.max_frame=32") == 2
+    err = capsys.readouterr().err
+    assert "env.num_envs: one vector step of 64 sub-envs" in err and "env.max_frame=32" in err
+
+
+def test_search_value_no_machine_can_hold_exits_2_before_the_search(tmp_path, capsys):
+    search = 'search={"agent.memory.max_size__choice": [1000, 1000000000000]}'
+    assert dqn_dev(tmp_path / "data", "search", search) == 2
+    err = capsys.readouterr().err
+    assert "search agent.memory.max_size=1000000000000: agent.memory.max_size: replay of 1000000000000" in err
+    assert "Traceback" not in err and not (tmp_path / "data").exists()
+
+
+def test_search_value_that_fails_validation_exits_2(tmp_path, capsys):
+    assert dqn_dev(tmp_path / "data", "search", 'search={"agent.memory.batch_size__randint": [32, 200000]}') == 2
+    err = capsys.readouterr().err
+    assert "search agent.memory.batch_size=199999: agent.memory.batch_size: 199999 transitions per sample" in err

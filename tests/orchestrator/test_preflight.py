@@ -1,0 +1,71 @@
+"""Preflight checks: byte counts equal what the code allocates; messages give key, bytes needed and available."""
+
+import numpy as np
+import pytest
+from lab_helpers import SPECS
+
+from agents.memory import Replay
+from orchestrator import preflight
+from orchestrator.spec import SpecError, load_spec
+
+
+@pytest.mark.parametrize("obs_shape, act_shape, act_dtype", [((4,), (), np.int64), ((3, 8, 8), (2,), np.float32)])
+def test_replay_bytes_equal_what_replay_allocates(obs_shape, act_shape, act_dtype):
+    replay = Replay(100, obs_shape, act_shape, act_dtype, 8)
+    assert preflight.replay_bytes(100, obs_shape, act_shape, act_dtype) == sum(v.nbytes for v in replay.data.values())
+
+
+def test_net_bytes_count_weights_grads_and_adam_moments():
+    import torch
+    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    assert preflight.net_bytes(4, [8], 2) == 4 * 4 * sum(p.numel() for p in net.parameters())
+
+
+def test_cartpole_shape():
+    shape = preflight.check_env({"name": "CartPole-v1", "max_t": None, "normalize_state": False, "reward_scale": None})
+    assert (shape.obs_shape, shape.act_shape, shape.act_dtype, shape.n_actions) == ((4,), (), np.int64, 2)
+    assert shape.env_bytes >= 4096
+
+
+def test_install_hints_per_family():
+    assert preflight.install_hint("LunarLander-v3").endswith('pip install "gymnasium[box2d]"')
+    assert preflight.install_hint("HalfCheetah-v5") == 'pip install "gymnasium[mujoco]"'
+    assert preflight.install_hint("ALE/Pong-v5") == "pip install ale-py"
+
+
+SHAPE = preflight.EnvShape((4,), (), np.dtype(np.int64), 2, 10_000)
+
+
+def test_memory_message_gives_key_bytes_needed_and_available():
+    spec = load_spec(SPECS, "dqn_cartpole", ["agent.memory.max_size=1000000"])
+    with pytest.raises(SpecError) as err:
+        preflight.check_memory(spec, SHAPE, sessions=1, available=40_000_000)
+    assert err.value.problems == [
+        "agent.memory.max_size: replay of 1000000 transitions x 48 bytes needs 48000000 bytes (45.8 MiB), "
+        "but only 40000000 bytes (38.1 MiB) are available"]
+
+
+def test_memory_shared_by_sessions_and_the_total():
+    spec = load_spec(SPECS, "dqn_cartpole", ["agent.memory.max_size=1000000"])
+    preflight.check_memory(spec, SHAPE, sessions=1, available=60_000_000)  # fits alone
+    with pytest.raises(SpecError) as err:
+        preflight.check_memory(spec, SHAPE, sessions=2, available=60_000_000)
+    assert err.value.problems == [
+        "agent.memory.max_size: replay of 1000000 transitions x 48 bytes needs 48000000 bytes (45.8 MiB), "
+        "but a session can use 30000000 bytes (28.6 MiB) (60000000 bytes (57.2 MiB) available, shared by "
+        "2 sessions)"]
+    with pytest.raises(SpecError, match="env.num_envs, agent.memory.max_size, agent.net.hid_layers: together need"):
+        preflight.check_memory(spec, SHAPE, sessions=1, available=48_000_000)
+
+
+def test_concurrent_sessions_per_mode():
+    spec = load_spec(SPECS, "dqn_cartpole", ["meta.max_session=4", 'meta.resources={"num_cpus": 0}'])
+    assert preflight.concurrent_sessions(spec, "dev") == 1 and preflight.concurrent_sessions(spec, "enjoy") == 1
+    assert preflight.concurrent_sessions(spec, "train") == 4
+    spec["meta"]["max_trial"] = 3
+    assert preflight.concurrent_sessions(spec, "search") == 12 and preflight.concurrent_sessions(spec, "search", 2) == 8
+
+
+def test_fmt_bytes():
+    assert preflight.fmt_bytes(0) == "0 bytes" and preflight.fmt_bytes(1023) == "1023 bytes"
+    assert preflight.fmt_bytes(16 * 2**40) == "17592186044416 bytes (16.0 TiB)"
