@@ -118,13 +118,17 @@ def cases_of(spec_name: str, spec: dict[str, Any], kinds: tuple[str, ...]) -> li
 
 
 def all_cases(specs: dict[str, dict[str, Any]], seed: int, kinds: tuple[str, ...]) -> list[Case]:
-    """Cases of every spec, each spec's list shuffled with ``seed``, interleaved round-robin."""
+    """Cases of every spec, interleaved round-robin over specs; within a spec the cases are shuffled
+    with ``seed`` and ordered round-robin over ``kinds`` (starting at a kind rotated per spec), so any
+    prefix of ``len(specs) * k`` cases covers every spec and, for k large enough, every kind."""
     rng = random.Random(seed)
     per_spec = []
-    for name in sorted(specs):
+    for i, name in enumerate(sorted(specs)):
         cases = cases_of(name, shrink(specs[name]), kinds)
         rng.shuffle(cases)
-        per_spec.append(cases)
+        by_kind = [[c for c in cases if c.kind == k] for k in kinds[i % len(kinds):] + kinds[:i % len(kinds)]]
+        per_spec.append([group[j] for j in range(max(map(len, by_kind), default=0))
+                         for group in by_kind if j < len(group)])
     out = []
     for i in range(max(map(len, per_spec), default=0)):
         out += [cases[i] for cases in per_spec if i < len(cases)]

@@ -24,6 +24,8 @@ def test_every_sample_is_used_each_epoch(monkeypatch):
 
 
 def test_slm_lab_spec_runs_unmodified(tmp_path):
-    """SLM-Lab's ppo_cartpole (separate actor/critic optimizers, clip_val_loss: false, an inert key); T 256 x N 4 = 1024 frames per rollout."""
+    """SLM-Lab's ppo_cartpole (separate actor/critic optimizers, clip_val_loss: false, an inert key).
+
+    T 256 x N 4 = 1024 frames per rollout."""
     df = run_slm_dev(tmp_path, "benchmark/ppo/ppo_cartpole.json", "ppo_cartpole", max_frame=1100)
     assert df.opt_step.iloc[-1] > 0 and not df.clip_frac.isna().all()
