@@ -1,17 +1,32 @@
 """Neural networks. ``NETS`` maps the spec's ``agent.net.type`` to a class.
 
-Every net maps a batch of observations ``(B, *O)`` to one output tensor ``(B, out_dim)`` or, with
-several heads, a list of them (e.g. actor logits and critic value of a shared actor-critic). A
-``ConvNet`` or recurrent net slots in with the same constructor signature and output contract.
+Every net is built from the observation space (``make_net``: its shape and dtype) plus optional extra
+inputs of E features (e.g. the action of a Q(s, a) critic), and maps a batch ``(B, *O)`` (and extras
+``(B, E)``) to one output tensor ``(B, out_dim)`` or, with several heads, a list of them (e.g. actor
+logits and critic value of a shared actor-critic). A ``ConvNet`` or recurrent net slots in with the same
+constructor signature and output contract.
+
+Orthogonal init (``init_fn: orthogonal_``) uses the field's gains (Saxe et al. 2014 for the scheme;
+gains of OpenAI baselines / SB3 / CleanRL PPO, Huang et al. 2022 "The 37 implementation details of
+PPO"): ``HIDDEN_GAIN = sqrt(2)`` on hidden layers, then per head the gain the algorithm asks for:
+``POLICY_GAIN = 0.01`` for a policy head (near-uniform initial policy), ``VALUE_GAIN = 1`` for value
+and Q heads. Biases start at 0.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import gymnasium as gym
+import numpy as np
 import torch
 from torch import nn
+
+HIDDEN_GAIN = math.sqrt(2.0)
+POLICY_GAIN = 0.01
+VALUE_GAIN = 1.0
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "relu": nn.ReLU,
@@ -124,26 +139,41 @@ def make_loss(loss_spec: dict[str, Any]) -> nn.Module:
     return LOSSES[name](**{k: v for k, v in loss_spec.items() if k != "name"})
 
 
+def _init_linear(layer: nn.Linear, init_fn: str | None, gain: float) -> None:
+    """Init one layer's weight with ``INIT_FNS[init_fn]`` (``gain`` for orthogonal_) and zero its bias."""
+    if init_fn is None:
+        return
+    if init_fn == "orthogonal_":
+        nn.init.orthogonal_(layer.weight, gain)
+    else:
+        INIT_FNS[init_fn](layer.weight)
+    nn.init.zeros_(layer.bias)
+
+
 class MLPNet(nn.Module):
     """Multi-layer perceptron with one or more linear output heads.
 
     Args:
-        in_dim: flattened observation size O.
+        in_dim: input features: the flattened observation size O plus extra inputs E.
         out_dims: size of each head; an int gives a single head.
         hid_layers: hidden layer widths, e.g. ``[64, 64]``.
         hid_layers_activation: key of ``ACTIVATIONS``.
         init_fn: key of ``INIT_FNS`` for hidden/out weights, or None for torch's default init.
+            ``orthogonal_`` uses gain ``HIDDEN_GAIN`` (sqrt 2) on hidden layers and ``head_gains`` on heads.
         out_layer_activation: activation applied on every head, or None.
+        head_gains: orthogonal gain per head (default ``VALUE_GAIN`` = 1 each); ignored by other inits.
 
-    Forward: ``x`` (B, *O) float -> (B, out_dim) if one head else ``list`` of (B, out_dim_k).
+    Forward: ``x`` (B, *O) float (any dtype, cast to float32) and optional extras (B, E) ->
+    (B, out_dim) if one head else ``list`` of (B, out_dim_k).
 
     Raises:
-        ValueError: unknown activation or init name (lists the valid ones).
+        ValueError: unknown activation or init name (lists the valid ones), or a ``head_gains``
+            length that differs from the number of heads.
     """
 
     def __init__(self, in_dim: int, out_dims: int | Sequence[int], hid_layers: Sequence[int],
                  hid_layers_activation: str = "relu", init_fn: str | None = None,
-                 out_layer_activation: str | None = None) -> None:
+                 out_layer_activation: str | None = None, head_gains: Sequence[float] | None = None) -> None:
         super().__init__()
         for name in (hid_layers_activation, out_layer_activation):
             if name is not None and name not in ACTIVATIONS:
@@ -151,27 +181,36 @@ class MLPNet(nn.Module):
         if init_fn is not None and init_fn not in INIT_FNS:
             raise ValueError(f"unknown init_fn '{init_fn}'; expected one of {sorted(INIT_FNS)}")
         self.single_head = isinstance(out_dims, int)
+        head_dims = [out_dims] if self.single_head else list(out_dims)
+        gains = [VALUE_GAIN] * len(head_dims) if head_gains is None else list(head_gains)
+        if len(gains) != len(head_dims):
+            raise ValueError(f"head_gains {gains} do not match the {len(head_dims)} heads {head_dims}")
         dims = [in_dim, *hid_layers]
         layers: list[nn.Module] = []
         for d_in, d_out in zip(dims[:-1], dims[1:]):
             layers += [nn.Linear(d_in, d_out), ACTIVATIONS[hid_layers_activation]()]
         self.body = nn.Sequential(nn.Flatten(), *layers)
         out_act = ACTIVATIONS[out_layer_activation] if out_layer_activation else nn.Identity
-        self.heads = nn.ModuleList(
-            nn.Sequential(nn.Linear(dims[-1], d), out_act())
-            for d in ([out_dims] if self.single_head else out_dims))
-        if init_fn is not None:
-            for module in self.modules():
-                if isinstance(module, nn.Linear):
-                    INIT_FNS[init_fn](module.weight)
-                    nn.init.zeros_(module.bias)
+        self.heads = nn.ModuleList(nn.Sequential(nn.Linear(dims[-1], d), out_act()) for d in head_dims)
+        for layer in self.body:
+            if isinstance(layer, nn.Linear):
+                _init_linear(layer, init_fn, HIDDEN_GAIN)
+        for head, gain in zip(self.heads, gains):
+            _init_linear(head[0], init_fn, gain)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor | list[torch.Tensor]:
+    def features(self, x: torch.Tensor, extra: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Body output (B, hid_layers[-1]) of observations (B, *O) and extra inputs, each (B, E_k)."""
         # Each layer's own forward(), called directly: the same ops as calling the containers, without
         # torch's per-module call dispatch (these nets take no hooks), a large share of a small MLP's time.
-        h = x
-        for layer in self.body:
+        h = self.body[0].forward(x if x.is_floating_point() else x.float())
+        if extra:
+            h = torch.cat([h, *(e.reshape(len(e), -1).float() for e in extra)], dim=-1)
+        for layer in self.body[1:]:
             h = layer.forward(h)
+        return h
+
+    def forward(self, x: torch.Tensor, *extra: torch.Tensor) -> torch.Tensor | list[torch.Tensor]:
+        h = self.features(x, extra)
         outs = []
         for head in self.heads:
             out = h
@@ -181,20 +220,68 @@ class MLPNet(nn.Module):
         return outs[0] if self.single_head else outs
 
 
-NETS: dict[str, type[nn.Module]] = {"MLPNet": MLPNet}
+class DuelingMLPNet(MLPNet):
+    """Dueling Q-network (Wang et al. 2016, arXiv:1511.06581): an MLP body, a state-value stream V (B, 1)
+    and an advantage stream A (B, A), combined as ``Q = V + A - mean_a A`` (B, A).
 
-
-def make_net(net_type: str, in_dim: int, out_dims: int | Sequence[int], hid_layers: Sequence[int],
-             hid_layers_activation: str, init_fn: str | None,
-             out_layer_activation: str | None) -> nn.Module:
-    """Build a net of ``NETS[net_type]``.
+    Same arguments as ``MLPNet`` with one head (``out_dims`` = number of actions). Both streams are
+    ``VALUE_GAIN`` heads.
 
     Raises:
-        ValueError: unknown ``net_type`` (lists the valid ones).
+        ValueError: as ``MLPNet``, or ``out_dims`` that is not one int.
     """
-    if net_type not in NETS:
-        raise ValueError(f"unknown net type '{net_type}'; expected one of {sorted(NETS)}")
-    return NETS[net_type](in_dim, out_dims, hid_layers, hid_layers_activation, init_fn, out_layer_activation)
+
+    def __init__(self, in_dim: int, out_dims: int | Sequence[int], hid_layers: Sequence[int],
+                 hid_layers_activation: str = "relu", init_fn: str | None = None,
+                 out_layer_activation: str | None = None, head_gains: Sequence[float] | None = None) -> None:
+        if not isinstance(out_dims, int):
+            raise ValueError(f"DuelingMLPNet has one Q head (int out_dims), got {out_dims}")
+        gains = None if head_gains is None else [head_gains[0], head_gains[0]]
+        super().__init__(in_dim, [1, out_dims], hid_layers, hid_layers_activation, init_fn, out_layer_activation,
+                         gains)
+        self.single_head = True
+
+    def forward(self, x: torch.Tensor, *extra: torch.Tensor) -> torch.Tensor:
+        h = self.features(x, extra)
+        value, adv = (head[1].forward(head[0].forward(h)) for head in self.heads)
+        return value + adv - adv.mean(dim=-1, keepdim=True)
+
+
+NETS: dict[str, type[nn.Module]] = {"MLPNet": MLPNet, "DuelingMLPNet": DuelingMLPNet}
+
+
+def obs_in_dim(obs_space: gym.Space) -> int:
+    """Flattened observation size O of a ``Box`` space of any numeric dtype (integer observations, e.g.
+    uint8 pixels, are cast to float32 in ``forward``).
+
+    Raises:
+        ValueError: other spaces (Discrete, Dict, Tuple, ...), which need an encoder of their own.
+    """
+    if isinstance(obs_space, gym.spaces.Box) and np.issubdtype(obs_space.dtype, np.number):
+        return int(np.prod(obs_space.shape))
+    raise ValueError(f"unsupported observation space {obs_space}; expected a numeric Box")
+
+
+def make_net(net_spec: NetSpec, obs_space: gym.Space, out_dims: int | Sequence[int],
+             head_gains: Sequence[float] | None = None, extra_in_dim: int = 0) -> nn.Module:
+    """Build a net of ``NETS[net_spec.type]`` for observations of ``obs_space``.
+
+    Args:
+        net_spec: the ``agent.net`` section (type, layers, activations, init).
+        obs_space: single-env observation space (numeric ``Box``); its shape gives O.
+        out_dims: head size(s).
+        head_gains: orthogonal-init gain per head (``POLICY_GAIN``, ``VALUE_GAIN``); default 1 each.
+        extra_in_dim: E, features of the extra inputs passed to ``forward`` after the observation
+            (e.g. a one-hot or continuous action for Q(s, a)).
+
+    Raises:
+        ValueError: unknown ``net_spec.type`` (lists the valid ones) or an unsupported space.
+    """
+    if net_spec.type not in NETS:
+        raise ValueError(f"unknown net type '{net_spec.type}'; expected one of {sorted(NETS)}")
+    return NETS[net_spec.type](obs_in_dim(obs_space) + extra_in_dim, out_dims, net_spec.hid_layers,
+                               net_spec.hid_layers_activation, net_spec.init_fn, net_spec.out_layer_activation,
+                               head_gains)
 
 
 def polyak_update(src: nn.Module, dst: nn.Module, coef: float) -> None:

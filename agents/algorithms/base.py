@@ -128,11 +128,17 @@ class Algorithm:
         """Create the memory named in the spec."""
         raise NotImplementedError
 
-    def make_net(self, out_dims: int | list[int]) -> nn.Module:
-        """Net of the spec's type mapping (B, *O) observations to ``out_dims``, on ``self.device``."""
-        ns = self.net_spec
-        return make_net(ns.type, self.obs_dim, out_dims, ns.hid_layers, ns.hid_layers_activation,
-                        ns.init_fn, ns.out_layer_activation).to(self.device)
+    def make_net(self, out_dims: int | list[int], head_gains: list[float] | None = None,
+                 extra_in_dim: int = 0) -> nn.Module:
+        """Net of the spec's type built from the observation space, on ``self.device``.
+
+        Maps (B, *O) observations (plus extra inputs (B, E), ``extra_in_dim`` = E) to ``out_dims``;
+        ``head_gains`` are the orthogonal-init gains per head (``nets.POLICY_GAIN`` / ``VALUE_GAIN``).
+
+        Raises:
+            ValueError: unknown net type or an observation space the nets do not take.
+        """
+        return make_net(self.net_spec, self.obs_space, out_dims, head_gains, extra_in_dim).to(self.device)
 
     def add_optim(self, name: str, params: Any, optim_spec: dict[str, Any]) -> None:
         """Register optimizer ``name`` and its frame-driven LR scheduler."""

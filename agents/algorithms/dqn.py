@@ -3,10 +3,15 @@
 Q-learning with a replay buffer and a target net updated every ``net.update_frequency`` frames by
 replacement or polyak averaging (``net.polyak_coef`` = weight kept of the old target, SLM-Lab
 semantics). Acting: epsilon-greedy or Boltzmann with ``explore_var_spec`` as epsilon/temperature.
-Training: once the replay holds ``training_start_step`` transitions, every ``training_frequency``
-frames run ``training_iter`` samples x ``training_batch_iter`` gradient steps (SLM-Lab cadence).
-Because readiness is measured on the buffer, a resumed session that refills its replay makes no
-gradient step until the buffer is full again, and then makes no catch-up burst.
+Training: once the replay holds ``training_start_step`` transitions, each multiple of
+``training_frequency`` frames crossed by a vector step earns one round of ``training_iter`` samples x
+``training_batch_iter`` gradient steps, so a spec gets ``training_iter * training_batch_iter /
+training_frequency`` gradient steps per frame whatever ``num_envs`` is (a step of N = 8 frames with
+frequency 4 runs two rounds; with N = 3 the remainder carries to the next step). Likewise the target
+net gets one update per multiple of ``net.update_frequency`` frames crossed (k polyak updates in one
+closed-form lerp). Frames that pass while the replay holds fewer than ``training_start_step``
+transitions earn nothing, so a resumed session that refills its replay makes no gradient step until
+the buffer is full again, and then makes no catch-up burst.
 """
 
 from __future__ import annotations
@@ -71,9 +76,21 @@ class DQN(Algorithm):
         return policy.epsilon_greedy(q, self.explore_var(clock.frame), self.rng)
 
     def train_ready(self, clock: Clock) -> bool:
-        """Replay holds ``training_start_step`` transitions and ``training_frequency`` frames passed."""
-        return (len(self.memory) >= self.algo.training_start_step
-                and clock.frame - self.last_train_frame >= self.algo.training_frequency)
+        """Replay holds ``training_start_step`` transitions and a multiple of ``training_frequency`` frames
+        was crossed since the last update.
+
+        While the replay is short of ``training_start_step``, ``last_train_frame`` follows the clock, so
+        those frames earn no gradient steps later (called once per vector step by the session loop).
+        """
+        if len(self.memory) < self.algo.training_start_step:
+            self.last_train_frame = clock.frame
+            return False
+        return self.train_rounds(clock) > 0
+
+    def train_rounds(self, clock: Clock) -> int:
+        """Training rounds due: multiples of ``training_frequency`` frames crossed since ``last_train_frame``."""
+        tf = self.algo.training_frequency
+        return clock.frame // tf - self.last_train_frame // tf
 
     @torch.no_grad()
     def q_target(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -82,10 +99,16 @@ class DQN(Algorithm):
         return batch["reward"] + self.algo.gamma * (1.0 - batch["terminated"]) * next_q
 
     def update(self, clock: Clock) -> LossStats:
-        """Replay-sampled TD regression steps, then the target-net update when due."""
+        """Replay-sampled TD regression steps, then the target-net updates due.
+
+        Runs ``train_rounds(clock) * training_iter`` replay samples, each with ``training_batch_iter``
+        gradient steps (one ``opt_step`` each), then ``k`` target updates where ``k`` is the number of
+        multiples of ``net.update_frequency`` frames crossed since the last one.
+        """
+        rounds = self.train_rounds(clock)
         self.last_train_frame = clock.frame
         losses, grad_norms = [], []
-        for _ in range(self.algo.training_iter):
+        for _ in range(rounds * self.algo.training_iter):
             batch = {k: self.to_tensor(v, torch.int64 if k == "act" else torch.float32)
                      for k, v in self.memory.sample(self.rng).items()}
             target = self.q_target(batch)
@@ -94,11 +117,23 @@ class DQN(Algorithm):
                 loss = self.loss_fn(q, target)
                 grad_norms.append(self.optim_step(loss, ("net",), clock))
                 losses.append(loss.detach())
-        if clock.frame - self.last_target_frame >= self.net_spec.update_frequency:
-            self.last_target_frame = clock.frame
-            coef = 1.0 if self.net_spec.update_type == "replace" else 1.0 - self.net_spec.polyak_coef
-            polyak_update(self.nets["net"], self.nets["target_net"], coef)
+        self.update_target(clock)
         return LossStats(float(torch.stack(losses).mean()), float("nan"), float(np.mean(grad_norms)))
+
+    def update_target(self, clock: Clock) -> int:
+        """Apply the target-net updates due at ``clock.frame``; returns how many (k).
+
+        k = multiples of ``net.update_frequency`` frames crossed since the last target update. A
+        replace copies the online net; k polyak updates (old-target weight ``polyak_coef`` each) are
+        one lerp with coefficient ``1 - polyak_coef ** k``.
+        """
+        uf = self.net_spec.update_frequency
+        k = clock.frame // uf - self.last_target_frame // uf
+        if k > 0:
+            self.last_target_frame = clock.frame
+            coef = 1.0 if self.net_spec.update_type == "replace" else 1.0 - self.net_spec.polyak_coef ** k
+            polyak_update(self.nets["net"], self.nets["target_net"], coef)
+        return k
 
     def extra_state(self) -> dict[str, Any]:
         """Frames of the last update and of the last target-net update."""

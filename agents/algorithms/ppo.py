@@ -1,7 +1,8 @@
 """PPO with the clipped surrogate objective (Schulman et al. 2017, arXiv:1707.06347).
 
 Rollouts of ``time_horizon`` vector steps (T x N frames), GAE advantages (lam), ``training_epoch``
-epochs of shuffled minibatches of ``minibatch_size`` samples, a clip range from ``clip_eps_spec``
+epochs of shuffled minibatches of ``minibatch_size`` samples (the last one of an epoch holds the
+remainder, so every sample is used), a clip range from ``clip_eps_spec``
 (a schedule of frames), value loss weighted by ``val_loss_coef`` and an entropy bonus from
 ``entropy_coef_spec``. Actor and critic are one shared net with two heads (``net.shared``) or two
 nets stepped together on the one combined loss: by one optimizer over both, or by two when
@@ -18,7 +19,7 @@ import torch
 from agents import policy
 from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats
 from agents.memory import OnPolicyBatchReplay
-from agents.nets import make_loss
+from agents.nets import POLICY_GAIN, VALUE_GAIN, make_loss
 from agents.returns import calc_gaes
 from agents.schedules import VarSchedule
 from envs.clock import Clock
@@ -53,11 +54,11 @@ class PPO(Algorithm):
         pd_dim = policy.pdparam_dim(self.action_space)
         ns = self.net_spec
         if ns.shared:
-            self.nets["net"] = self.make_net([pd_dim, 1])
+            self.nets["net"] = self.make_net([pd_dim, 1], [POLICY_GAIN, VALUE_GAIN])
             self.add_optim("net", self.nets["net"].parameters(), ns.optim_spec)
         else:
-            self.nets["actor"] = self.make_net(pd_dim)
-            self.nets["critic"] = self.make_net(1)
+            self.nets["actor"] = self.make_net(pd_dim, [POLICY_GAIN])
+            self.nets["critic"] = self.make_net(1, [VALUE_GAIN])
             if ns.actor_optim_spec is None and ns.critic_optim_spec is None:
                 # One optimizer over both nets (as SB3 does): the same per-parameter updates as two
                 # optimizers of one spec, in one step call instead of two.
@@ -111,7 +112,11 @@ class PPO(Algorithm):
         return {"obs": obs, "act": act, "old_logp": old_logp, "adv": adv, "v_target": adv + value}
 
     def update(self, clock: Clock) -> LossStats:
-        """``training_epoch`` epochs of minibatch steps on the clipped surrogate + value + entropy."""
+        """``training_epoch`` epochs of minibatch steps on the clipped surrogate + value + entropy.
+
+        Each epoch shuffles the B = T*N samples and steps once per ``minibatch_size`` slice,
+        ``ceil(B / minibatch_size)`` optimizer steps per epoch; the last slice holds the remainder.
+        """
         data = self.prepare(self.memory.pop())
         size, mb = len(data["adv"]), min(self.algo.minibatch_size, len(data["adv"]))
         clip_eps, ent_coef = self.clip_eps(clock.frame), self.entropy_coef(clock.frame)
@@ -119,7 +124,7 @@ class PPO(Algorithm):
         losses, entropies, grad_norms = [], [], []
         for _ in range(self.algo.training_epoch):
             perm = torch.randperm(size, generator=self.gen, device=self.device)
-            for start in range(0, size - mb + 1, mb):
+            for start in range(0, size, mb):  # the last minibatch may be smaller: every sample is used (as SB3)
                 idx = perm[start:start + mb]
                 loss, entropy = self.minibatch_loss({k: v[idx] for k, v in data.items()}, clip_eps, ent_coef)
                 grad_norms.append(self.optim_step(loss, optim_names, clock))

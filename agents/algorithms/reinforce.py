@@ -15,6 +15,7 @@ import torch
 from agents import policy
 from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats
 from agents.memory import OnPolicyBatchReplay, OnPolicyReplay
+from agents.nets import POLICY_GAIN
 from agents.returns import calc_returns
 from envs.clock import Clock
 
@@ -34,7 +35,7 @@ class Reinforce(Algorithm):
 
     def init_nets(self) -> None:
         """Policy net (B, *O) -> (B, pd_dim) and its optimizer."""
-        self.nets["net"] = self.make_net(policy.pdparam_dim(self.action_space))
+        self.nets["net"] = self.make_net(policy.pdparam_dim(self.action_space), [POLICY_GAIN])
         self.add_optim("net", self.nets["net"].parameters(), self.net_spec.optim_spec)
 
     def init_memory(self) -> OnPolicyReplay | OnPolicyBatchReplay:

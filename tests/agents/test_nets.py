@@ -1,0 +1,66 @@
+"""Nets: orthogonal init gains, nets built from observation spaces with extra inputs, the dueling net."""
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from agents.nets import HIDDEN_GAIN, POLICY_GAIN, VALUE_GAIN, DuelingMLPNet, MLPNet, NetSpec, make_net
+from tests.agents.algorithms.helpers import make_algo
+
+
+def svals(layer):
+    return torch.linalg.svdvals(layer.weight.detach())
+
+
+def test_orthogonal_gains_are_the_fields():
+    """hidden sqrt(2), policy head 0.01, value head 1: every singular value equals the gain (issue 9c;
+    before the fix all were 1)."""
+    torch.manual_seed(0)
+    net = MLPNet(4, [2, 1], [64, 64], "tanh", "orthogonal_", head_gains=[POLICY_GAIN, VALUE_GAIN])
+    hidden = [m for m in net.body if isinstance(m, torch.nn.Linear)]
+    assert len(hidden) == 2
+    for layer in hidden:
+        torch.testing.assert_close(svals(layer), torch.full_like(svals(layer), math.sqrt(2)))
+    torch.testing.assert_close(svals(net.heads[0][0]), torch.full((2,), 0.01))
+    torch.testing.assert_close(svals(net.heads[1][0]), torch.ones(1))
+    assert HIDDEN_GAIN == math.sqrt(2) and (POLICY_GAIN, VALUE_GAIN) == (0.01, 1.0)
+    assert all(float(m.bias.detach().abs().max()) == 0 for m in net.modules() if isinstance(m, torch.nn.Linear))
+
+
+def test_ppo_uses_policy_and_value_gains():
+    """ppo_cartpole (init_fn orthogonal_, separate nets): actor head 0.01, critic head 1, hidden sqrt(2)."""
+    algo = make_algo("ppo_cartpole", [])
+    actor, critic = algo.nets["actor"], algo.nets["critic"]
+    assert float(svals(actor.heads[0][0]).max()) == pytest.approx(0.01, rel=1e-5)
+    assert float(svals(critic.heads[0][0]).max()) == pytest.approx(1.0, rel=1e-5)
+    assert float(svals(actor.body[1]).min()) == pytest.approx(math.sqrt(2), rel=1e-5)
+    shared = make_algo("ppo_cartpole", ["agent.net.shared=true"]).nets["net"]
+    assert [float(svals(h[0]).max()) for h in shared.heads] == pytest.approx([0.01, 1.0], rel=1e-5)
+
+
+def test_net_from_space_with_extra_input():
+    """Q(s, a): a (3, 2) uint8 observation space (O = 6) plus a 2-feature action, cast to float."""
+    space = gym.spaces.Box(0, 255, (3, 2), np.uint8)
+    net = make_net(NetSpec(hid_layers=[8]), space, 1, extra_in_dim=2)
+    assert net.body[1].in_features == 8
+    obs = torch.randint(0, 255, (5, 3, 2), dtype=torch.uint8)
+    act = torch.ones(5, 2)
+    assert net(obs, act).shape == (5, 1)
+    expected = net.heads[0](net.body[2](net.body[1](torch.cat([obs.reshape(5, 6).float(), act], -1))))
+    torch.testing.assert_close(net(obs, act), expected)
+    with pytest.raises(ValueError, match="numeric Box"):
+        make_net(NetSpec(), gym.spaces.Discrete(3), 1)
+
+
+def test_dueling_combines_value_and_advantage():
+    """Q = V + A - mean(A), hand-set streams: V = 1, A = (1, 2, 6) -> Q = (-1, 0, 4)."""
+    net = DuelingMLPNet(2, 3, [2], "linear")
+    with torch.no_grad():
+        for p in net.parameters():
+            p.zero_()
+        net.heads[0][0].bias.fill_(1.0)
+        net.heads[1][0].bias.copy_(torch.tensor([1.0, 2.0, 6.0]))
+    torch.testing.assert_close(net(torch.zeros(1, 2)), torch.tensor([[-1.0, 0.0, 4.0]]))
