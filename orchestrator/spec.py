@@ -105,8 +105,6 @@ INERT_KEYS: dict[str, tuple[Any, ...]] = {
     "agent.net.batch_norm": (False, None),
     "agent.net.normalize": (False, None),
     "agent.net.use_same_optim": (False, None),
-    "env.frame_op": (None,),
-    "env.frame_op_len": (None,),
 }
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from agents.algorithms import ALGORITHMS
+from agents.nets import NETS
 from orchestrator.spec import (
     MetaSpec,
     SpecError,
@@ -183,7 +184,6 @@ def test_old_env_id_maps_with_warning(tmp_path):
 
 
 def test_lunar_lander_v2_maps_to_v3(tmp_path):
-    pytest.importorskip("Box2D")
     from envs.make import EnvSpec, make_env
 
     with pytest.warns(UserWarning, match="using its successor 'LunarLander-v3'"):
@@ -234,7 +234,7 @@ def test_out_of_range():
     assert only(problems_of(["agent.algorithm.lam=-0.1"])) == "agent.algorithm.lam: must be >= 0, got -0.1"
     assert only(problems_of(["meta.log_frequency=0"])) == "meta.log_frequency: must be > 0, got 0"
     assert only(problems_of(['env.vectorization="threads"'])) == \
-        "env.vectorization: expected one of ['sync', 'async'], got 'threads'"
+        "env.vectorization: expected one of ['sync', 'async', 'auto'], got 'threads'"
     assert only(problems_of(["meta.distributed=true"])) == \
         "meta.distributed: expected one of [False], got True"
 
@@ -253,7 +253,7 @@ def test_unknown_algorithm_lists_valid_names():
 
 def test_unknown_net_type():
     assert only(problems_of(["agent.net.type=ConvNett"])) == \
-        "agent.net.type: unknown name 'ConvNett'; expected one of ['MLPNet']"
+        f"agent.net.type: unknown name 'ConvNett'; expected one of {sorted(NETS)}"
 
 
 def test_unknown_memory():
