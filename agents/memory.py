@@ -3,7 +3,8 @@
 ``MEMORIES`` maps the spec's ``agent.memory.name`` to a class. All memories take vector-env
 transitions, one row of N sub-envs per ``add``:
 
-    obs_NO (N, *O) float32, act_NA (N, *A), reward_N (N,), next_obs_NO (N, *O) (the true next
+    obs_NO (N, *O) in the observation space's dtype (uint8 pixels on Atari), act_NA (N, *A), reward_N (N,),
+    next_obs_NO (N, *O) (the true next
     observation, also on done rows), terminated_N (N,) bool, truncated_N (N,) bool.
 
 Each exposes ``state_dict()`` / ``load_state_dict()`` of plain numpy arrays and ints, so a
@@ -39,6 +40,16 @@ class MemorySpec:
 FIELDS = ("obs", "act", "reward", "next_obs", "terminated", "truncated")
 
 
+def storage_dtype(obs_dtype: Any) -> np.dtype:
+    """Replay storage dtype of observations: integer and bool dtypes as they are, floating ones float32.
+
+    Raises:
+        TypeError: not a numpy dtype (or something ``np.dtype`` accepts).
+    """
+    dtype = np.dtype(obs_dtype)
+    return np.dtype(np.float32) if np.issubdtype(dtype, np.floating) else dtype
+
+
 class Replay:
     """Off-policy experience replay: a preallocated numpy ring buffer (Lin 1992; Mnih et al. 2015).
 
@@ -48,6 +59,9 @@ class Replay:
         act_shape: A, shape of one action (``()`` for discrete).
         act_dtype: numpy dtype of actions.
         batch_size: transitions per ``sample``.
+        obs_dtype: dtype of the observation space. Integer dtypes are stored as they are (an 84x84x4 uint8
+            Atari stack is 28,224 bytes per observation, a quarter of float32); floating ones as float32
+            (MuJoCo's float64 included: the nets compute in float32).
         use_cer: combined experience replay (Zhang & Sutton 2017): the newest transition is always
             in the sample.
 
@@ -56,15 +70,16 @@ class Replay:
     """
 
     def __init__(self, max_size: int, obs_shape: tuple[int, ...], act_shape: tuple[int, ...],
-                 act_dtype: np.dtype, batch_size: int, use_cer: bool = False) -> None:
+                 act_dtype: np.dtype, batch_size: int, use_cer: bool = False, obs_dtype: Any = np.float32) -> None:
         if max_size <= 0 or batch_size <= 0:
             raise ValueError(f"max_size ({max_size}) and batch_size ({batch_size}) must be > 0")
         self.max_size, self.batch_size, self.use_cer = int(max_size), int(batch_size), use_cer
+        obs_dtype = storage_dtype(obs_dtype)
         self.data: Batch = {
-            "obs": np.zeros((max_size, *obs_shape), np.float32),
+            "obs": np.zeros((max_size, *obs_shape), obs_dtype),
             "act": np.zeros((max_size, *act_shape), act_dtype),
             "reward": np.zeros(max_size, np.float32),
-            "next_obs": np.zeros((max_size, *obs_shape), np.float32),
+            "next_obs": np.zeros((max_size, *obs_shape), obs_dtype),
             "terminated": np.zeros(max_size, np.float32),
         }
         self.head = 0  # next write index
@@ -89,8 +104,8 @@ class Replay:
         """Uniform sample with replacement of ``batch_size`` transitions.
 
         Returns:
-            dict of arrays with leading dim B = batch_size: obs (B, *O), act (B, *A), reward (B,),
-            next_obs (B, *O), terminated (B,) float32.
+            dict of arrays with leading dim B = batch_size: obs (B, *O) and next_obs (B, *O) in the storage
+            dtype (uint8 for pixels), act (B, *A), reward (B,) float32, terminated (B,) float32.
 
         Raises:
             ValueError: if the buffer is empty.
@@ -104,6 +119,11 @@ class Replay:
 
     def __len__(self) -> int:
         return self.size
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the preallocated arrays (the replay's memory at ``max_size``)."""
+        return sum(v.nbytes for v in self.data.values())
 
     def state_dict(self) -> dict[str, Any]:
         """The valid rows (in storage order) plus ``head`` and ``size``."""

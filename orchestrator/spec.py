@@ -29,7 +29,7 @@ import yaml
 
 from agents.algorithms import ALGORITHMS, AgentSpec, AlgorithmSpec
 from agents.memory import MEMORIES, MemorySpec
-from agents.nets import ACTIVATIONS, INIT_FNS, LOSSES, NETS, OPTIMIZERS, NetSpec, make_optim
+from agents.nets import ACTIVATIONS, INIT_FNS, LOSSES, NETS, OPTIMIZERS, ConvNet, NetSpec, conv_layer_args, make_optim
 from agents.schedules import DECAYS, LR_SCHEDULERS, VarSchedule, make_lr_scheduler
 from envs.make import EnvSpec, resolve_env_id
 from orchestrator import storage
@@ -103,7 +103,6 @@ INERT_KEYS: dict[str, tuple[Any, ...]] = {
     "agent.algorithm.num_step_returns": (None,),
     "agent.algorithm.policy_loss_coef": (1.0, 1),
     "agent.net.batch_norm": (False, None),
-    "agent.net.normalize": (False, None),
     "agent.net.use_same_optim": (False, None),
 }
 
@@ -412,6 +411,23 @@ def _try_build(problems: list[str], path: str, build_fn: Any, *args: Any) -> Non
         problems.append(f"{path}: cannot build from {args[-1]!r}: {err}")
 
 
+def _check_layers(net: dict[str, Any], problems: list[str]) -> None:
+    """``hid_layers`` / ``fc_hid_layers``: positive ints; ``conv_hid_layers``: [out, kernel, stride, padding,
+    dilation] lists (``agents.nets.conv_layer_args``); ``normalize`` only on conv nets."""
+    for key in ("hid_layers", "fc_hid_layers"):
+        hid = net.get(key)
+        if isinstance(hid, list) and not all(_type_ok(h, int) and h > 0 for h in hid):
+            problems.append(f"agent.net.{key}: expected a list of positive ints, got {hid!r}")
+    net_cls = _registered(NETS, net.get("type"))
+    if net.get("normalize") and net_cls is not None and not issubclass(net_cls, ConvNet):
+        problems.append(f"agent.net.normalize: applies to conv nets only (scales pixels by 1/255), not {net['type']}")
+    for i, layer in enumerate(net.get("conv_hid_layers") or []):
+        try:
+            conv_layer_args(layer if isinstance(layer, list) else [layer])
+        except ValueError as err:
+            problems.append(f"agent.net.conv_hid_layers[{i}]: {err}")
+
+
 def _check_build_args(spec: dict[str, Any], problems: list[str]) -> None:
     """What only a constructor can check: net activations/init/widths, schedule steps, and the
     keyword arguments of optimizers and LR schedulers (built once on a dummy parameter)."""
@@ -420,9 +436,7 @@ def _check_build_args(spec: dict[str, Any], problems: list[str]) -> None:
                        ("init_fn", INIT_FNS)):
         if net.get(key) is not None and _registered(valid, net[key]) is None:
             problems.append(f"agent.net.{key}: unknown name {net[key]!r}; expected one of {sorted(valid)}")
-    hid = net.get("hid_layers")
-    if isinstance(hid, list) and not all(_type_ok(h, int) and h > 0 for h in hid):
-        problems.append(f"agent.net.hid_layers: expected a list of positive ints, got {hid!r}")
+    _check_layers(net, problems)
     algo = _get(spec, "agent.algorithm")
     for key, value in (algo.items() if isinstance(algo, dict) else []):
         known = isinstance(value, dict) and _registered(DECAYS, value.get("name", "no_decay"))

@@ -325,7 +325,7 @@ def test_missing_sections():
 
 
 def test_several_problems_reported_at_once():
-    problems = problems_of(["agent.algorithm.gama=0.9", "env.max_frame=0", "agent.net.type=ConvNet",
+    problems = problems_of(["agent.algorithm.gama=0.9", "env.max_frame=0", "agent.net.type=ConvNett",
                             "env.name=NoSuchEnv-v0", "meta.log_frequency=-1", "agent.memory.name=Replay"])
     paths = sorted(p.split(":")[0] for p in problems)
     assert paths == ["agent.algorithm.gama", "agent.memory.name", "agent.net.type", "env.max_frame",
@@ -339,6 +339,20 @@ def test_inert_slm_lab_keys_only_with_neutral_values():
     check({**apply_overrides(FLAT, ["agent.net.batch_norm=false", "env.frame_op=null"]), "name": "s"})
     assert only(problems_of(["agent.net.batch_norm=true"])).startswith(
         "agent.net.batch_norm: SLM-Lab key not supported here")
+
+
+def test_conv_net_keys_are_checked():
+    """ConvNet keys validate at the edge: conv layer lists, fc widths, normalize only on conv nets; frame ops
+    and Atari env keys are fields now."""
+    check({**apply_overrides(FLAT, ["agent.net.type=ConvNet", "agent.net.normalize=true", "env.frame_op=concat",
+                                    "env.frame_op_len=4"]), "name": "s"})
+    assert only(problems_of(["agent.net.conv_hid_layers=[[32,8]]"])).startswith(
+        "agent.net.conv_hid_layers[0]: conv layer [32, 8]: expected [out, kernel, stride, padding, dilation]")
+    assert only(problems_of(["agent.net.fc_hid_layers=[0]"])) == \
+        "agent.net.fc_hid_layers: expected a list of positive ints, got [0]"
+    assert only(problems_of(["agent.net.normalize=true"])).startswith("agent.net.normalize: applies to conv nets")
+    assert only(problems_of(['env.frame_op="glue"'])) == \
+        "env.frame_op: expected one of ['concat', 'stack'], got 'glue'"
 
 
 # ---------------------------------------------------------------- files
