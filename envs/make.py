@@ -225,7 +225,8 @@ def make_sub_env(env_id: str, spec: EnvSpec, render_mode: str | None = None,
                  video_folder: str | None = None) -> gym.Env:
     """One sub-env: ``gym.make`` plus, on Atari, the SLM-Lab v5 preprocessing, then ``frame_op``.
 
-    Atari: ``gym.make(id, frameskip=1, repeat_action_probability=...)``, gymnasium's ``AtariPreprocessing``
+    Atari: ``gym.make(id, frameskip=1, repeat_action_probability=0)``, gymnasium's ``StickyAction`` with the
+    id's or the spec's probability on every emulator frame (Machado et al. 2018), gymnasium's ``AtariPreprocessing``
     (``noop_max`` no-op resets, ``frame_skip`` with a max-pool of the last two emulator frames, 84x84
     grayscale uint8, no scaling: nets divide by 255), then ``max_t`` as a ``TimeLimit`` in agent steps.
     Other envs: ``gym.make(id, max_episode_steps=max_t)``. Then ``FrameStackObservation`` (``frame_op``,
@@ -240,10 +241,10 @@ def make_sub_env(env_id: str, spec: EnvSpec, render_mode: str | None = None,
         gymnasium.error.DependencyNotInstalled: the env family's package is missing.
     """
     if is_atari(env_id):
-        kwargs: dict[str, Any] = {"frameskip": 1}
-        if spec.repeat_action_probability is not None:
-            kwargs["repeat_action_probability"] = spec.repeat_action_probability
-        env = gym.make(env_id, render_mode=render_mode, **kwargs)
+        env = gym.make(env_id, render_mode=render_mode, frameskip=1, repeat_action_probability=0.0)
+        sticky = sticky_probability(env_id, spec)
+        if sticky > 0:
+            env = gym.wrappers.StickyAction(env, sticky)
         env = gym.wrappers.AtariPreprocessing(env, noop_max=spec.noop_max, frame_skip=spec.frame_skip,
                                               screen_size=84, grayscale_obs=True, scale_obs=False)
         if spec.max_t is not None:
@@ -258,6 +259,20 @@ def make_sub_env(env_id: str, spec: EnvSpec, render_mode: str | None = None,
     if video_folder is not None:
         env = gym.wrappers.RecordVideo(env, video_folder, episode_trigger=_every_episode, name_prefix="episode")
     return SimStatePickle(env)
+
+
+def sticky_probability(env_id: str, spec: EnvSpec) -> float:
+    """Sticky-action probability of an Atari sub-env: the spec's, else the id's registered one (0.25 for
+    ``ALE/*-v5``, 0 for ``*-v4``).
+
+    Applied by gymnasium's ``StickyAction`` rather than inside ALE: ALE's own sticky actions repeat an
+    emulator-side previous action that ``ALEState`` does not save, so a restored ALE would continue
+    differently (measured: 1 of 6 Pong states); the wrapper keeps it in Python, drawn from the env's
+    ``np_random``, and so pickles exactly. The one difference: the first step after a reset is never sticky.
+    """
+    if spec.repeat_action_probability is not None:
+        return float(spec.repeat_action_probability)
+    return float(gym.registry[env_id.split(":")[-1]].kwargs.get("repeat_action_probability", 0.25))
 
 
 def stack_frames(env: gym.Env, frame_op: str, k: int) -> gym.Env:

@@ -4,7 +4,8 @@
   re-creates the env from its constructor arguments on unpickling, so a pickled env silently restarts
   from a fresh simulator (measured: the continuation differs from the first step). This wrapper adds
   the simulator's own state to the pickle and restores it: ALE ``cloneState(include_rng=True)`` (the
-  emulator, its frame counters and the sticky-action RNG; ``ALEState`` pickles) and MuJoCo
+  emulator, its frame counters and RNG; ``ALEState`` pickles; sticky actions run in gymnasium's
+  ``StickyAction``, see ``envs.make.sticky_probability``) and MuJoCo
   ``mj_getState(mjSTATE_INTEGRATION)`` (everything ``mj_step`` reads: time, qpos, qvel, act, warm start,
   controls, applied forces, mocap, user data, plugin state), plus the env's ``np_random`` (reset noise,
   AtariPreprocessing's noop count). Any other ``EzPickle`` simulator (Box2D) refuses to pickle with a

@@ -266,7 +266,7 @@ class Session:
         try:
             files["env.pkl"] = pickle.dumps(self.env)
         except Exception as err:  # async envs, Box2D (envs.wrappers.SimStatePickle)  # noqa: BLE001
-            exact, reason = False, f"env not pickled: {type(err).__name__}: {err}"
+            exact, reason = False, f"{type(self.env.unwrapped).__name__} not pickled: {type(err).__name__}: {err}"
         last = self.train_rows[-1]["total_reward_ma"] if self.train_rows else math.nan
         meta = {"clock": self.clock.state_dict(), "spec_hash": spec_hash(self.spec.raw),
                 "weights_sha256": self.weights_sha256(), "exact": exact, "exact_reason": reason,
