@@ -48,7 +48,9 @@ def test_dev_run(tmp_path, monkeypatch, spec_file, name, items):
 
 @pytest.mark.parametrize("spec_file, name, items, stop_frame", [
     (ATARI, "ppo_atari", PPO_ATARI, 102),
-    (ATARI, "dqn_atari", [*DQN_ATARI, "agent.memory.checkpoint=true"], 98),
+    (ATARI, "dqn_atari", [*DQN_ATARI, "agent.memory.checkpoint=true", "env.max_frame=128"], 98),  # FrameOnceReplay
+    (ATARI, "dqn_atari", [*DQN_ATARI, "agent.memory.checkpoint=true", "agent.memory.optimize_memory_usage=false",
+                          "env.max_frame=128"], 70),
     (MUJOCO, "ppo_hopper", ["env.num_envs=2", "env.max_frame=256", "meta.log_frequency=64", *TINY_PPO], 90),
 ])
 def test_resume_is_exact(tmp_path, spec_file, name, items, stop_frame):
