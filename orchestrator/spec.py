@@ -31,7 +31,7 @@ from agents.algorithms import ALGORITHMS, AgentSpec, AlgorithmSpec
 from agents.memory import MEMORIES, MemorySpec
 from agents.nets import ACTIVATIONS, INIT_FNS, LOSSES, NETS, OPTIMIZERS, ConvNet, NetSpec, conv_layer_args, make_optim
 from agents.schedules import DECAYS, LR_SCHEDULERS, VarSchedule, make_lr_scheduler
-from envs.make import EnvSpec, resolve_env_id
+from envs.make import EnvSpec, is_atari, resolve_env_id
 from orchestrator import storage
 from orchestrator.search_space import search_problems
 
@@ -391,9 +391,16 @@ def _check_env_name(spec: dict[str, Any], problems: list[str]) -> None:
         problems.append(f"env.name: expected a gymnasium env id string, got {env_name!r}")
         return
     try:
-        resolve_env_id(env_name)
+        env_id = resolve_env_id(env_name)
     except ValueError as err:
         problems.append(f"env.name: {err}")
+        return
+    if not is_atari(env_id):
+        env = spec["env"]
+        for key, neutral in (("life_loss_info", (None, False)), ("repeat_action_probability", (None,)),
+                             ("noop_max", (30,)), ("frame_skip", (4,))):
+            if env.get(key, neutral[0]) not in neutral:
+                problems.append(f"env.{key}: applies to Atari (ALE) envs only, not '{env_id}'")
 
 
 def _check_names(spec: dict[str, Any], problems: list[str]) -> None:

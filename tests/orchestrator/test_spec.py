@@ -351,6 +351,8 @@ def test_conv_net_keys_are_checked():
     assert only(problems_of(["agent.net.fc_hid_layers=[0]"])) == \
         "agent.net.fc_hid_layers: expected a list of positive ints, got [0]"
     assert only(problems_of(["agent.net.normalize=true"])).startswith("agent.net.normalize: applies to conv nets")
+    assert only(problems_of(["env.life_loss_info=true"])) == \
+        "env.life_loss_info: applies to Atari (ALE) envs only, not 'CartPole-v1'"
     assert only(problems_of(['env.frame_op="glue"'])) == \
         "env.frame_op: expected one of ['concat', 'stack'], got 'glue'"
 
