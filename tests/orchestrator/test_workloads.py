@@ -73,3 +73,21 @@ def test_box2d_checkpoint_is_not_exact_with_reason():
     assert "LunarLander" in meta["exact_reason"] and "EzPickle" in meta["exact_reason"]
     json.dumps(meta)  # the manifest metadata stays JSON
     session.close()
+
+
+def test_auto_vectorization_is_async_with_cpus_and_not_exact():
+    """``vectorization: auto`` with ``meta.resources.num_cpus`` 2: an AsyncVectorEnv (one process per
+    sub-env) that trains, and whose checkpoint records why it is not exact."""
+    from gymnasium.vector import AsyncVectorEnv
+
+    spec = load_spec(MUJOCO, "ppo_hopper", ["env.num_envs=2", "env.max_frame=64", "meta.log_frequency=64",
+                                            'meta.resources={"num_cpus": 2, "num_gpus": 0}', *TINY_PPO])
+    session = Session(spec, 1)
+    try:
+        assert isinstance(session.env.unwrapped, AsyncVectorEnv)
+        session.run_rl()
+        files, meta = session.to_checkpoint()
+        assert session.clock.opt_step > 0 and meta["exact"] is False and "env.pkl" not in files
+        assert meta["exact_reason"].startswith("AsyncVectorEnv not pickled")
+    finally:
+        session.close()
