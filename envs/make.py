@@ -42,7 +42,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 from gymnasium.vector.utils import batch_space
 from gymnasium.wrappers.utils import RunningMeanStd
 
-from envs.wrappers import LifeLossTermination, SimStatePickle
+from envs.wrappers import LifeLossTermination, SimStatePickle, sim_kind
 
 try:  # ale-py registers the ALE/* ids (and its *NoFrameskip-v4 ids) with gymnasium
     import ale_py
@@ -230,8 +230,8 @@ def make_sub_env(env_id: str, spec: EnvSpec, render_mode: str | None = None,
     (``noop_max`` no-op resets, ``frame_skip`` with a max-pool of the last two emulator frames, 84x84
     grayscale uint8, no scaling: nets divide by 255), then ``max_t`` as a ``TimeLimit`` in agent steps.
     Other envs: ``gym.make(id, max_episode_steps=max_t)``. Then ``FrameStackObservation`` (``frame_op``,
-    zero-padded at episode start), and ``SimStatePickle`` outermost so the whole chain pickles with its
-    simulator state.
+    zero-padded at episode start), and ``SimStatePickle`` outermost on simulators whose pickle would lose
+    their state (ALE, MuJoCo, Box2D: ``envs.wrappers.sim_kind``) so the whole chain pickles with it or refuses.
 
     Returns:
         A ``gym.Env`` whose observation space is the session's single observation space O.
@@ -258,7 +258,7 @@ def make_sub_env(env_id: str, spec: EnvSpec, render_mode: str | None = None,
         env = stack_frames(env, frame_op, frame_op_len)
     if video_folder is not None:
         env = gym.wrappers.RecordVideo(env, video_folder, episode_trigger=_every_episode, name_prefix="episode")
-    return SimStatePickle(env)
+    return env if sim_kind(env) is None else SimStatePickle(env)  # plain envs pickle whole, with no extra call
 
 
 def sticky_probability(env_id: str, spec: EnvSpec) -> float:
