@@ -389,6 +389,7 @@ class ConvNet(nn.Module):
         return self.fc(h)
 
     def forward(self, x: torch.Tensor, *extra: torch.Tensor) -> torch.Tensor | list[torch.Tensor]:
+        """(B, *in_shape) and extras (B, E) -> (B, out_dim), or a list of (B, out_dim_k) with several heads."""
         h = self.features(x, extra)
         outs = [head(h) for head in self.heads]
         return outs[0] if self.single_head else outs
@@ -415,6 +416,7 @@ class DuelingConvNet(ConvNet):
         self.single_head = True
 
     def forward(self, x: torch.Tensor, *extra: torch.Tensor) -> torch.Tensor:
+        """(B, *in_shape) and extras (B, E) -> Q-values (B, A) float32."""
         return dueling_q(self.heads, self.features(x, extra))
 
 

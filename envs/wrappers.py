@@ -109,11 +109,13 @@ class LifeLossTermination(VectorWrapper):
         self.lives = np.zeros(env.num_envs, np.int64)
 
     def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        """Reset every sub-env and read their lives (N,) from the reset info."""
         obs, info = self.env.reset(seed=seed, options=options)
         self.lives = np.asarray(info["lives"], np.int64).copy()
         return obs, info
 
     def step(self, actions: Any) -> tuple[np.ndarray, Any, Any, Any, dict]:
+        """Step; ``terminated`` (N,) bool is also true where a life was lost, with ``final_obs`` filled there."""
         obs, reward, terminated, truncated, info = self.env.step(actions)
         lives = np.asarray(info["lives"], np.int64)
         lost = (lives < self.lives) & ~(terminated | truncated)
