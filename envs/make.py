@@ -135,8 +135,8 @@ def is_atari(env_id: str) -> bool:
 def eval_spec(spec: EnvSpec, num_envs: int) -> EnvSpec:
     """The env section of an evaluation / enjoy env: ``num_envs`` sync sub-envs, no reward scaling, whole
     games (no ``life_loss_info``); everything else (frame ops, sticky actions, limits) as in training."""
-    return dataclasses.replace(spec, num_envs=num_envs, reward_scale=None, vectorization="sync",
-                               life_loss_info=False)
+    return dataclasses.replace(spec, num_envs=num_envs, reward_scale=1.0, vectorization="sync",
+                               life_loss_info=False)  # 1: unscaled, also on Atari (where None means "sign")
 
 
 def resolve_vec(spec: EnvSpec, num_cpus: float) -> EnvSpec:
@@ -213,7 +213,7 @@ def make_env(spec: EnvSpec, seed: int | None, render_mode: str | None = None,
     reward_scale = "sign" if atari and spec.reward_scale is None else spec.reward_scale
     if reward_scale == "sign":
         venv = gym.wrappers.vector.TransformReward(venv, np.sign)
-    elif reward_scale is not None:
+    elif reward_scale is not None and reward_scale != 1:
         venv = gym.wrappers.vector.TransformReward(venv, functools.partial(np.multiply, float(reward_scale)))
     if spec.normalize_state:  # outermost, so ``env.obs_rms`` / ``env.update_running_mean`` reach it
         venv = NormalizeObservation(venv)

@@ -91,3 +91,38 @@ def test_auto_vectorization_is_async_with_cpus_and_not_exact():
         assert meta["exact_reason"].startswith("AsyncVectorEnv not pickled")
     finally:
         session.close()
+
+
+def test_atari_rigorous_eval_plays_whole_games_unclipped():
+    """The eval env of an Atari session: same frame stack and sticky actions, no life-loss terminations,
+    no reward clipping; here cut by ``max_t`` (agent steps) so an episode is short."""
+    from gymnasium.wrappers.vector import TransformReward
+
+    from envs.wrappers import LifeLossTermination
+
+    spec = load_spec(ATARI, "ppo_atari", [*PPO_ATARI, "env.max_frame=64", "env.max_t=40", "meta.rigorous_eval=2",
+                                          "meta.eval_frequency=64"])
+    session = Session(spec, 2)
+    try:
+        session.run_rl()
+        (row,) = session.eval_rows
+        assert row["frame"] == 64 and row["total_reward"] <= 0  # Pong: an untrained agent scores no points
+        env = session.eval_env()
+        assert env.single_observation_space.shape == (4, 84, 84) and env.num_envs == 2
+        wrappers, node = [], env
+        while hasattr(node, "env"):
+            wrappers.append(type(node))
+            node = node.env
+        assert LifeLossTermination not in wrappers and TransformReward not in wrappers
+        assert LifeLossTermination in [type(w) for w in _chain(session.env)]
+    finally:
+        session.close()
+
+
+def _chain(env):
+    """The vector wrappers of ``env``, outermost first."""
+    out = []
+    while hasattr(env, "env"):
+        out.append(env)
+        env = env.env
+    return out
