@@ -97,7 +97,9 @@ class EnvSpec:
             one CPU, ``meta.resources.num_cpus`` > 1, and N > 1; resolved by the session, see ``resolve_vec``).
         frame_op: frame stacking, SLM-Lab v4 names: ``"concat"`` (k frames joined on the first axis:
             (k*D,) for vector obs, (k, 84, 84) for grayscale frames, (k*C, H, W) for channel-first ones),
-            ``"stack"`` (a new leading axis, (k, *O)) or None: none, except ``"concat"`` on Atari.
+            ``"stack"`` (a new leading axis, (k, *O); on (84, 84) frames the same (k, 84, 84) as ``"concat"``,
+            where SLM-Lab v4 made (k, 1, 84, 84) for recurrent nets, which this lab has not) or None: none,
+            except ``"concat"`` on Atari.
         frame_op_len: k, frames stacked (None: 4 where ``frame_op`` applies).
         life_loss_info: Atari: a lost life ends the training episode (``terminated``) without a reset
             (ale-py's name); None: true on Atari training envs; evaluation envs never use it.
