@@ -582,7 +582,8 @@ def resume_edits(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, 
 
     Edits under ``RESUME_EDITABLE`` are applied (``max_frame`` and ``max_session`` only upwards);
     every other difference contradicts the past. ``meta.random_seed`` unset in the new spec means
-    "keep the saved seed".
+    "keep the saved seed". Keys the saved spec lacks (fields added to the lab since it was saved, e.g.
+    ``env.noop_max``, ``agent.net.conv_hid_layers``) take their current defaults, so older runs resume.
 
     Args:
         saved: the checked spec stored in the predir.
@@ -591,6 +592,7 @@ def resume_edits(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, 
     Returns:
         (merged spec, applied edits as "key: old -> new", conflicts as "key: saved X, given Y").
     """
+    saved = fill_defaults(saved)  # keys added to the lab after the run was saved: their defaults
     old_leaves, new_leaves = _leaves(saved), _leaves(new)
     merged = copy.deepcopy(saved)
     applied, conflicts = [], []

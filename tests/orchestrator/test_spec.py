@@ -400,3 +400,21 @@ def test_spec_hash_is_canonical_and_sensitive():
 
 def test_session_seed():
     assert session_seed(3, 0, 0) == 3 and session_seed(3, 2, 1) == 2004
+
+
+def test_resume_of_a_run_saved_before_new_fields():
+    """A run saved by an older lab lacks fields added since (env.noop_max, agent.net.conv_hid_layers,
+    agent.memory.optimize_memory_usage, ...): they take their defaults, so train@ finds no conflict."""
+    from orchestrator.spec import resume_edits
+
+    new = check({**FLAT, "name": "s"})
+    saved = copy.deepcopy(new)
+    for section, key in (("env", "noop_max"), ("env", "frame_skip"), ("env", "frame_op")):
+        del saved[section][key]
+    for key in ("conv_hid_layers", "fc_hid_layers", "normalize"):
+        del saved["agent"]["net"][key]
+    del saved["agent"]["memory"]["optimize_memory_usage"]
+    merged, applied, conflicts = resume_edits(saved, new)
+    assert conflicts == [] and applied == [] and merged == new
+    assert resume_edits(saved, {**new, "env": {**new["env"], "noop_max": 5}})[2] == [
+        "env.noop_max: the run was saved with 30, the spec gives 5"]
