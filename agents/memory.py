@@ -3,7 +3,8 @@
 ``MEMORIES`` maps the spec's ``agent.memory.name`` to a class. All memories take vector-env
 transitions, one row of N sub-envs per ``add``:
 
-    obs_NO (N, *O) float32, act_NA (N, *A), reward_N (N,), next_obs_NO (N, *O) (the true next
+    obs_NO (N, *O) in the observation space's dtype (uint8 pixels on Atari), act_NA (N, *A), reward_N (N,),
+    next_obs_NO (N, *O) (the true next
     observation, also on done rows), terminated_N (N,) bool, truncated_N (N,) bool.
 
 Each exposes ``state_dict()`` / ``load_state_dict()`` of plain numpy arrays and ints, so a
@@ -28,7 +29,9 @@ class MemorySpec:
 
     Fields: ``name`` (key of ``MEMORIES``), ``batch_size`` (transitions per replay sample),
     ``max_size`` (replay capacity in transitions), ``use_cer`` (combined experience replay),
-    ``checkpoint`` (store the replay buffer in checkpoints so a resume continues training at once).
+    ``checkpoint`` (store the replay buffer in checkpoints so a resume continues training at once),
+    ``optimize_memory_usage`` (store each observation once, the next one found by index: ``FrameOnceReplay``;
+    SB3's key name; the sampled batches are the same).
     """
 
     name: str = "Replay"
@@ -36,7 +39,18 @@ class MemorySpec:
     max_size: int = field(default=10000, metadata={"gt": 0})
     use_cer: bool = False
     checkpoint: bool = False
+    optimize_memory_usage: bool = False
 FIELDS = ("obs", "act", "reward", "next_obs", "terminated", "truncated")
+
+
+def storage_dtype(obs_dtype: Any) -> np.dtype:
+    """Replay storage dtype of observations: integer and bool dtypes as they are, floating ones float32.
+
+    Raises:
+        TypeError: not a numpy dtype (or something ``np.dtype`` accepts).
+    """
+    dtype = np.dtype(obs_dtype)
+    return np.dtype(np.float32) if np.issubdtype(dtype, np.floating) else dtype
 
 
 class Replay:
@@ -48,6 +62,9 @@ class Replay:
         act_shape: A, shape of one action (``()`` for discrete).
         act_dtype: numpy dtype of actions.
         batch_size: transitions per ``sample``.
+        obs_dtype: dtype of the observation space. Integer dtypes are stored as they are (an 84x84x4 uint8
+            Atari stack is 28,224 bytes per observation, a quarter of float32); floating ones as float32
+            (MuJoCo's float64 included: the nets compute in float32).
         use_cer: combined experience replay (Zhang & Sutton 2017): the newest transition is always
             in the sample.
 
@@ -56,19 +73,31 @@ class Replay:
     """
 
     def __init__(self, max_size: int, obs_shape: tuple[int, ...], act_shape: tuple[int, ...],
-                 act_dtype: np.dtype, batch_size: int, use_cer: bool = False) -> None:
+                 act_dtype: np.dtype, batch_size: int, use_cer: bool = False, obs_dtype: Any = np.float32) -> None:
         if max_size <= 0 or batch_size <= 0:
             raise ValueError(f"max_size ({max_size}) and batch_size ({batch_size}) must be > 0")
         self.max_size, self.batch_size, self.use_cer = int(max_size), int(batch_size), use_cer
+        obs_dtype = storage_dtype(obs_dtype)
         self.data: Batch = {
-            "obs": np.zeros((max_size, *obs_shape), np.float32),
+            "obs": np.zeros((max_size, *obs_shape), obs_dtype),
             "act": np.zeros((max_size, *act_shape), act_dtype),
             "reward": np.zeros(max_size, np.float32),
-            "next_obs": np.zeros((max_size, *obs_shape), np.float32),
+            "next_obs": np.zeros((max_size, *obs_shape), obs_dtype),
             "terminated": np.zeros(max_size, np.float32),
         }
         self.head = 0  # next write index
         self.size = 0  # number of valid rows
+
+    @staticmethod
+    def from_spec(spec: MemorySpec, obs_space: Any, act_shape: tuple[int, ...], act_dtype: Any) -> Replay:
+        """A ``Replay`` (or a ``FrameOnceReplay`` with ``spec.optimize_memory_usage``) for ``obs_space``
+        (a gymnasium space with ``shape`` and ``dtype``: observations stored in its dtype, see ``storage_dtype``).
+
+        Raises:
+            ValueError: as the constructor.
+        """
+        cls = FrameOnceReplay if spec.optimize_memory_usage else Replay
+        return cls(spec.max_size, obs_space.shape, act_shape, act_dtype, spec.batch_size, spec.use_cer, obs_space.dtype)
 
     def add(self, obs_NO: np.ndarray, act_NA: np.ndarray, reward_N: np.ndarray, next_obs_NO: np.ndarray,
             terminated_N: np.ndarray, truncated_N: np.ndarray) -> None:
@@ -89,8 +118,8 @@ class Replay:
         """Uniform sample with replacement of ``batch_size`` transitions.
 
         Returns:
-            dict of arrays with leading dim B = batch_size: obs (B, *O), act (B, *A), reward (B,),
-            next_obs (B, *O), terminated (B,) float32.
+            dict of arrays with leading dim B = batch_size: obs (B, *O) and next_obs (B, *O) in the storage
+            dtype (uint8 for pixels), act (B, *A), reward (B,) float32, terminated (B,) float32.
 
         Raises:
             ValueError: if the buffer is empty.
@@ -104,6 +133,11 @@ class Replay:
 
     def __len__(self) -> int:
         return self.size
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the preallocated arrays (the replay's memory at ``max_size``)."""
+        return sum(v.nbytes for v in self.data.values())
 
     def state_dict(self) -> dict[str, Any]:
         """The valid rows (in storage order) plus ``head`` and ``size``."""
@@ -129,6 +163,112 @@ class Replay:
     def cut_episodes(self) -> None:
         """Nothing to cut: each row is one transition with its true next observation, so no row
         spans the env reset (rows stay as stored)."""
+
+
+class FrameOnceReplay(Replay):
+    """A ``Replay`` that stores each observation once (SB3 ``ReplayBuffer(optimize_memory_usage=True)``'s idea,
+    reimplemented): the next observation of row r is the observation of row (r + N) % max_size, the same
+    sub-env's next step, so no ``next_obs`` array is kept. Rows whose true next observation differs from that
+    successor (episode ends: the successor is the reset observation; a restored env; any mismatch, checked on
+    every add) keep theirs in ``final``; the newest N rows, whose successors are not written yet, read it from
+    ``pending``. ``sample`` returns exactly what ``Replay`` would, at about half the memory: an Atari
+    (4, 84, 84) uint8 transition is 28,240 bytes instead of 56,464 (float32 two-copy storage: 225,808).
+
+    Same arguments as ``Replay``; every ``add`` must carry the same N rows (N, the number of sub-envs, is
+    taken from the first add).
+
+    Raises:
+        ValueError: as ``Replay``; on ``add``, a row count that changes or ``max_size`` < 2 N.
+    """
+
+    def __init__(self, max_size: int, obs_shape: tuple[int, ...], act_shape: tuple[int, ...],
+                 act_dtype: np.dtype, batch_size: int, use_cer: bool = False, obs_dtype: Any = np.float32) -> None:
+        super().__init__(max_size, obs_shape, act_shape, act_dtype, batch_size, use_cer, obs_dtype)
+        del self.data["next_obs"]
+        self.num_envs = 0  # N, set by the first add
+        self.final: dict[int, np.ndarray] = {}  # row -> true next observation (O,)
+        self.pending_rows = np.zeros(0, np.int64)  # rows of the newest add, (N,)
+        self.pending = np.zeros((0, *obs_shape), self.data["obs"].dtype)  # their next observations (N, *O)
+
+    def add(self, obs_NO: np.ndarray, act_NA: np.ndarray, reward_N: np.ndarray, next_obs_NO: np.ndarray,
+            terminated_N: np.ndarray, truncated_N: np.ndarray) -> None:
+        """Write N transitions at the head; settle the previous add's next observations against ``obs_NO``."""
+        n = len(reward_N)
+        if self.num_envs == 0:
+            if self.max_size < 2 * n:
+                raise ValueError(f"FrameOnceReplay needs max_size >= 2 * num_envs, got {self.max_size} < 2 * {n}")
+            self.num_envs = n
+        elif n != self.num_envs:
+            raise ValueError(f"FrameOnceReplay takes {self.num_envs} rows per add, got {n}")
+        for k, row in enumerate(self.pending_rows.tolist()):  # their successors are the rows written now
+            if row not in self.final and not np.array_equal(self.pending[k], obs_NO[k]):
+                self.final[row] = self.pending[k].copy()
+        rows = (self.head + np.arange(n)) % self.max_size
+        for row in rows.tolist():
+            self.final.pop(row, None)
+        data = self.data
+        data["obs"][rows] = obs_NO
+        data["act"][rows] = act_NA
+        data["reward"][rows] = reward_N
+        data["terminated"][rows] = terminated_N
+        for k in np.flatnonzero(np.logical_or(terminated_N, truncated_N)).tolist():
+            self.final[int(rows[k])] = np.array(next_obs_NO[k], dtype=self.pending.dtype)
+        self.pending_rows, self.pending = rows, np.array(next_obs_NO, dtype=self.pending.dtype)
+        self.head = (self.head + n) % self.max_size
+        self.size = min(self.size + n, self.max_size)
+
+    def next_obs(self, idx: np.ndarray) -> np.ndarray:
+        """True next observations (B, *O) of rows ``idx`` (B,)."""
+        out = self.data["obs"][(idx + self.num_envs) % self.max_size]
+        newest = {row: k for k, row in enumerate(self.pending_rows.tolist())}
+        for i, row in enumerate(idx.tolist()):
+            if row in self.final:
+                out[i] = self.final[row]
+            elif row in newest:
+                out[i] = self.pending[newest[row]]
+        return out
+
+    def sample(self, rng: np.random.Generator) -> Batch:
+        """As ``Replay.sample``: obs, act, reward, next_obs, terminated, each (B, ...)."""
+        if self.size == 0:
+            raise ValueError("cannot sample from an empty Replay")
+        idx = rng.integers(0, self.size, size=self.batch_size)
+        if self.use_cer:
+            idx[-1] = (self.head - 1) % self.max_size
+        data = self.data
+        return {"obs": data["obs"][idx], "act": data["act"][idx], "reward": data["reward"][idx],
+                "next_obs": self.next_obs(idx), "terminated": data["terminated"][idx]}
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the preallocated arrays plus the stored final observations."""
+        return super().nbytes + sum(v.nbytes for v in self.final.values()) + self.pending.nbytes
+
+    def state_dict(self) -> dict[str, Any]:
+        """``Replay``'s rows and pointers plus ``final`` (rows (F,), observations (F, *O)), ``pending``, N."""
+        state = super().state_dict()
+        rows = sorted(self.final)
+        shape = self.pending.shape[1:] if self.num_envs else self.data["obs"].shape[1:]
+        state.update({"final_rows": np.array(rows, np.int64), "num_envs": self.num_envs,
+                      "final_obs": np.stack([self.final[r] for r in rows]) if rows
+                      else np.zeros((0, *shape), self.data["obs"].dtype),
+                      "pending_rows": self.pending_rows.copy(), "pending": self.pending.copy()})
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore rows, pointers, ``final`` and ``pending``.
+
+        Raises:
+            ValueError: as ``Replay.load_state_dict``, or a state without the frame-once fields.
+        """
+        if "final_rows" not in state:
+            raise ValueError("saved replay is not a FrameOnceReplay state (agent.memory.optimize_memory_usage differs)")
+        super().load_state_dict(state)
+        self.num_envs = int(state["num_envs"])
+        rows, final_obs = np.asarray(state["final_rows"]), np.asarray(state["final_obs"])
+        self.final = {int(r): final_obs[i].copy() for i, r in enumerate(rows.tolist())}
+        self.pending_rows = np.asarray(state["pending_rows"], np.int64).copy()
+        self.pending = np.asarray(state["pending"]).astype(self.data["obs"].dtype)
 
 
 class OnPolicyBatchReplay:

@@ -3,8 +3,10 @@
 Every net is built from the observation space (``make_net``: its shape and dtype) plus optional extra
 inputs of E features (e.g. the action of a Q(s, a) critic), and maps a batch ``(B, *O)`` (and extras
 ``(B, E)``) to one output tensor ``(B, out_dim)`` or, with several heads, a list of them (e.g. actor
-logits and critic value of a shared actor-critic). A ``ConvNet`` or recurrent net slots in with the same
-constructor signature and output contract.
+logits and critic value of a shared actor-critic). Each class builds itself from the spec with
+``from_spec(net_spec, obs_space, out_dims, head_gains, extra_in_dim)``: ``MLPNet`` / ``DuelingMLPNet`` flatten
+the observation, ``ConvNet`` / ``DuelingConvNet`` take image observations (C, H, W) (Mnih et al. 2015's
+"Nature CNN" by default; uint8 frames are scaled by 1/255 inside the net, so replay and rollouts keep uint8).
 
 Orthogonal init (``init_fn: orthogonal_``) uses the field's gains (Saxe et al. 2014 for the scheme;
 gains of OpenAI baselines / SB3 / CleanRL PPO, Huang et al. 2022 "The 37 implementation details of
@@ -48,13 +50,24 @@ INIT_FNS = {
 }
 
 
+# Mnih et al. 2015 ("Human-level control through deep reinforcement learning"), Methods: 32 8x8 filters stride 4,
+# 64 4x4 stride 2, 64 3x3 stride 1, then 512 units; as SLM-Lab's Atari specs write it.
+NATURE_CNN = ((32, 8, 4, 0, 1), (64, 4, 2, 0, 1), (64, 3, 1, 0, 1))
+
+
 @dataclass(frozen=True)
 class NetSpec:
     """The spec ``agent.net`` section (SLM-Lab key names); validated by ``orchestrator.spec``.
 
     Fields:
         type: key of ``NETS``.
-        hid_layers: hidden widths.
+        hid_layers: hidden widths (MLP nets).
+        conv_hid_layers: conv nets: ``[[out_channels, kernel, stride, padding, dilation], ...]`` (SLM-Lab
+            order; padding and dilation may be left out: 0 and 1); default the Nature CNN
+            ``[[32, 8, 4, 0, 1], [64, 4, 2, 0, 1], [64, 3, 1, 0, 1]]``.
+        fc_hid_layers: conv nets: widths of the fully connected layers after the convolutions (default [512]).
+        normalize: conv nets: scale observations by 1/255 (SLM-Lab's key); None: only when the observation
+            space is uint8 (pixels); MLP nets accept only None/False.
         hid_layers_activation / out_layer_activation: keys of ``ACTIVATIONS``.
         init_fn: key of ``INIT_FNS`` or None (torch default init).
         clip_grad_val: max global grad norm per optimizer step, None for no clipping.
@@ -78,6 +91,9 @@ class NetSpec:
 
     type: str = "MLPNet"
     hid_layers: list = field(default_factory=lambda: [64])
+    conv_hid_layers: list = field(default_factory=lambda: [list(layer) for layer in NATURE_CNN])
+    fc_hid_layers: list = field(default_factory=lambda: [512])
+    normalize: bool | None = None
     hid_layers_activation: str = "relu"
     out_layer_activation: str | None = None
     init_fn: str | None = None
@@ -201,6 +217,19 @@ class MLPNet(nn.Module):
         for head, gain in zip(self.heads, gains):
             _init_linear(head[0], init_fn, gain)
 
+    @classmethod
+    def from_spec(cls, net_spec: NetSpec, obs_space: gym.Space, out_dims: int | Sequence[int],
+                  head_gains: Sequence[float] | None = None, extra_in_dim: int = 0) -> MLPNet:
+        """The net of ``net_spec`` for a flattened ``obs_space`` (O = prod of its shape) plus E extra inputs.
+
+        Raises:
+            ValueError: as the constructor, an unsupported space, or ``net_spec.normalize`` true.
+        """
+        if net_spec.normalize:
+            raise ValueError(f"agent.net.normalize applies to conv nets only, not {cls.__name__}")
+        return cls(obs_in_dim(obs_space) + extra_in_dim, out_dims, net_spec.hid_layers,
+                   net_spec.hid_layers_activation, net_spec.init_fn, net_spec.out_layer_activation, head_gains)
+
     def features(self, x: torch.Tensor, extra: Sequence[torch.Tensor]) -> torch.Tensor:
         """Body output (B, hid_layers[-1]) of observations (B, *O) and extra inputs, each (B, E_k)."""
         # Each layer's own forward(), called directly: the same ops as calling the containers, without
@@ -245,12 +274,198 @@ class DuelingMLPNet(MLPNet):
         self.single_head = True
 
     def forward(self, x: torch.Tensor, *extra: torch.Tensor) -> torch.Tensor:
+        return dueling_q(self.heads, self.features(x, extra))
+
+
+def dueling_q(heads: nn.ModuleList, h: torch.Tensor) -> torch.Tensor:
+    """``Q = V + A - mean_a A`` (B, A) from features h (B, F) and the two heads [V (F -> 1), A (F -> A)]."""
+    value, adv = (head[1].forward(head[0].forward(h)) for head in heads)
+    return value + adv - adv.mean(dim=-1, keepdim=True)
+
+
+def conv_layer_args(layer: Sequence[int]) -> tuple[int, int, int, int, int]:
+    """SLM-Lab's ``[out, kernel, stride, padding, dilation]`` (last two optional: 0, 1) as a 5-tuple of ints.
+
+    Raises:
+        ValueError: not 3 to 5 ints, or a non-positive out/kernel/stride/dilation or a negative padding.
+    """
+    layer = list(layer)
+    if not 3 <= len(layer) <= 5 or not all(isinstance(v, int) and not isinstance(v, bool) for v in layer):
+        raise ValueError(f"conv layer {layer}: expected [out, kernel, stride, padding, dilation] ints")
+    out, kernel, stride, padding, dilation = [*layer, 0, 1][:5] if len(layer) == 3 else [*layer, 1][:5]
+    if min(out, kernel, stride, dilation) < 1 or padding < 0:
+        raise ValueError(f"conv layer {layer}: out, kernel, stride, dilation must be >= 1 and padding >= 0")
+    return out, kernel, stride, padding, dilation
+
+
+class ConvNet(nn.Module):
+    """Conv net for image observations: ``conv_hid_layers`` (Conv2d + activation each), flatten, extra inputs
+    concatenated, ``fc_hid_layers`` (Linear + activation), then one or more linear heads (SLM-Lab ``ConvNet``;
+    defaults the Nature CNN of Mnih et al. 2015).
+
+    Args:
+        in_shape: one observation: (C, H, W) channel-first (a frame stack), (H, W) (one grayscale channel
+            added), or (H, W, C) with C in {1, 3, 4} and H, W > 4 (channel-last: permuted inside).
+        out_dims: size of each head; an int gives a single head.
+        conv_hid_layers: ``[[out, kernel, stride, padding, dilation], ...]``, see ``conv_layer_args``.
+        fc_hid_layers: widths after the convolutions; may be empty (heads on the conv features).
+        hid_layers_activation / out_layer_activation / init_fn / head_gains: as ``MLPNet`` (orthogonal init:
+            ``HIDDEN_GAIN`` on conv and fc layers).
+        extra_in_dim: E, features of extra inputs joined to the flattened conv output.
+        obs_scale: multiplier of the input (1/255 for uint8 pixels) or None.
+
+    Forward: ``x`` (B, *in_shape) any dtype (uint8 stays uint8 until here; cast to float32, times
+    ``obs_scale``) and optional extras (B, E) -> (B, out_dim) if one head else a list of (B, out_dim_k).
+
+    Raises:
+        ValueError: a shape other than the three above, a bad conv layer, an image too small for the
+            convolutions, or (as ``MLPNet``) unknown activation/init names or head gains.
+    """
+
+    def __init__(self, in_shape: Sequence[int], out_dims: int | Sequence[int], conv_hid_layers: Sequence[Sequence[int]],
+                 fc_hid_layers: Sequence[int], hid_layers_activation: str = "relu", init_fn: str | None = None,
+                 out_layer_activation: str | None = None, head_gains: Sequence[float] | None = None,
+                 extra_in_dim: int = 0, obs_scale: float | None = None) -> None:
+        super().__init__()
+        _check_names(hid_layers_activation, out_layer_activation, init_fn)
+        self.in_shape, self.obs_scale = tuple(in_shape), obs_scale
+        self.layout = image_layout(self.in_shape)
+        chw = self.chw_shape(self.in_shape)
+        act = ACTIVATIONS[hid_layers_activation]
+        convs: list[nn.Module] = []
+        channels = chw[0]
+        for layer in conv_hid_layers:
+            out, kernel, stride, padding, dilation = conv_layer_args(layer)
+            convs += [nn.Conv2d(channels, out, kernel, stride, padding, dilation), act()]
+            channels = out
+        self.conv = nn.Sequential(*convs, nn.Flatten())
+        with torch.no_grad():
+            try:
+                conv_dim = int(self.conv(torch.zeros(1, *chw)).shape[-1])
+            except RuntimeError as err:
+                raise ValueError(f"observation {self.in_shape} too small for conv layers {conv_hid_layers}: {err}")
+        dims = [conv_dim + extra_in_dim, *fc_hid_layers]
+        fcs: list[nn.Module] = []
+        for d_in, d_out in zip(dims[:-1], dims[1:]):
+            fcs += [nn.Linear(d_in, d_out), act()]
+        self.fc = nn.Sequential(*fcs)
+        self.single_head, self.heads = _make_heads(dims[-1], out_dims, out_layer_activation, init_fn, head_gains)
+        for layer in [*self.conv, *self.fc]:
+            if isinstance(layer, (nn.Linear, nn.Conv2d)):
+                _init_linear(layer, init_fn, HIDDEN_GAIN)
+
+    @classmethod
+    def from_spec(cls, net_spec: NetSpec, obs_space: gym.Space, out_dims: int | Sequence[int],
+                  head_gains: Sequence[float] | None = None, extra_in_dim: int = 0) -> ConvNet:
+        """The conv net of ``net_spec`` for an image ``obs_space`` (numeric Box of 2 or 3 dims).
+
+        ``normalize`` None scales by 1/255 when the space is uint8; true always; false never.
+
+        Raises:
+            ValueError: a space that is not a numeric image Box, or as the constructor.
+        """
+        if not (isinstance(obs_space, gym.spaces.Box) and np.issubdtype(obs_space.dtype, np.number)):
+            raise ValueError(f"{cls.__name__} needs a numeric Box observation space, got {obs_space}")
+        scale = net_spec.normalize if net_spec.normalize is not None else obs_space.dtype == np.uint8
+        return cls(obs_space.shape, out_dims, net_spec.conv_hid_layers, net_spec.fc_hid_layers,
+                   net_spec.hid_layers_activation, net_spec.init_fn, net_spec.out_layer_activation, head_gains,
+                   extra_in_dim, 1.0 / 255.0 if scale else None)
+
+    def chw_shape(self, shape: tuple[int, ...]) -> tuple[int, int, int]:
+        """(C, H, W) of one observation of ``shape`` under this net's layout."""
+        if self.layout == "hw":
+            return (1, *shape)
+        return (shape[2], shape[0], shape[1]) if self.layout == "hwc" else tuple(shape)
+
+    def features(self, x: torch.Tensor, extra: Sequence[torch.Tensor]) -> torch.Tensor:
+        """fc output (B, F) of observations (B, *in_shape) and extra inputs, each (B, E_k)."""
+        x = x.float()
+        if self.obs_scale is not None:
+            x = x * self.obs_scale
+        if self.layout == "hw":
+            x = x.unsqueeze(1)
+        elif self.layout == "hwc":
+            x = x.permute(0, 3, 1, 2)
+        h = self.conv(x)
+        if extra:
+            h = torch.cat([h, *(e.reshape(len(e), -1).float() for e in extra)], dim=-1)
+        return self.fc(h)
+
+    def forward(self, x: torch.Tensor, *extra: torch.Tensor) -> torch.Tensor | list[torch.Tensor]:
+        """(B, *in_shape) and extras (B, E) -> (B, out_dim), or a list of (B, out_dim_k) with several heads."""
         h = self.features(x, extra)
-        value, adv = (head[1].forward(head[0].forward(h)) for head in self.heads)
-        return value + adv - adv.mean(dim=-1, keepdim=True)
+        outs = [head(h) for head in self.heads]
+        return outs[0] if self.single_head else outs
 
 
-NETS: dict[str, type[nn.Module]] = {"MLPNet": MLPNet, "DuelingMLPNet": DuelingMLPNet}
+class DuelingConvNet(ConvNet):
+    """Dueling Q-network (Wang et al. 2016) on a ``ConvNet`` body: ``Q = V + A - mean_a A`` (B, A).
+
+    Same arguments as ``ConvNet`` with one head (``out_dims`` = number of actions).
+
+    Raises:
+        ValueError: as ``ConvNet``, or ``out_dims`` that is not one int.
+    """
+
+    def __init__(self, in_shape: Sequence[int], out_dims: int | Sequence[int], conv_hid_layers: Sequence[Sequence[int]],
+                 fc_hid_layers: Sequence[int], hid_layers_activation: str = "relu", init_fn: str | None = None,
+                 out_layer_activation: str | None = None, head_gains: Sequence[float] | None = None,
+                 extra_in_dim: int = 0, obs_scale: float | None = None) -> None:
+        if not isinstance(out_dims, int):
+            raise ValueError(f"DuelingConvNet has one Q head (int out_dims), got {out_dims}")
+        gains = None if head_gains is None else [head_gains[0], head_gains[0]]
+        super().__init__(in_shape, [1, out_dims], conv_hid_layers, fc_hid_layers, hid_layers_activation, init_fn,
+                         out_layer_activation, gains, extra_in_dim, obs_scale)
+        self.single_head = True
+
+    def forward(self, x: torch.Tensor, *extra: torch.Tensor) -> torch.Tensor:
+        """(B, *in_shape) and extras (B, E) -> Q-values (B, A) float32."""
+        return dueling_q(self.heads, self.features(x, extra))
+
+
+def image_layout(shape: Sequence[int]) -> str:
+    """``"chw"``, ``"hw"`` or ``"hwc"`` (channel-last: last dim 1, 3 or 4 and the first two > 4) of one image.
+
+    Raises:
+        ValueError: a shape of other than 2 or 3 dims.
+    """
+    if len(shape) == 2:
+        return "hw"
+    if len(shape) != 3:
+        raise ValueError(f"conv nets need (C, H, W), (H, W) or (H, W, C) observations, got shape {tuple(shape)}")
+    return "hwc" if shape[2] in (1, 3, 4) and min(shape[0], shape[1]) > 4 else "chw"
+
+
+def _check_names(hid_layers_activation: str, out_layer_activation: str | None, init_fn: str | None) -> None:
+    """Raise ValueError naming an unknown activation or init function (with the valid ones)."""
+    for name in (hid_layers_activation, out_layer_activation):
+        if name is not None and name not in ACTIVATIONS:
+            raise ValueError(f"unknown activation '{name}'; expected one of {sorted(ACTIVATIONS)}")
+    if init_fn is not None and init_fn not in INIT_FNS:
+        raise ValueError(f"unknown init_fn '{init_fn}'; expected one of {sorted(INIT_FNS)}")
+
+
+def _make_heads(in_dim: int, out_dims: int | Sequence[int], out_layer_activation: str | None, init_fn: str | None,
+                head_gains: Sequence[float] | None) -> tuple[bool, nn.ModuleList]:
+    """(single_head, heads): one ``Sequential(Linear(in_dim, d), out activation)`` per head, initialized.
+
+    Raises:
+        ValueError: ``head_gains`` whose length differs from the number of heads.
+    """
+    single = isinstance(out_dims, int)
+    head_dims = [out_dims] if single else list(out_dims)
+    gains = [VALUE_GAIN] * len(head_dims) if head_gains is None else list(head_gains)
+    if len(gains) != len(head_dims):
+        raise ValueError(f"head_gains {gains} do not match the {len(head_dims)} heads {head_dims}")
+    out_act = ACTIVATIONS[out_layer_activation] if out_layer_activation else nn.Identity
+    heads = nn.ModuleList(nn.Sequential(nn.Linear(in_dim, d), out_act()) for d in head_dims)
+    for head, gain in zip(heads, gains):
+        _init_linear(head[0], init_fn, gain)
+    return single, heads
+
+
+NETS: dict[str, type[nn.Module]] = {"MLPNet": MLPNet, "DuelingMLPNet": DuelingMLPNet, "ConvNet": ConvNet,
+                                    "DuelingConvNet": DuelingConvNet}
 
 
 def obs_in_dim(obs_space: gym.Space) -> int:
@@ -271,20 +486,19 @@ def make_net(net_spec: NetSpec, obs_space: gym.Space, out_dims: int | Sequence[i
 
     Args:
         net_spec: the ``agent.net`` section (type, layers, activations, init).
-        obs_space: single-env observation space (numeric ``Box``); its shape gives O.
+        obs_space: single-env observation space (numeric ``Box``); its shape gives O, its dtype the input
+            scaling of conv nets (uint8: 1/255).
         out_dims: head size(s).
         head_gains: orthogonal-init gain per head (``POLICY_GAIN``, ``VALUE_GAIN``); default 1 each.
         extra_in_dim: E, features of the extra inputs passed to ``forward`` after the observation
             (e.g. a one-hot or continuous action for Q(s, a)).
 
     Raises:
-        ValueError: unknown ``net_spec.type`` (lists the valid ones) or an unsupported space.
+        ValueError: unknown ``net_spec.type`` (lists the valid ones), an unsupported space, or a bad layer spec.
     """
     if net_spec.type not in NETS:
         raise ValueError(f"unknown net type '{net_spec.type}'; expected one of {sorted(NETS)}")
-    return NETS[net_spec.type](obs_in_dim(obs_space) + extra_in_dim, out_dims, net_spec.hid_layers,
-                               net_spec.hid_layers_activation, net_spec.init_fn, net_spec.out_layer_activation,
-                               head_gains)
+    return NETS[net_spec.type].from_spec(net_spec, obs_space, out_dims, head_gains, extra_in_dim)
 
 
 def polyak_update(src: nn.Module, dst: nn.Module, coef: float) -> None:

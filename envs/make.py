@@ -5,8 +5,20 @@ contract: observations ``(N, *O)``, rewards/terminated/truncated ``(N,)``. Sub-e
 ``SAME_STEP`` mode: the observation returned on a done step is the next episode's first one and
 the true final observation is in ``info["final_obs"]``.
 
-The sync vector env is built from ``functools.partial(gym.make, ...)`` so it pickles (DESIGN.md
-section 5: env state can be checkpointed).
+Env families (installed by ``pip install -e .``): classic control; Box2D (``box2d``: LunarLander-v3,
+BipedalWalker-v3, CarRacing-v3); MuJoCo v5 (``mujoco``: Hopper-v5, HalfCheetah-v5, ...); Atari (``ale-py``,
+whose wheels carry the ROMs; importing this module registers the ``ALE/*`` ids and ale-py's own
+``*NoFrameskip-v4`` ids). Atari sub-envs are composed from maintained wrappers as SLM-Lab v5 and SB3 run
+Atari (Machado et al. 2018 for sticky actions; Mnih et al. 2015 for the rest), see ``make_sub_env``:
+``AtariPreprocessing`` (noop resets, frame skip 4 with a max-pool over the last two frames, 84x84 grayscale
+uint8), ``FrameStackObservation`` (``frame_op``), ``RecordEpisodeStatistics`` (true game scores), then
+``LifeLossTermination`` (``life_loss_info``) and reward clipping (``reward_scale``) for training only.
+Frames are agent steps (the clock's unit): one Atari frame here is 4 emulator frames.
+
+The sync vector env is built from ``functools.partial`` sub-env factories so it pickles (DESIGN.md
+section 5: env state can be checkpointed); ALE and MuJoCo sub-envs keep their simulator state in the
+pickle through ``envs.wrappers.SimStatePickle``; Box2D sub-envs and async vector envs do not pickle, so
+their checkpoints are ``exact: false`` with the pickling error as the reason.
 
 Seeds (DESIGN.md section 8): ``make_env`` seeds only the vector action space with the session seed;
 the reset seeds of the sub-envs come from ``sub_env_seeds(session_seed, num_envs, stream, index)``,
@@ -17,6 +29,7 @@ share N - 1 env streams.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import warnings
@@ -29,10 +42,27 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 from gymnasium.vector.utils import batch_space
 from gymnasium.wrappers.utils import RunningMeanStd
 
+from envs.wrappers import LifeLossTermination, SimStatePickle, sim_kind
+
+try:  # ale-py registers the ALE/* ids (and its *NoFrameskip-v4 ids) with gymnasium
+    import ale_py
+
+    gym.register_envs(ale_py)
+except ImportError:  # pragma: no cover - ale-py is a dependency; without it Atari ids are unknown
+    ale_py = None
+
 TRAIN_STREAM = 0  # sub_env_seeds stream of the training env's resets (index: resume_count)
 EVAL_STREAM = 1  # sub_env_seeds stream of the evaluation env's resets (index: frame)
 
-# SLM-Lab / old gym ids that gymnasium no longer registers -> their successors.
+# SLM-Lab / old gym ids that gymnasium no longer runs -> their successors: ids it no longer registers, and
+# the MuJoCo v2/v3 ids it registers only as stubs that raise (they needed mujoco-py). Ids that still run are
+# kept as they are: ale-py's ``PongNoFrameskip-v4`` / ``BreakoutNoFrameskip-v4`` (v4 semantics: no sticky
+# actions, all frames; the Atari preprocessing of ``make_sub_env`` applies) and the MuJoCo v4 ids
+# (gymnasium warns that they are deprecated).
+_MUJOCO_STUBS = {"Reacher": ("v2",), "Pusher": ("v2",), "InvertedPendulum": ("v2",),
+                 "InvertedDoublePendulum": ("v2",), "HumanoidStandup": ("v2",), "HalfCheetah": ("v2", "v3"),
+                 "Hopper": ("v2", "v3"), "Swimmer": ("v2", "v3"), "Walker2d": ("v2", "v3"), "Ant": ("v2", "v3"),
+                 "Humanoid": ("v2", "v3")}
 OLD_ENV_IDS: dict[str, str] = {
     "LunarLander-v2": "LunarLander-v3",
     "LunarLanderContinuous-v2": "LunarLanderContinuous-v3",
@@ -41,18 +71,42 @@ OLD_ENV_IDS: dict[str, str] = {
     "CarRacing-v0": "CarRacing-v3",
     "Pendulum-v0": "Pendulum-v1",
     "Acrobot-v0": "Acrobot-v1",
+    **{f"{name}-{v}": f"{name}-v5" for name, versions in _MUJOCO_STUBS.items() for v in versions},
 }
+
+
+def _runs(env_id: str) -> bool:
+    """Registered with a real entry point (gymnasium's mujoco-py stubs have a function that raises)."""
+    return env_id in gym.registry and isinstance(gym.registry[env_id].entry_point, str)
 
 
 @dataclass(frozen=True)
 class EnvSpec:
-    """The spec ``env`` section, validated by ``orchestrator.spec``.
+    """The spec ``env`` section (SLM-Lab key names), validated by ``orchestrator.spec``.
 
-    Fields: ``name`` (gymnasium id), ``num_envs`` (sub-envs per vector env), ``max_frame``
-    (frame budget of a session, summed over sub-envs), ``max_t`` (episode step limit or None for
-    the env's own), ``normalize_state`` (running mean/std of observations), ``reward_scale``
-    (float multiplier, ``"sign"`` for sign clipping, or None), ``vectorization`` (``"sync"`` or
-    ``"async"``).
+    Fields:
+        name: gymnasium id (``ALE/Pong-v5``, ``LunarLander-v3``, ``Hopper-v5``, ...).
+        max_frame: frame budget of a session, summed over sub-envs (agent steps).
+        num_envs: N, sub-envs per vector env.
+        max_t: episode step limit (agent steps) or None for the env's own.
+        normalize_state: running mean/std of observations.
+        reward_scale: float multiplier, ``"sign"`` for sign clipping, or None: none, except ``"sign"`` on
+            Atari (SLM-Lab clips Atari rewards); ``1`` turns Atari clipping off.
+        vectorization: ``"sync"`` (one process; pickles, so resume is exact), ``"async"`` (one process per
+            sub-env; not picklable, so ``exact: false``) or ``"auto"`` (async when the session has more than
+            one CPU, ``meta.resources.num_cpus`` > 1, and N > 1; resolved by the session, see ``resolve_vec``).
+        frame_op: frame stacking, SLM-Lab v4 names: ``"concat"`` (k frames joined on the first axis:
+            (k*D,) for vector obs, (k, 84, 84) for grayscale frames, (k*C, H, W) for channel-first ones),
+            ``"stack"`` (a new leading axis, (k, *O); on (84, 84) frames the same (k, 84, 84) as ``"concat"``,
+            where SLM-Lab v4 made (k, 1, 84, 84) for recurrent nets, which this lab has not) or None: none,
+            except ``"concat"`` on Atari.
+        frame_op_len: k, frames stacked (None: 4 where ``frame_op`` applies).
+        life_loss_info: Atari: a lost life ends the training episode (``terminated``) without a reset
+            (ale-py's name); None: true on Atari training envs; evaluation envs never use it.
+        repeat_action_probability: Atari sticky actions (None: the id's own, 0.25 for ``ALE/*-v5``, 0 for
+            ``*NoFrameskip-v4``).
+        noop_max: Atari: at most this many no-op steps after each reset (0 disables).
+        frame_skip: Atari: emulator frames per agent step, max-pooled over the last two.
     """
 
     name: str
@@ -61,13 +115,44 @@ class EnvSpec:
     max_t: int | None = field(default=None, metadata={"gt": 0})
     normalize_state: bool = False
     reward_scale: float | str | None = None
-    vectorization: str = field(default="sync", metadata={"choices": ("sync", "async")})
+    vectorization: str = field(default="sync", metadata={"choices": ("sync", "async", "auto")})
+    frame_op: str | None = field(default=None, metadata={"choices": ("concat", "stack")})
+    frame_op_len: int | None = field(default=None, metadata={"gt": 0})
+    life_loss_info: bool | None = None
+    repeat_action_probability: float | None = field(default=None, metadata={"ge": 0, "le": 1})
+    noop_max: int = field(default=30, metadata={"ge": 0})
+    frame_skip: int = field(default=4, metadata={"gt": 0})
+
+
+def is_atari(env_id: str) -> bool:
+    """True for an id registered by ale-py (``ALE/*``, ``*NoFrameskip-v4``, ...).
+
+    Raises:
+        KeyError: ``env_id`` is not registered.
+    """
+    entry = gym.registry[env_id.split(":")[-1]].entry_point
+    return isinstance(entry, str) and entry.startswith("ale_py")
+
+
+def eval_spec(spec: EnvSpec, num_envs: int) -> EnvSpec:
+    """The env section of an evaluation / enjoy env: ``num_envs`` sync sub-envs, no reward scaling, whole
+    games (no ``life_loss_info``); everything else (frame ops, sticky actions, limits) as in training."""
+    return dataclasses.replace(spec, num_envs=num_envs, reward_scale=1.0, vectorization="sync",
+                               life_loss_info=False)  # 1: unscaled, also on Atari (where None means "sign")
+
+
+def resolve_vec(spec: EnvSpec, num_cpus: float) -> EnvSpec:
+    """``vectorization: auto`` -> ``"async"`` when ``num_cpus`` > 1 and ``num_envs`` > 1, else ``"sync"``."""
+    if spec.vectorization != "auto":
+        return spec
+    return dataclasses.replace(spec, vectorization="async" if num_cpus > 1 and spec.num_envs > 1 else "sync")
 
 
 def resolve_env_id(name: str) -> str:
     """Map an id gymnasium no longer registers to its successor, with a warning.
 
-    Ids gymnasium still has (e.g. ``CartPole-v0``) are returned as they are. A custom env may be
+    Ids gymnasium still runs (e.g. ``CartPole-v0``, ``PongNoFrameskip-v4``, ``HalfCheetah-v4``) are returned
+    as they are; ``OLD_ENV_IDS`` maps the others (``LunarLander-v2``, ``HalfCheetah-v3``, ...). A custom env may be
     given as ``"module:EnvId-v0"`` (gymnasium's syntax): the module is imported to register it.
 
     Raises:
@@ -83,10 +168,10 @@ def resolve_env_id(name: str) -> str:
         if env_id not in gym.registry:
             raise ValueError(f"unknown env id '{env_id}': module '{module}' does not register it")
         return name
-    if name in gym.registry:
-        return name
     new = OLD_ENV_IDS.get(name)
-    if new is not None and new in gym.registry:
+    if name in gym.registry and (new is None or _runs(name)):
+        return name
+    if new is not None and _runs(new):
         warnings.warn(f"env '{name}' is not in gymnasium; using its successor '{new}'", stacklevel=2)
         return new
     raise ValueError(f"unknown env id '{name}': gymnasium has no such environment registered")
@@ -97,7 +182,7 @@ def make_env(spec: EnvSpec, seed: int | None, render_mode: str | None = None,
     """Build the session's vector env and reset-seed it.
 
     Args:
-        spec: the env section.
+        spec: the env section (``vectorization: auto`` must be resolved first, see ``resolve_vec``).
         seed: session seed; seeds the vector action space only (None: unseeded). Reset the env with
             ``env.reset(seed=sub_env_seeds(seed, spec.num_envs))`` for seeded sub-envs.
         render_mode: gymnasium render mode of every sub-env (``"human"``, ``"rgb_array"``) or None.
@@ -105,17 +190,19 @@ def make_env(spec: EnvSpec, seed: int | None, render_mode: str | None = None,
             (needs ``render_mode="rgb_array"``, moviepy, and one sub-env: names are per sub-env).
 
     Returns:
-        A ``VectorEnv`` with ``num_envs`` sub-envs; the episode statistics wrapper sits before
-        reward scaling so ``info["episode"]["r"]`` is the true undiscounted return.
+        A ``VectorEnv`` with ``num_envs`` sub-envs. Observations (N, *O) in the sub-env's dtype (uint8
+        (N, k, 84, 84) on Atari). The episode statistics wrapper sits before the life-loss signal and reward
+        scaling, so ``info["episode"]["r"]`` is the true undiscounted game return.
 
     Raises:
-        ValueError: unknown env id or vectorization mode.
+        ValueError: unknown env id or vectorization mode, Atari options on a non-Atari env, or a
+            ``frame_op`` the observation shape does not allow.
     """
     env_id = resolve_env_id(spec.name)
-    kwargs = {} if spec.max_t is None else {"max_episode_steps": spec.max_t}
-    env_fns = [functools.partial(gym.make, env_id, **kwargs) for _ in range(spec.num_envs)]
-    if render_mode is not None or video_folder is not None:
-        env_fns = [functools.partial(_make_rendered, env_id, render_mode, video_folder, kwargs)] * spec.num_envs
+    atari = is_atari(env_id)
+    if not atari and (spec.life_loss_info or spec.repeat_action_probability is not None):
+        raise ValueError(f"env '{env_id}': life_loss_info / repeat_action_probability apply to Atari envs only")
+    env_fns = [functools.partial(make_sub_env, env_id, spec, render_mode, video_folder)] * spec.num_envs
     if spec.vectorization == "sync":
         venv: VectorEnv = SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
     elif spec.vectorization == "async":
@@ -123,14 +210,91 @@ def make_env(spec: EnvSpec, seed: int | None, render_mode: str | None = None,
     else:
         raise ValueError(f"env.vectorization must be 'sync' or 'async', got '{spec.vectorization}'")
     venv = gym.wrappers.vector.RecordEpisodeStatistics(venv)
-    if spec.reward_scale == "sign":
+    if atari and (spec.life_loss_info is None or spec.life_loss_info):
+        venv = LifeLossTermination(venv)
+    reward_scale = "sign" if atari and spec.reward_scale is None else spec.reward_scale
+    if reward_scale == "sign":
         venv = gym.wrappers.vector.TransformReward(venv, np.sign)
-    elif spec.reward_scale is not None:
-        venv = gym.wrappers.vector.TransformReward(venv, functools.partial(np.multiply, float(spec.reward_scale)))
+    elif reward_scale is not None and reward_scale != 1:
+        venv = gym.wrappers.vector.TransformReward(venv, functools.partial(np.multiply, float(reward_scale)))
     if spec.normalize_state:  # outermost, so ``env.obs_rms`` / ``env.update_running_mean`` reach it
         venv = NormalizeObservation(venv)
     venv.action_space.seed(seed)
     return venv
+
+
+def make_sub_env(env_id: str, spec: EnvSpec, render_mode: str | None = None,
+                 video_folder: str | None = None) -> gym.Env:
+    """One sub-env: ``gym.make`` plus, on Atari, the SLM-Lab v5 preprocessing, then ``frame_op``.
+
+    Atari: ``gym.make(id, frameskip=1, repeat_action_probability=0)``, gymnasium's ``StickyAction`` with the
+    id's or the spec's probability on every emulator frame (Machado et al. 2018), gymnasium's ``AtariPreprocessing``
+    (``noop_max`` no-op resets, ``frame_skip`` with a max-pool of the last two emulator frames, 84x84
+    grayscale uint8, no scaling: nets divide by 255), then ``max_t`` as a ``TimeLimit`` in agent steps.
+    Other envs: ``gym.make(id, max_episode_steps=max_t)``. Then ``FrameStackObservation`` (``frame_op``,
+    zero-padded at episode start), and ``SimStatePickle`` outermost on simulators whose pickle would lose
+    their state (ALE, MuJoCo, Box2D: ``envs.wrappers.sim_kind``) so the whole chain pickles with it or refuses.
+
+    Returns:
+        A ``gym.Env`` whose observation space is the session's single observation space O.
+
+    Raises:
+        ValueError: a ``frame_op`` the observation shape does not allow.
+        gymnasium.error.DependencyNotInstalled: the env family's package is missing.
+    """
+    if is_atari(env_id):
+        env = gym.make(env_id, render_mode=render_mode, frameskip=1, repeat_action_probability=0.0)
+        sticky = sticky_probability(env_id, spec)
+        if sticky > 0:
+            env = gym.wrappers.StickyAction(env, sticky)
+        env = gym.wrappers.AtariPreprocessing(env, noop_max=spec.noop_max, frame_skip=spec.frame_skip,
+                                              screen_size=84, grayscale_obs=True, scale_obs=False)
+        if spec.max_t is not None:
+            env = gym.wrappers.TimeLimit(env, spec.max_t)
+        frame_op, frame_op_len = spec.frame_op or "concat", spec.frame_op_len or 4
+    else:
+        kwargs = {} if spec.max_t is None else {"max_episode_steps": spec.max_t}
+        env = gym.make(env_id, render_mode=render_mode, **kwargs)
+        frame_op, frame_op_len = spec.frame_op, spec.frame_op_len or 4
+    if frame_op is not None:
+        env = stack_frames(env, frame_op, frame_op_len)
+    if video_folder is not None:
+        env = gym.wrappers.RecordVideo(env, video_folder, episode_trigger=_every_episode, name_prefix="episode")
+    return env if sim_kind(env) is None else SimStatePickle(env)  # plain envs pickle whole, with no extra call
+
+
+def sticky_probability(env_id: str, spec: EnvSpec) -> float:
+    """Sticky-action probability of an Atari sub-env: the spec's, else the id's registered one (0.25 for
+    ``ALE/*-v5``, 0 for ``*-v4``).
+
+    Applied by gymnasium's ``StickyAction`` rather than inside ALE: ALE's own sticky actions repeat an
+    emulator-side previous action that ``ALEState`` does not save, so a restored ALE would continue
+    differently (measured: 1 of 6 Pong states); the wrapper keeps it in Python, drawn from the env's
+    ``np_random``, and so pickles exactly. The one difference: the first step after a reset is never sticky.
+    """
+    if spec.repeat_action_probability is not None:
+        return float(spec.repeat_action_probability)
+    return float(gym.registry[env_id.split(":")[-1]].kwargs.get("repeat_action_probability", 0.25))
+
+
+def stack_frames(env: gym.Env, frame_op: str, k: int) -> gym.Env:
+    """SLM-Lab's ``frame_op`` with gymnasium's ``FrameStackObservation`` (k frames, zero-padded at reset).
+
+    ``"stack"``: (k, *O). ``"concat"``: the k frames joined on their first axis: (k*D,) for (D,) vectors,
+    (k, H, W) for (H, W) grayscale frames (each frame one channel), (k*C, H, W) for channel-first images.
+
+    Raises:
+        ValueError: unknown ``frame_op``, or ``"concat"`` of frames with more than 3 axes.
+    """
+    if frame_op not in ("concat", "stack"):
+        raise ValueError(f"env.frame_op must be 'concat' or 'stack', got {frame_op!r}")
+    shape = env.observation_space.shape
+    env = gym.wrappers.FrameStackObservation(env, k, padding_type="zero")
+    if frame_op == "stack" or len(shape) == 2:
+        return env
+    if len(shape) not in (1, 3):
+        raise ValueError(f"env.frame_op 'concat' needs 1-3 dimensional frames, got shape {shape}")
+    return gym.wrappers.ReshapeObservation(env, (k * shape[0], *shape[1:]))
 
 
 def sub_env_seeds(seed: int, num_envs: int, stream: int = TRAIN_STREAM, index: int = 0) -> list[int]:
@@ -201,15 +365,6 @@ class NormalizeObservation(VectorWrapper):
                 final[i] = self.normalize(np.asarray(final[i]))
             info = {**info, "final_obs": final}
         return self.normalize(obs), reward, terminated, truncated, info
-
-
-def _make_rendered(env_id: str, render_mode: str | None, video_folder: str | None,
-                   kwargs: dict[str, Any]) -> gym.Env:
-    """One sub-env with a render mode; with ``video_folder``, every episode is recorded there."""
-    env = gym.make(env_id, render_mode=render_mode, **kwargs)
-    if video_folder is not None:
-        env = gym.wrappers.RecordVideo(env, video_folder, episode_trigger=_every_episode, name_prefix="episode")
-    return env
 
 
 def _every_episode(episode: int) -> bool:

@@ -120,10 +120,10 @@ def make_eval_env(session: Any, render_mode: str | None, video_dir: str | None) 
     """
     import gymnasium as gym
 
-    from envs.make import EnvSpec, make_env
+    from envs.make import eval_spec, make_env
 
     es = session.spec.env
-    spec = EnvSpec(es.name, es.max_frame, 1, es.max_t, es.normalize_state, None, "sync")
+    spec = eval_spec(es, 1)
     if video_dir is not None:
         if importlib.util.find_spec("moviepy") is None:
             raise UsageError("--record needs moviepy, which is not installed: pip install moviepy "

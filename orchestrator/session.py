@@ -39,7 +39,16 @@ import torch
 
 from agents.algorithms import ALGORITHMS, Algorithm, LossStats
 from envs.clock import Clock
-from envs.make import EVAL_STREAM, TRAIN_STREAM, EnvSpec, episode_returns, final_obs, make_env, sub_env_seeds
+from envs.make import (
+    EVAL_STREAM,
+    TRAIN_STREAM,
+    episode_returns,
+    eval_spec,
+    final_obs,
+    make_env,
+    resolve_vec,
+    sub_env_seeds,
+)
 from orchestrator import transfer
 from orchestrator.spec import RunSpec, build, spec_hash
 
@@ -78,7 +87,7 @@ class Session:
         self.seed, self.trial, self.session = int(seed), trial, session
         seed_globals(self.seed)
         env_spec, meta = self.spec.env, self.spec.meta
-        self.env = make_env(env_spec, self.seed)
+        self.env = make_env(resolve_vec(env_spec, float(meta.resources.get("num_cpus", 1))), self.seed)
         self.clock = Clock(env_spec.max_frame, env_spec.num_envs)
         algo_cls = ALGORITHMS[self.spec.agent.algorithm.name]
         self.algorithm: Algorithm = algo_cls(self.spec.agent, self.env.single_observation_space,
@@ -183,11 +192,9 @@ class Session:
 
     # ---------------------------------------------------------------- evaluation
     def eval_env(self) -> Any:
-        """The evaluation env (``rigorous_eval`` sub-envs, no reward scaling), built once."""
+        """The evaluation env (``rigorous_eval`` sync sub-envs, no reward scaling, whole games), built once."""
         if self._eval_env is None:
-            es = self.spec.env
-            self._eval_env = make_env(EnvSpec(es.name, es.max_frame, self.spec.meta.rigorous_eval, es.max_t,
-                                              es.normalize_state, None, "sync"), None)
+            self._eval_env = make_env(eval_spec(self.spec.env, self.spec.meta.rigorous_eval), None)
         if self.spec.env.normalize_state:  # evaluate with the training statistics, frozen
             self._eval_env.obs_rms = self.env.obs_rms
             self._eval_env.update_running_mean = False
@@ -252,7 +259,8 @@ class Session:
 
         Files: ``state.pt`` (``state_dict``, torch format), ``env.pkl`` (the pickled vector env,
         when it pickles), ``train_df.parquet`` and, once it has rows, ``eval_df.parquet``. Metadata: clock,
-        ``weights_sha256`` per net, ``exact`` (false when the env could not be pickled),
+        ``weights_sha256`` per net, ``exact`` (false when the env could not be pickled), ``exact_reason`` (why not,
+        or None),
         ``total_reward_ma`` of the last log row, and whether the replay buffer is included.
         """
         buf = io.BytesIO()
@@ -261,13 +269,14 @@ class Session:
         if self.eval_rows:
             files["eval_df.parquet"] = _parquet(self.eval_rows, EVAL_COLUMNS)
         exact = self.exact
+        reason = None if exact else "restored from a checkpoint without env state or with another device kind's RNG"
         try:
             files["env.pkl"] = pickle.dumps(self.env)
-        except Exception:  # async envs and some third-party envs cannot be pickled  # noqa: BLE001
-            exact = False
+        except Exception as err:  # async envs, Box2D (envs.wrappers.SimStatePickle)  # noqa: BLE001
+            exact, reason = False, f"{type(self.env.unwrapped).__name__} not pickled: {type(err).__name__}: {err}"
         last = self.train_rows[-1]["total_reward_ma"] if self.train_rows else math.nan
         meta = {"clock": self.clock.state_dict(), "spec_hash": spec_hash(self.spec.raw),
-                "weights_sha256": self.weights_sha256(), "exact": exact,
+                "weights_sha256": self.weights_sha256(), "exact": exact, "exact_reason": reason,
                 "total_reward_ma": None if math.isnan(last) else last, "memory": self.memory_in_checkpoint}
         return files, meta
 

@@ -30,9 +30,20 @@ import yaml
 
 from agents.algorithms import ALGORITHMS, AgentSpec, AlgorithmSpec
 from agents.memory import MEMORIES, MemorySpec
-from agents.nets import ACTIVATIONS, INIT_FNS, LOSSES, NETS, OPTIMIZERS, NetSpec, make_loss, make_optim
+from agents.nets import (
+    ACTIVATIONS,
+    INIT_FNS,
+    LOSSES,
+    NETS,
+    OPTIMIZERS,
+    ConvNet,
+    NetSpec,
+    conv_layer_args,
+    make_loss,
+    make_optim,
+)
 from agents.schedules import DECAYS, LR_SCHEDULERS, VarSchedule, make_lr_scheduler
-from envs.make import EnvSpec, resolve_env_id
+from envs.make import EnvSpec, is_atari, resolve_env_id
 from orchestrator import storage
 from orchestrator.search_space import search_problems
 
@@ -119,8 +130,6 @@ INERT_KEYS: dict[str, tuple[Any, ...]] = {
     "agent.algorithm.policy_loss_coef": (1.0, 1),
     "agent.net.batch_norm": (False, None),
     "agent.net.use_same_optim": (False, None),
-    "env.frame_op": (None,),
-    "env.frame_op_len": (None,),
 }
 
 
@@ -439,10 +448,17 @@ def _check_env_name(spec: dict[str, Any], problems: list[str]) -> None:
         problems.append(f"env.name: expected a gymnasium env id string, got {env_name!r}")
         return
     try:
-        resolve_env_id(env_name)
+        env_id = resolve_env_id(env_name)
     except ValueError as err:
         ale = env_name.startswith("ALE/") or "NoFrameskip" in env_name
         problems.append(f"env.name: {err}" + ("; Atari envs need: pip install ale-py" if ale else ""))
+        return
+    if not is_atari(env_id):
+        env = spec["env"]
+        for key, neutral in (("life_loss_info", (None, False)), ("repeat_action_probability", (None,)),
+                             ("noop_max", (30,)), ("frame_skip", (4,))):
+            if env.get(key, neutral[0]) not in neutral:
+                problems.append(f"env.{key}: applies to Atari (ALE) envs only, not '{env_id}'")
 
 
 def _int_at(spec: dict[str, Any], path: str) -> int | None:
@@ -520,6 +536,23 @@ def _try_build(problems: list[str], path: str, build_fn: Any, *args: Any) -> Non
         problems.append(f"{path}: cannot build from {args[-1]!r}: {err}")
 
 
+def _check_layers(net: dict[str, Any], problems: list[str]) -> None:
+    """``hid_layers`` / ``fc_hid_layers``: positive ints; ``conv_hid_layers``: [out, kernel, stride, padding,
+    dilation] lists (``agents.nets.conv_layer_args``); ``normalize`` only on conv nets."""
+    for key in ("hid_layers", "fc_hid_layers"):
+        hid = net.get(key)
+        if isinstance(hid, list) and not all(_type_ok(h, int) and h > 0 for h in hid):
+            problems.append(f"agent.net.{key}: expected a list of positive ints, got {hid!r}")
+    net_cls = _registered(NETS, net.get("type"))
+    if net.get("normalize") and net_cls is not None and not issubclass(net_cls, ConvNet):
+        problems.append(f"agent.net.normalize: applies to conv nets only (scales pixels by 1/255), not {net['type']}")
+    for i, layer in enumerate(net.get("conv_hid_layers") or []):
+        try:
+            conv_layer_args(layer if isinstance(layer, list) else [layer])
+        except ValueError as err:
+            problems.append(f"agent.net.conv_hid_layers[{i}]: {err}")
+
+
 def _check_build_args(spec: dict[str, Any], problems: list[str]) -> None:
     """What only a constructor can check: net activations/init/widths, schedule steps, and the
     keyword arguments of optimizers and LR schedulers (built once on a dummy parameter)."""
@@ -528,9 +561,7 @@ def _check_build_args(spec: dict[str, Any], problems: list[str]) -> None:
                        ("init_fn", INIT_FNS)):
         if net.get(key) is not None and _registered(valid, net[key]) is None:
             problems.append(f"agent.net.{key}: unknown name {net[key]!r}; expected one of {sorted(valid)}")
-    hid = net.get("hid_layers")
-    if isinstance(hid, list) and not all(_type_ok(h, int) and h > 0 for h in hid):
-        problems.append(f"agent.net.hid_layers: expected a list of positive ints, got {hid!r}")
+    _check_layers(net, problems)
     for path in _schedule_paths(spec):
         value = _get(spec, path)
         if isinstance(value, dict) and _registered(DECAYS, value.get("name", "no_decay")):
@@ -674,7 +705,8 @@ def resume_edits(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, 
 
     Edits under ``RESUME_EDITABLE`` are applied (``max_frame`` and ``max_session`` only upwards);
     every other difference contradicts the past. ``meta.random_seed`` unset in the new spec means
-    "keep the saved seed".
+    "keep the saved seed". Keys the saved spec lacks (fields added to the lab since it was saved, e.g.
+    ``env.noop_max``, ``agent.net.conv_hid_layers``) take their current defaults, so older runs resume.
 
     Args:
         saved: the checked spec stored in the predir.
@@ -683,6 +715,7 @@ def resume_edits(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, 
     Returns:
         (merged spec, applied edits as "key: old -> new", conflicts as "key: saved X, given Y").
     """
+    saved = fill_defaults(saved)  # keys added to the lab after the run was saved: their defaults
     old_leaves, new_leaves = _leaves(saved), _leaves(new)
     merged = copy.deepcopy(saved)
     applied, conflicts = [], []

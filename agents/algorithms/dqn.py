@@ -69,7 +69,7 @@ class DQN(Algorithm):
     def init_memory(self) -> Replay:
         """A ``Replay`` ring buffer of ``memory.max_size`` transitions."""
         ms = self.spec.memory
-        return Replay(ms.max_size, self.obs_space.shape, (), np.int64, ms.batch_size, ms.use_cer)
+        return Replay.from_spec(ms, self.obs_space, (), np.int64)
 
     @torch.no_grad()
     def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:

@@ -161,10 +161,20 @@ def test_old_id_maps_to_successor_with_warning():
     env.close()
 
 
-def test_only_unregistered_ids_are_in_the_map():
+def test_only_ids_that_do_not_run_are_in_the_map():
+    """Mapped: ids gymnasium no longer registers, or registers only as mujoco-py stubs; successors run."""
     for old, new in OLD_ENV_IDS.items():
-        assert old not in gym.registry, old
-        assert new in gym.registry, new
+        assert old not in gym.registry or not isinstance(gym.registry[old].entry_point, str), old
+        assert isinstance(gym.registry[new].entry_point, str), new
+
+
+def test_mujoco_stub_ids_map_to_v5_and_v4_ids_are_kept():
+    with pytest.warns(UserWarning, match="'HalfCheetah-v3' is not in gymnasium; using its successor 'HalfCheetah-v5'"):
+        assert resolve_env_id("HalfCheetah-v3") == "HalfCheetah-v5"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert resolve_env_id("HalfCheetah-v4") == "HalfCheetah-v4"  # still runs in gymnasium 1.x
+        assert resolve_env_id("PongNoFrameskip-v4") == "PongNoFrameskip-v4"  # registered by ale-py
 
 
 def test_unknown_id_raises():

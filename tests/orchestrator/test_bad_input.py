@@ -2,6 +2,7 @@
 directory byte-identical."""
 
 import shutil
+import sys
 
 import pytest
 from lab_helpers import SPECS, files_digest, only_predir, overrides, run_cli
@@ -111,12 +112,22 @@ def session_spec_file(tmp_path, *items):
 
 
 LUNAR = "env.name=LunarLander-v3"
+
+
+def hide_package(monkeypatch, package: str, *importers: str) -> None:
+    """Make ``import package`` fail for this test, as on a machine without it: the package and the
+    modules that import it are dropped from ``sys.modules`` (restored afterwards by monkeypatch)."""
+    for name in list(sys.modules):
+        if any(name == p or name.startswith(p + ".") for p in (package, *importers)):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, package, None)  # None in sys.modules: the import raises ImportError
 SEARCH = 'search={"agent": {"algorithm": {"gamma__choice": [0.9, 0.99]}}}'
 
 
 @pytest.mark.parametrize("mode", ["dev", "train", "train@latest", "search", "search@latest", "enjoy@"])
-def test_missing_env_dependency_exits_2_with_the_pip_command(tmp_path, capsys, mode):
-    """Box2D is not installed here: every mode names the env and the pip command, creates nothing."""
+def test_missing_env_dependency_exits_2_with_the_pip_command(tmp_path, capsys, monkeypatch, mode):
+    """Box2D hidden: every mode names the env and the pip command, creates nothing."""
+    hide_package(monkeypatch, "Box2D", "gymnasium.envs.box2d")
     data = tmp_path / "data"
     extra = [SEARCH] if mode.startswith("search") else []
     if mode == "enjoy@":
@@ -137,7 +148,8 @@ def test_unknown_env_id_exits_2_naming_it(tmp_path, capsys):
     assert not (tmp_path / "data").exists()
 
 
-def test_atari_id_without_ale_names_the_package(tmp_path, capsys):
+def test_atari_id_without_ale_names_the_package(tmp_path, capsys, monkeypatch):
+    hide_package(monkeypatch, "ale_py")
     assert dqn_dev(tmp_path / "data", "dev", "env.name=ALE/Pong-v5") == 2
     err = capsys.readouterr().err
     assert "'ALE/Pong-v5'" in err and "pip install ale-py" in err

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from agents.algorithms import ALGORITHMS
+from agents.nets import NETS
 from orchestrator.spec import (
     MetaSpec,
     SpecError,
@@ -183,7 +184,6 @@ def test_old_env_id_maps_with_warning(tmp_path):
 
 
 def test_lunar_lander_v2_maps_to_v3(tmp_path):
-    pytest.importorskip("Box2D")
     from envs.make import EnvSpec, make_env
 
     with pytest.warns(UserWarning, match="using its successor 'LunarLander-v3'"):
@@ -234,7 +234,7 @@ def test_out_of_range():
     assert only(problems_of(["agent.algorithm.lam=-0.1"])) == "agent.algorithm.lam: must be >= 0, got -0.1"
     assert only(problems_of(["meta.log_frequency=0"])) == "meta.log_frequency: must be > 0, got 0"
     assert only(problems_of(['env.vectorization="threads"'])) == \
-        "env.vectorization: expected one of ['sync', 'async'], got 'threads'"
+        "env.vectorization: expected one of ['sync', 'async', 'auto'], got 'threads'"
     assert only(problems_of(["meta.distributed=true"])) == \
         "meta.distributed: expected one of [False], got True"
 
@@ -253,7 +253,7 @@ def test_unknown_algorithm_lists_valid_names():
 
 def test_unknown_net_type():
     assert only(problems_of(["agent.net.type=ConvNett"])) == \
-        "agent.net.type: unknown name 'ConvNett'; expected one of ['DuelingMLPNet', 'MLPNet']"
+        f"agent.net.type: unknown name 'ConvNett'; expected one of {sorted(NETS)}"
 
 
 def test_unknown_memory():
@@ -325,7 +325,7 @@ def test_missing_sections():
 
 
 def test_several_problems_reported_at_once():
-    problems = problems_of(["agent.algorithm.gama=0.9", "env.max_frame=0", "agent.net.type=ConvNet",
+    problems = problems_of(["agent.algorithm.gama=0.9", "env.max_frame=0", "agent.net.type=ConvNett",
                             "env.name=NoSuchEnv-v0", "meta.log_frequency=-1", "agent.memory.name=Replay"])
     paths = sorted(p.split(":")[0] for p in problems)
     assert paths == ["agent.algorithm.gama", "agent.memory.name", "agent.net.type", "env.max_frame",
@@ -339,6 +339,22 @@ def test_inert_slm_lab_keys_only_with_neutral_values():
     check({**apply_overrides(FLAT, ["agent.net.batch_norm=false", "env.frame_op=null"]), "name": "s"})
     assert only(problems_of(["agent.net.batch_norm=true"])).startswith(
         "agent.net.batch_norm: SLM-Lab key not supported here")
+
+
+def test_conv_net_keys_are_checked():
+    """ConvNet keys validate at the edge: conv layer lists, fc widths, normalize only on conv nets; frame ops
+    and Atari env keys are fields now."""
+    check({**apply_overrides(FLAT, ["agent.net.type=ConvNet", "agent.net.normalize=true", "env.frame_op=concat",
+                                    "env.frame_op_len=4"]), "name": "s"})
+    assert only(problems_of(["agent.net.conv_hid_layers=[[32,8]]"])).startswith(
+        "agent.net.conv_hid_layers[0]: conv layer [32, 8]: expected [out, kernel, stride, padding, dilation]")
+    assert only(problems_of(["agent.net.fc_hid_layers=[0]"])) == \
+        "agent.net.fc_hid_layers: expected a list of positive ints, got [0]"
+    assert only(problems_of(["agent.net.normalize=true"])).startswith("agent.net.normalize: applies to conv nets")
+    assert only(problems_of(["env.life_loss_info=true"])) == \
+        "env.life_loss_info: applies to Atari (ALE) envs only, not 'CartPole-v1'"
+    assert only(problems_of(['env.frame_op="glue"'])) == \
+        "env.frame_op: expected one of ['concat', 'stack'], got 'glue'"
 
 
 # ---------------------------------------------------------------- files
@@ -384,3 +400,21 @@ def test_spec_hash_is_canonical_and_sensitive():
 
 def test_session_seed():
     assert session_seed(3, 0, 0) == 3 and session_seed(3, 2, 1) == 2004
+
+
+def test_resume_of_a_run_saved_before_new_fields():
+    """A run saved by an older lab lacks fields added since (env.noop_max, agent.net.conv_hid_layers,
+    agent.memory.optimize_memory_usage, ...): they take their defaults, so train@ finds no conflict."""
+    from orchestrator.spec import resume_edits
+
+    new = check({**FLAT, "name": "s"})
+    saved = copy.deepcopy(new)
+    for section, key in (("env", "noop_max"), ("env", "frame_skip"), ("env", "frame_op")):
+        del saved[section][key]
+    for key in ("conv_hid_layers", "fc_hid_layers", "normalize"):
+        del saved["agent"]["net"][key]
+    del saved["agent"]["memory"]["optimize_memory_usage"]
+    merged, applied, conflicts = resume_edits(saved, new)
+    assert conflicts == [] and applied == [] and merged == new
+    assert resume_edits(saved, {**new, "env": {**new["env"], "noop_max": 5}})[2] == [
+        "env.noop_max: the run was saved with 30, the spec gives 5"]

@@ -1,0 +1,94 @@
+"""Pixel replay: observations stored in the space's dtype (uint8 Atari frames), bytes per transition, and
+FrameOnceReplay (each observation once, next by index) sampling exactly what Replay samples, through
+episode ends, ring wrap-around, env resets under a restored buffer and state round trips."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from agents.memory import FrameOnceReplay, MemorySpec, Replay, storage_dtype
+from envs.make import EnvSpec, final_obs, make_env, sub_env_seeds
+
+ATARI = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+
+
+def test_bytes_per_transition():
+    """(4, 84, 84) uint8: 28,224 bytes per observation. Replay keeps obs and next_obs (+ 16 bytes of act,
+    reward, terminated): 56,464 bytes; FrameOnceReplay 28,240; the float32 storage before this: 225,808."""
+    size = 1000
+    per = {name: cls(size, ATARI.shape, (), np.int64, 32, obs_dtype=dtype).nbytes / size
+           for name, cls, dtype in (("float32", Replay, np.float32), ("uint8", Replay, np.uint8),
+                                    ("frame_once", FrameOnceReplay, np.uint8))}
+    assert per == {"float32": 225_808, "uint8": 56_464, "frame_once": 28_240}
+    assert storage_dtype(np.float64) == np.float32 and storage_dtype(np.uint8) == np.uint8
+    spec = MemorySpec(max_size=size, optimize_memory_usage=True)
+    assert isinstance(Replay.from_spec(spec, ATARI, (), np.int64), FrameOnceReplay)
+    assert Replay.from_spec(MemorySpec(max_size=size), ATARI, (), np.int64).data["obs"].dtype == np.uint8
+
+
+def fill(memories, steps, seed=0, reset_at=None):
+    """Feed the same CartPole rollout (3 sub-envs, 6-step episodes) into every memory, as the session does;
+    ``reset_at``: reset the env at that step (a restore without env state), so next obs do not follow."""
+    env = make_env(EnvSpec("CartPole-v1", max_frame=1000, num_envs=3, max_t=6), seed=seed)
+    obs, _ = env.reset(seed=sub_env_seeds(seed, 3))
+    rng = np.random.default_rng(seed)
+    for t in range(steps):
+        if t == reset_at:
+            obs, _ = env.reset(seed=sub_env_seeds(seed, 3, index=1))
+        act = rng.integers(0, 2, 3)
+        next_obs, reward, term, trunc, info = env.step(act)
+        for mem in memories:
+            mem.add(obs, act, reward, final_obs(next_obs, term | trunc, info), term, trunc)
+        obs = next_obs
+    env.close()
+
+
+def assert_same_samples(a, b, draws=40, seed=1):
+    ra, rb = np.random.default_rng(seed), np.random.default_rng(seed)
+    for _ in range(draws):
+        x, y = a.sample(ra), b.sample(rb)
+        assert x.keys() == y.keys()
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k], err_msg=k)
+
+
+@pytest.mark.parametrize("max_size, steps, use_cer", [(100, 20, False), (31, 50, True), (30, 50, False)])
+def test_frame_once_samples_what_replay_samples(max_size, steps, use_cer):
+    """Episode ends every 6 steps, the ring wraps (31: N = 3 does not divide it), CER on and off."""
+    plain = Replay(max_size, (4,), (), np.int64, 16, use_cer)
+    once = FrameOnceReplay(max_size, (4,), (), np.int64, 16, use_cer)
+    fill([plain, once], steps)
+    assert len(plain) == len(once) and once.final  # episode ends kept their true final observations
+    assert_same_samples(plain, once)
+    rows = np.arange(len(once))
+    np.testing.assert_array_equal(once.next_obs(rows), plain.data["next_obs"][rows])
+
+
+def test_frame_once_env_reset_and_state_round_trip():
+    """An env reset mid-stream (no successor relation across it) and a state_dict round trip keep the
+    samples equal to Replay's, also after more adds."""
+    plain = Replay(40, (4,), (), np.int64, 16)
+    once = FrameOnceReplay(40, (4,), (), np.int64, 16)
+    fill([plain, once], 9, reset_at=5)
+    assert_same_samples(plain, once)
+    clone = FrameOnceReplay(40, (4,), (), np.int64, 16)
+    clone.load_state_dict(once.state_dict())
+    assert_same_samples(once, clone)
+    fill([plain, once, clone], 7, seed=2)
+    assert_same_samples(plain, clone)
+    with pytest.raises(ValueError, match="not a FrameOnceReplay state"):
+        clone.load_state_dict(plain.state_dict())
+
+
+def zero_rows(n):
+    """n all-zero transitions of 2-feature observations."""
+    return np.zeros((n, 2)), np.zeros(n, np.int64), np.zeros(n), np.zeros((n, 2)), np.zeros(n, bool), np.zeros(n, bool)
+
+
+def test_frame_once_errors():
+    with pytest.raises(ValueError, match="max_size >= 2"):
+        FrameOnceReplay(4, (2,), (), np.int64, 2).add(*zero_rows(3))
+    mem = FrameOnceReplay(10, (2,), (), np.int64, 2)
+    mem.add(*zero_rows(2))
+    with pytest.raises(ValueError, match="takes 2 rows per add"):
+        mem.add(*zero_rows(1))
