@@ -24,6 +24,7 @@ import ray
 from orchestrator import predir as predir_mod
 from orchestrator import storage
 from orchestrator.checkpoint import CheckpointError, CheckpointStore
+from orchestrator.tracking import SessionTracker
 
 COMMIT_BACKOFF_S = (0.5, 1.0, 2.0)  # waits between checkpoint write attempts, seconds
 
@@ -57,6 +58,7 @@ class SessionRunner:
         self.resume = resume
         self.restored_frame: int | None = None
         self.best: tuple[float, int] | None = None  # (total_reward_ma, frame) of the best checkpoint
+        self.tracker = SessionTracker(spec, predir, trial, session, self.log_line)  # TensorBoard, W&B, MLflow
 
     def restore(self) -> None:
         """Load the newest valid checkpoint (falls back to older ones with a warning)."""
@@ -85,6 +87,7 @@ class SessionRunner:
         Returns:
             True once committed, False if every attempt failed.
         """
+        self.tracker.upload()  # object stores: events up to this frame are stored before it commits
         for attempt, backoff in enumerate((*COMMIT_BACKOFF_S, None)):
             try:
                 self.store.commit(frame, files, meta)
@@ -129,6 +132,7 @@ class SessionRunner:
         session = self.session
         if self.resume:
             self.restore()
+        self.tracker.start(session, self.restored_frame)
         yield {"kind": "started", "pid": os.getpid(), "restored_frame": self.restored_frame,
                "device": str(session.algorithm.device), "exact": session.exact}
         freq = checkpoint_frequency(self.spec["meta"])
@@ -141,6 +145,7 @@ class SessionRunner:
                     next_ckpt = (session.clock.frame // freq + 1) * freq
                     session.run_rl(until_frame=next_ckpt, on_log=lambda _s, row: rows.append(row))
                 if session.clock.frame not in (self.committed, pending and pending[0]):
+                    self.tracker.log(session, self.committed)
                     start = time.perf_counter()
                     frame, files, meta = self.snapshot()
                     yield from self.finish_write(pending)
@@ -152,6 +157,7 @@ class SessionRunner:
                 if session.clock.done() or session.stop_requested:
                     break
             yield from self.finish_write(pending)
+        self.tracker.close(session, self.committed)
         last = session.train_rows[-1]["total_reward_ma"] if session.train_rows else None
         kind = "interrupted" if session.stop_requested and not session.clock.done() else "done"
         session.close()

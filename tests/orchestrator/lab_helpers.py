@@ -106,3 +106,13 @@ def assert_continuous(df: pd.DataFrame, log_frequency: int, max_frame: int) -> N
     assert df["frame"].tolist() == list(range(log_frequency, max_frame + 1, log_frequency))
     assert df["wall_t"].is_monotonic_increasing
     assert df["opt_step"].is_monotonic_increasing and df["epi"].is_monotonic_increasing
+
+
+def tb_scalars(tb_dir: str) -> dict[str, list[tuple[int, float]]]:
+    """``{tag: [(step, value), ...]}`` of the scalars in a TensorBoard log dir, as TensorBoard shows
+    them (``EventAccumulator``: purge_step applied, every scalar kept)."""
+    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
+
+    acc = EventAccumulator(tb_dir, size_guidance={SCALARS: 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
