@@ -116,3 +116,15 @@ def tb_scalars(tb_dir: str) -> dict[str, list[tuple[int, float]]]:
     acc = EventAccumulator(tb_dir, size_guidance={SCALARS: 0})
     acc.Reload()
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def assert_tb_matches(tb_dir: str, df: pd.DataFrame, columns: tuple[str, ...] = ("total_reward_ma", "opt_step",
+                                                                                 "lr", "loss")) -> None:
+    """Each column's finite train_df values are the TensorBoard scalars ``train/{col}``: one per frame
+    (no step twice), same order, equal up to float32."""
+    got = tb_scalars(tb_dir)
+    for col in columns:
+        want = df[["frame", col]].dropna()
+        steps, values = zip(*got[f"train/{col}"])
+        assert list(steps) == want["frame"].tolist(), col
+        assert list(values) == pytest.approx(want[col].astype(float).tolist(), rel=1e-6), col

@@ -7,7 +7,7 @@ import os
 
 import pytest
 import torch
-from lab_helpers import tb_scalars
+from lab_helpers import assert_tb_matches
 
 from orchestrator import storage
 from orchestrator.session_actor import SessionRunner
@@ -31,21 +31,11 @@ def run(spec, predir, resume=False):
     return runner
 
 
-def assert_events_match(tb_dir, df):
-    """Every train_df column's finite values are the scalars train/{col}, one per frame, in order."""
-    got = tb_scalars(tb_dir)
-    for col in ("total_reward_ma", "opt_step", "lr", "loss"):
-        want = df[["frame", col]].dropna()
-        steps, values = zip(*got[f"train/{col}"])
-        assert list(steps) == want["frame"].tolist(), col
-        assert list(values) == pytest.approx(want[col].tolist(), rel=1e-6), col
-
-
 def test_tensorboard_events_hold_train_df_and_hparams(tmp_path):
     spec = load_spec(SPECS, "ppo_cartpole", SMALL)
     runner = run(spec, str(tmp_path / PREDIR))
     tb_dir = tmp_path / PREDIR / "t0/s0/tb"
-    assert_events_match(str(tb_dir), runner.session.train_df)
+    assert_tb_matches(str(tb_dir), runner.session.train_df)
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     acc = EventAccumulator(str(tb_dir))
     acc.Reload()
@@ -69,7 +59,7 @@ def test_restore_purges_steps_written_after_the_checkpoint(tmp_path):
     resumed = run(load_spec(SPECS, "ppo_cartpole", SMALL + ["env.max_frame=3200"]), predir, resume=True)
     df = resumed.session.train_df
     assert df["frame"].tolist() == list(range(400, 3201, 400))
-    assert_events_match(tb_uri, df)
+    assert_tb_matches(tb_uri, df)
     assert len(os.listdir(tb_uri)) == 3  # first run, ghost, resumed run
 
 
@@ -81,7 +71,7 @@ def test_tensorboard_on_object_store_uploads_before_commit(tmp_path, s3_bucket):
     for name in storage.listdir(f"{predir}/t0/s0/tb"):
         (local / name).parent.mkdir(exist_ok=True)
         (local / name).write_bytes(storage.read_bytes(f"{predir}/t0/s0/tb/{name}"))
-    assert_events_match(str(local), runner.session.train_df)
+    assert_tb_matches(str(local), runner.session.train_df)
 
 
 def test_tensorboard_off(tmp_path):
