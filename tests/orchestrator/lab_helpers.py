@@ -24,7 +24,7 @@ DRIVER_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 
 def run_cli(*argv: str) -> int:
     """``lab ...`` in-process (``--quiet`` added to run modes); returns its exit code."""
-    extra = [] if argv[:1] in (("analyze",), ("ls",)) else ["--quiet"]
+    extra = [] if argv[:1] in (("analyze",), ("ls",), ("compare",)) else ["--quiet"]
     try:
         return cli.main(list(argv) + extra)
     except SystemExit as exc:
