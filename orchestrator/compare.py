@@ -116,7 +116,7 @@ def compare_png(curves: list[Curve], thresholds: dict[str, float], title: str) -
     ax.set_xlabel("frame")
     ax.set_ylabel("total_reward_ma: IQM, 95% CI")
     ax.set_title(title)
-    ax.legend(loc="lower right", fontsize=7)
+    ax.legend(loc="best", fontsize=7)
     return _png(fig)
 
 
