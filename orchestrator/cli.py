@@ -164,6 +164,7 @@ def run_dev(spec: dict[str, Any], data_dir: str, quiet: bool) -> int:
     from orchestrator import predir as predir_mod
     from orchestrator.progress import SessionProgress
     from orchestrator.session import Session
+    from orchestrator.tracking import SessionTracker
 
     spec = resolve_seed(spec)
     spec["meta"]["max_session"] = 1
@@ -177,10 +178,13 @@ def run_dev(spec: dict[str, Any], data_dir: str, quiet: bool) -> int:
     predir_mod.save_specs(predir, spec, 0, [seed])
     sdir = predir_mod.session_dir(predir, 0, 0)
     log_lines: list[str] = []
+    tracker = SessionTracker(spec, predir, 0, 0)  # TensorBoard, W&B, MLflow: every row as it is logged
+    tracker.start(session, None)
 
     def on_log(sess: Session, row: dict[str, Any]) -> None:
         log_lines.append(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
         progress.update("t0_s0", row, sess.clock.max_frame)
+        tracker.log(sess, sess.clock.frame)
 
     status = "failed"
     with SessionProgress(disable=quiet) as progress:
@@ -196,6 +200,7 @@ def run_dev(spec: dict[str, Any], data_dir: str, quiet: bool) -> int:
                 storage.write_parquet(storage.join(sdir, "eval_df.parquet"), session.eval_df)
             storage.write_text(storage.join(sdir, "log.txt"), "\n".join(log_lines) + "\n")
             write_dev_record(predir, spec["name"], seed, status, session.clock.frame)
+            tracker.close(session, session.clock.frame)
             session.close()
     return finish_dev(predir, session)
 

@@ -5,9 +5,10 @@ run across a resume. All in-process (``SessionRunner``), a few hundred frames ea
 import json
 import os
 
+import pandas as pd
 import pytest
 import torch
-from lab_helpers import assert_tb_matches
+from lab_helpers import assert_tb_matches, run_cli
 
 from orchestrator import storage
 from orchestrator.session_actor import SessionRunner
@@ -63,15 +64,21 @@ def test_restore_purges_steps_written_after_the_checkpoint(tmp_path):
     assert len(os.listdir(tb_uri)) == 3  # first run, ghost, resumed run
 
 
-def test_tensorboard_on_object_store_uploads_before_commit(tmp_path, s3_bucket):
+def test_tensorboard_on_object_store_uploads_before_commit(s3_server, s3_bucket, monkeypatch):
     predir = f"{s3_bucket}/runs/{PREDIR}"
     spec = load_spec(SPECS, "ppo_cartpole", SMALL[1:] + ["env.max_frame=800"])
     runner = run(spec, predir)
-    local = tmp_path / "tb"
-    for name in storage.listdir(f"{predir}/t0/s0/tb"):
-        (local / name).parent.mkdir(exist_ok=True)
-        (local / name).write_bytes(storage.read_bytes(f"{predir}/t0/s0/tb/{name}"))
-    assert_tb_matches(str(local), runner.session.train_df)
+    assert [n for n in storage.listdir(f"{predir}/t0/s0/tb") if n.startswith("events.out.tfevents")]
+    monkeypatch.setenv("S3_ENDPOINT", s3_server)  # TensorBoard's own S3 reader (boto3)
+    assert_tb_matches(f"{predir}/t0/s0/tb", runner.session.train_df)
+
+
+def test_dev_run_writes_tensorboard(tmp_path):
+    data = tmp_path / "data"
+    assert run_cli(SPECS, "ppo_cartpole", "dev", "--data-dir", str(data), "-s", "env.max_frame=800",
+                   "-s", "meta.log_frequency=400", "-s", "env.num_envs=4") == 0
+    (predir,) = data.iterdir()
+    assert_tb_matches(str(predir / "t0/s0/tb"), pd.read_parquet(predir / "t0/s0/train_df.parquet"))
 
 
 def test_tensorboard_off(tmp_path):
