@@ -122,6 +122,11 @@ def frame_rows(train: list[dict[str, Any]], evals: list[dict[str, Any]]) -> list
 
 # ---------------------------------------------------------------- TensorBoard
 
+def has_events(tb_uri: str) -> bool:
+    """True if a session's tb directory (URI) holds event files (from earlier processes)."""
+    return any(n.startswith("events.out.tfevents") for n in storage.listdir(tb_uri))
+
+
 class TensorBoardLog:
     """One session's TensorBoard stream in ``{session_dir}/tb`` (local or object store).
 
@@ -143,10 +148,6 @@ class TensorBoardLog:
         self.writer = SummaryWriter(self.local, purge_step=purge_step, max_queue=1000, flush_secs=3600)
         self.lock = threading.Lock()
         self.staged: dict[str, bytes] = {}  # file name -> complete bytes not yet put (object stores)
-
-    def has_events(self) -> bool:
-        """True if the session's tb directory already holds event files (from earlier processes)."""
-        return any(n.startswith("events.out.tfevents") for n in storage.listdir(self.uri))
 
     def write(self, rows: list[tuple[int, dict[str, float]]]) -> None:
         """Add scalars ``[(frame, {tag: value})]``, flush to disk, and stage changed files for upload."""
@@ -317,12 +318,13 @@ class SessionTracker:
         begin = time.perf_counter()
         restored = (len(session.train_rows), len(session.eval_rows))
         if self.enabled_tb:
-            self.tb = TensorBoardLog(storage.join(self.session_dir, TB_DIR),
-                                     None if restored_frame is None else restored_frame + 1)
-            if restored_frame is None or not self.tb.has_events():
-                self.tb.hparams(self.spec)
-            else:
+            tb_uri = storage.join(self.session_dir, TB_DIR)
+            continued = restored_frame is not None and has_events(tb_uri)
+            self.tb = TensorBoardLog(tb_uri, restored_frame + 1 if continued else None)
+            if continued:
                 self.n_tb = restored
+            else:
+                self.tb.hparams(self.spec)
         if self.backend != "none":
             run_id = self.saved_run_id()
             self.run = self.open_run(run_id)

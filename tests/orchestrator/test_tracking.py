@@ -131,3 +131,10 @@ def test_tracking_spec_errors():
 def test_flat_spec():
     assert flat_spec({"a": {"b": 1, "c": [1, 2]}, "d": None, "e": {}}) == {"a.b": 1, "a.c": "[1, 2]",
                                                                              "d": "null", "e": "{}"}
+
+
+def test_tensorboard_turned_on_at_resume_starts_with_the_restored_rows(tmp_path):
+    predir = str(tmp_path / PREDIR)
+    run(load_spec(SPECS, "ppo_cartpole", SMALL[1:] + ["env.max_frame=800", "meta.tensorboard=false"]), predir)
+    resumed = run(load_spec(SPECS, "ppo_cartpole", SMALL), predir, resume=True)
+    assert_tb_matches(storage.join(predir, "t0/s0/tb"), resumed.session.train_df)
