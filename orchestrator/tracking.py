@@ -82,7 +82,28 @@ def tracking_problems(meta: Any) -> list[str]:
     if isinstance(options, dict) and backend == "mlflow":
         problems += [f"meta.tracking_options.{k}: unknown MLflow option (expected one of {list(MLFLOW_OPTIONS)})"
                      for k in options if k not in MLFLOW_OPTIONS]
+    elif isinstance(options, dict) and not problems:
+        problems += wandb_option_problems(options)
     return problems
+
+
+WANDB_SET_BY_LAB = ("id", "resume", "name", "group", "config", "dir", "reinit")
+
+
+def wandb_option_problems(options: dict[str, Any]) -> list[str]:
+    """Problems of W&B options: keys ``wandb.init`` does not take, or that the lab sets itself."""
+    import inspect
+
+    import wandb
+
+    accepted = inspect.signature(wandb.init).parameters
+    out = []
+    for key in options:
+        if key in WANDB_SET_BY_LAB:
+            out.append(f"meta.tracking_options.{key}: set by the lab (one run per session, resumed by id)")
+        elif key not in accepted:
+            out.append(f"meta.tracking_options.{key}: not an argument of wandb.init")
+    return out
 
 
 def flat_spec(spec: dict[str, Any], prefix: str = "") -> dict[str, Any]:

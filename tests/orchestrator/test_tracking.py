@@ -126,6 +126,10 @@ def test_tracking_spec_errors():
         load_spec(SPECS, "ppo_cartpole", ["meta.tracking=neptune"])
     with pytest.raises(SpecError, match="meta.tracking_options.project"):
         load_spec(SPECS, "ppo_cartpole", ["meta.tracking=mlflow", 'meta.tracking_options={"project": "x"}'])
+    with pytest.raises(SpecError, match="meta.tracking_options.projekt: not an argument of wandb.init"):
+        load_spec(SPECS, "ppo_cartpole", ["meta.tracking=wandb", 'meta.tracking_options={"projekt": "x"}'])
+    with pytest.raises(SpecError, match="meta.tracking_options.id: set by the lab"):
+        load_spec(SPECS, "ppo_cartpole", ["meta.tracking=wandb", 'meta.tracking_options={"id": "x"}'])
 
 
 def test_flat_spec():
