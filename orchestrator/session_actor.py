@@ -3,7 +3,7 @@ checkpoint after each chunk, streams progress events to the driver, and on SIGTE
 final checkpoint and reports ``interrupted``.
 
 Events (dicts yielded by ``run``; ``kind`` is one of):
-  ``started``     {pid, node, device, restored_frame (None when fresh), exact}
+  ``started``     {pid, node, device, restored_frame (None when fresh), exact, tracking (W&B/MLflow run or None)}
   ``log``         {row}: a train_df row (frame, fps, total_reward_ma, ...)
   ``checkpoint``  {frame, seconds}: a committed checkpoint and the seconds training waited for it
   ``checkpoint_failed`` {frame}: every write attempt of that checkpoint failed (training goes on)
@@ -134,7 +134,7 @@ class SessionRunner:
             self.restore()
         self.tracker.start(session, self.restored_frame)
         yield {"kind": "started", "pid": os.getpid(), "restored_frame": self.restored_frame,
-               "device": str(session.algorithm.device), "exact": session.exact}
+               "device": str(session.algorithm.device), "exact": session.exact, "tracking": self.tracker.record()}
         freq = checkpoint_frequency(self.spec["meta"])
         rows: list[dict[str, Any]] = []
         self.committed = self.restored_frame

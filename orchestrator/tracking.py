@@ -23,7 +23,8 @@ dotted keys). ``meta.tracking_options`` is passed on: W&B ``wandb.init`` keyword
 ``project`` (default: the spec name), ``entity``, ``mode``: ``offline``); MLflow ``tracking_uri`` (default:
 MLflow's own, ``MLFLOW_TRACKING_URI``) and ``experiment`` (default: the spec name). The run id is
 kept in ``t{T}/s{S}/tracking.json`` (written by the session actor at its first start; no race with
-the driver's run.json), so ``train@`` and actor restarts continue the same run (W&B ``resume="must"``
+the driver's run.json, into which the driver copies it from the ``started`` event), so ``train@``
+and actor restarts continue the same run (W&B ``resume="must"``
 with the id, MLflow ``run_id``). Rows go to these backends only once a checkpoint at or after their
 frame committed (one checkpoint later than TensorBoard), so a restored session never logs a step
 again: neither backend can purge steps (W&B drops steps below its current one; MLflow keeps every
@@ -350,12 +351,16 @@ class SessionTracker:
             run_id = self.saved_run_id()
             self.run = self.open_run(run_id)
             if run_id is None:
-                storage.write_json(storage.join(self.session_dir, TRACKING_FILE),
-                                   {"backend": self.backend, "run_id": self.run.run_id, "name": self.name,
-                                    "group": self.group})
+                storage.write_json(storage.join(self.session_dir, TRACKING_FILE), self.record())
             else:
                 self.n_run = restored
         self.setup_seconds += time.perf_counter() - begin
+
+    def record(self) -> dict[str, str] | None:
+        """``{"backend", "run_id", "name", "group"}`` of the W&B/MLflow run (for run.json), or None."""
+        if self.run is None:
+            return None
+        return {"backend": self.backend, "run_id": self.run.run_id, "name": self.name, "group": self.group}
 
     def saved_run_id(self) -> str | None:
         """The run id of this backend in tracking.json, or None (no file, or another backend's)."""

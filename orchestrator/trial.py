@@ -241,6 +241,8 @@ class Trial:
             self.record.update(plan, checkpoint=plan.frame)
         elif kind == "started":
             self.record.data["sessions"][plan.key]["pid"] = event["pid"]
+            if event.get("tracking"):  # the session's W&B/MLflow run (also in t{T}/s{S}/tracking.json)
+                self.record.data["sessions"][plan.key]["tracking"] = event["tracking"]
             self.record.update(plan)
         elif kind in ("done", "interrupted"):
             plan.status, plan.frame = kind, int(event["frame"])

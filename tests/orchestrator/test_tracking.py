@@ -142,3 +142,15 @@ def test_tensorboard_turned_on_at_resume_starts_with_the_restored_rows(tmp_path)
     run(load_spec(SPECS, "ppo_cartpole", SMALL[1:] + ["env.max_frame=800", "meta.tensorboard=false"]), predir)
     resumed = run(load_spec(SPECS, "ppo_cartpole", SMALL), predir, resume=True)
     assert_tb_matches(storage.join(predir, "t0/s0/tb"), resumed.session.train_df)
+
+
+def test_train_records_the_wandb_run_in_run_json(ray_local, tmp_path):
+    """Through Ray: the actor's run id reaches the driver's run.json; event files are written."""
+    data = tmp_path / "data"
+    assert run_cli(SPECS, "ppo_cartpole", "train", "--data-dir", str(data), "-s", "env.max_frame=400",
+                   "-s", "meta.log_frequency=400", "-s", "env.num_envs=4", "-s", "meta.max_session=1",
+                   "-s", "meta.tracking=wandb", "-s", 'meta.tracking_options={"mode": "offline"}') == 0
+    (predir,) = data.iterdir()
+    saved = json.loads((predir / "t0/s0/tracking.json").read_text())
+    assert json.loads((predir / "run.json").read_text())["sessions"]["t0_s0"]["tracking"] == saved
+    assert list((predir / "t0/s0/tb").glob("events.out.tfevents.*"))
