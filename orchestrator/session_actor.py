@@ -145,10 +145,10 @@ class SessionRunner:
                     next_ckpt = (session.clock.frame // freq + 1) * freq
                     session.run_rl(until_frame=next_ckpt, on_log=lambda _s, row: rows.append(row))
                 if session.clock.frame not in (self.committed, pending and pending[0]):
-                    self.tracker.log(session, self.committed)
                     start = time.perf_counter()
                     frame, files, meta = self.snapshot()
                     yield from self.finish_write(pending)
+                    self.tracker.log(session, self.committed)  # before this frame's write is submitted
                     pending = (frame, writer.submit(self.write, frame, files, meta),
                                time.perf_counter() - start)
                     self.append_log(rows)

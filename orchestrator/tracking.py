@@ -6,8 +6,8 @@ each train_df column but ``frame`` as scalar ``train/{column}`` and each eval_df
 ``eval/{column}``, at step = ``frame`` (env frames); non-finite values (a NaN loss before the first
 update) are not written. A fresh session also writes its spec as hyperparameters (HParams plugin,
 metric ``train/total_reward_ma``) and as text ``spec``. Rows are written and flushed at log rows only
-(the actor calls ``SessionTracker.log`` once per checkpoint chunk, before it snapshots), never in the
-step loop. A session restored from a checkpoint at frame F opens a new event file with
+(the actor calls ``SessionTracker.log`` once per checkpoint chunk, before it submits the chunk's
+checkpoint write), never in the step loop. A session restored from a checkpoint at frame F opens a new event file with
 ``purge_step = F + 1``: TensorBoard then drops every event of the older files at a step after F
 (events written after the checkpoint by the killed process), so a curve never shows a step twice
 and continues exactly as train_df does. On an object-store data dir (``s3://``, ``gs://``) the
@@ -26,11 +26,13 @@ kept in ``t{T}/s{S}/tracking.json`` (written by the session actor at its first s
 the driver's run.json, into which the driver copies it from the ``started`` event), so ``train@``
 and actor restarts continue the same run (W&B ``resume="must"``
 with the id, MLflow ``run_id``). Rows go to these backends only once a checkpoint at or after their
-frame committed (one checkpoint later than TensorBoard), so a restored session never logs a step
+frame committed (a checkpoint later than TensorBoard), so a restored session never logs a step
 again: neither backend can purge steps (W&B drops steps below its current one; MLflow keeps every
-value). Not covered: a kill between a commit and the next log leaves those rows out of the W&B/MLflow
-run (train_df and TensorBoard have them), and a restore that falls back to an older checkpoint
-(the newest failed verification) logs the frames after it twice in MLflow (W&B drops them).
+value). A resumed MLflow run is asked for its last step and gets the restored rows after it (a kill
+between a commit and the next log loses nothing); W&B cannot be asked (offline runs), so such rows
+are missing from a W&B run (train_df and TensorBoard have them). Not covered: a restore that falls
+back to an older checkpoint (the newest failed verification) logs the frames after it twice in
+MLflow (W&B drops them).
 
 Timing: ``SessionTracker.seconds`` is the wall time (seconds) spent writing rows (``log``),
 ``SessionTracker.rows`` the train_df rows written, ``SessionTracker.setup_seconds`` the time spent
@@ -243,6 +245,10 @@ class WandbRun:
                               config=spec, dir=local_dir, reinit="create_new", **kwargs)
         self.run_id = self.run.id
 
+    def last_frame(self) -> int | None:
+        """The last frame this run holds: unknown (None) for W&B, whose offline runs cannot be read."""
+        return None
+
     def log(self, rows: list[tuple[int, dict[str, float]]]) -> None:
         """Log ``[(frame, {tag: value})]`` at ``step = frame`` (frames increase)."""
         for frame, values in rows:
@@ -288,6 +294,11 @@ class MlflowRun:
         except MlflowException:
             return self.client.get_experiment_by_name(name).experiment_id
 
+    def last_frame(self) -> int | None:
+        """The last frame (step) of ``train/epi`` (finite in every row) this run holds; None if none."""
+        steps = [m.step for m in self.client.get_metric_history(self.run_id, "train/epi")]
+        return max(steps) if steps else None
+
     def log(self, rows: list[tuple[int, dict[str, float]]]) -> None:
         """Log ``[(frame, {tag: value})]`` as metrics at ``step = frame`` (batches of 1000)."""
         from mlflow.entities import Metric
@@ -304,11 +315,20 @@ class MlflowRun:
 
 # ---------------------------------------------------------------- the session's tracker
 
+def logged_counts(session: Any, last_frame: int | None, restored: tuple[int, int]) -> tuple[int, int]:
+    """(train rows, eval rows) of a restored session that a resumed run already holds: those at frames
+    up to ``last_frame`` (the run's newest step), or all ``restored`` rows when the run cannot tell."""
+    if last_frame is None:
+        return restored
+    return (sum(r["frame"] <= last_frame for r in session.train_rows),
+            sum(r["frame"] <= last_frame for r in session.eval_rows))
+
+
 class SessionTracker:
     """TensorBoard and the optional W&B/MLflow run of one session; the actor's only tracking hooks.
 
     Call order (``SessionRunner``): ``start`` once (after a restore), ``log`` at each checkpoint chunk
-    before the snapshot, ``upload`` on the writer thread before each commit, ``close`` at the end.
+    before its write is submitted, ``upload`` on the writer thread before each commit, ``close`` at the end.
 
     Args:
         spec: the checked flat spec; predir: run URI; trial, session: indices.
@@ -353,7 +373,7 @@ class SessionTracker:
             if run_id is None:
                 storage.write_json(storage.join(self.session_dir, TRACKING_FILE), self.record())
             else:
-                self.n_run = restored
+                self.n_run = logged_counts(session, self.run.last_frame(), restored)
         self.setup_seconds += time.perf_counter() - begin
 
     def record(self) -> dict[str, str] | None:

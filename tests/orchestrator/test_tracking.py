@@ -154,3 +154,28 @@ def test_train_records_the_wandb_run_in_run_json(ray_local, tmp_path):
     saved = json.loads((predir / "t0/s0/tracking.json").read_text())
     assert json.loads((predir / "run.json").read_text())["sessions"]["t0_s0"]["tracking"] == saved
     assert list((predir / "t0/s0/tb").glob("events.out.tfevents.*"))
+
+
+def test_mlflow_resume_logs_the_rows_a_killed_process_had_not_sent(tmp_path, monkeypatch):
+    """Killed after checkpoint 800 committed but before its rows went to MLflow (they follow one
+    checkpoint late): the resumed run asks MLflow for its last step and sends frame 800 first."""
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    uri = (tmp_path / "mlruns").as_uri()
+    spec = load_spec(SPECS, "ppo_cartpole", SMALL + ["meta.tracking=mlflow", json.dumps({"tracking_uri": uri}).join(
+        ["meta.tracking_options=", ""])])
+    predir = str(tmp_path / PREDIR)
+    first = SessionRunner(spec, predir, 0, 0, 7, resume=False)
+    events = first.events()
+    for event in events:
+        if event["kind"] == "checkpoint" and event["frame"] == 800:
+            break
+    events.close()  # the process dies here: no tracker.close
+    run_id = json.loads((tmp_path / PREDIR / "t0/s0/tracking.json").read_text())["run_id"]
+    client = MlflowClient(uri)
+    assert [m.step for m in client.get_metric_history(run_id, "train/epi")] == [400]
+    resumed = run(spec, predir, resume=True)
+    assert resumed.restored_frame == 800
+    history = client.get_metric_history(run_id, "train/epi")
+    assert [m.step for m in history] == resumed.session.train_df["frame"].tolist()
