@@ -1,6 +1,6 @@
 """The session clock: the counters that drive every schedule, cadence and log row.
 
-Units (DESIGN.md section 1):
+Units (docs/ARCHITECTURE.md section 1):
 
 * ``frame``: env frames summed over all vector sub-envs (one ``env.step`` of N envs adds N).
 * ``t``: steps of sub-env 0 in its current episode (SLM-Lab's ``t``).

@@ -15,12 +15,12 @@ uint8), ``FrameStackObservation`` (``frame_op``), ``RecordEpisodeStatistics`` (t
 ``LifeLossTermination`` (``life_loss_info``) and reward clipping (``reward_scale``) for training only.
 Frames are agent steps (the clock's unit): one Atari frame here is 4 emulator frames.
 
-The sync vector env is built from ``functools.partial`` sub-env factories so it pickles (DESIGN.md
+The sync vector env is built from ``functools.partial`` sub-env factories so it pickles (docs/ARCHITECTURE.md
 section 5: env state can be checkpointed); ALE and MuJoCo sub-envs keep their simulator state in the
 pickle through ``envs.wrappers.SimStatePickle``; Box2D sub-envs and async vector envs do not pickle, so
 their checkpoints are ``exact: false`` with the pickling error as the reason.
 
-Seeds (DESIGN.md section 8): ``make_env`` seeds only the vector action space with the session seed;
+Seeds (docs/ARCHITECTURE.md section 8): ``make_env`` seeds only the vector action space with the session seed;
 the reset seeds of the sub-envs come from ``sub_env_seeds(session_seed, num_envs, stream, index)``,
 a ``numpy.random.SeedSequence`` of the session seed. Sub-env i is therefore *not* ``seed + i``
 (gymnasium's default for an int reset seed), which would make sessions s and s + 1 of a trial

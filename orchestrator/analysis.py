@@ -375,13 +375,19 @@ def trial_figure(dfs: dict[int, pd.DataFrame], points: list[Marker], title: str,
     Returns:
         The matplotlib Figure (one axis).
     """
-    stacked = pd.concat([df.set_index("frame")["total_reward_ma"].rename(s) for s, df in dfs.items()], axis=1)
+    stacked = stack_sessions(dfs)
     mean, std = stacked.mean(axis=1), stacked.std(axis=1).fillna(0.0)
     fig, (ax,) = _figure(1)
     ax.fill_between(mean.index, mean - std, mean + std, color="tab:blue", alpha=0.2, linewidth=0,
                     label="+-1 std across sessions")
     ax.plot(mean.index, mean, color="tab:blue", linewidth=2,
             label=f"mean total_reward_ma ({len(dfs)} sessions)")
+    if len(dfs) > 1:
+        band = iqm_band(stacked)
+        ax.fill_between(band.index, band["low"], band["high"], color="tab:orange", alpha=0.2, linewidth=0,
+                        label="95% bootstrap CI of the IQM")
+        ax.plot(band.index, band["iqm"], color="tab:orange", linewidth=1.5, linestyle="--",
+                label="IQM across sessions")
     if rand_return is not None:
         ax.axhline(rand_return, color="gray", linestyle=":", linewidth=1, label="random policy")
     ax.set_xlabel("frame")
@@ -390,6 +396,27 @@ def trial_figure(dfs: dict[int, pd.DataFrame], points: list[Marker], title: str,
     ax.legend(loc="lower right", fontsize=8)
     _mark([ax], points)
     return fig
+
+
+def stack_sessions(dfs: dict[int, pd.DataFrame], column: str = "total_reward_ma") -> pd.DataFrame:
+    """One column per session of ``column``, indexed by frame (NaN where a session has no value)."""
+    return pd.concat([df.set_index("frame")[column].rename(s) for s, df in dfs.items()], axis=1)
+
+
+def iqm_band(stacked: pd.DataFrame) -> pd.DataFrame:
+    """Per frame the IQM across sessions and its 95% stratified-bootstrap CI (``orchestrator.stats``),
+    at the frames where every session has a value.
+
+    Returns:
+        DataFrame indexed by frame with columns ``iqm``, ``low``, ``high`` (empty if no such frame).
+    """
+    from orchestrator import stats
+
+    full = stacked.dropna()
+    if full.empty:
+        return pd.DataFrame(columns=["iqm", "low", "high"], dtype=float)
+    mid, low, high = stats.curve_band(full.to_numpy())
+    return pd.DataFrame({"iqm": mid, "low": low, "high": high}, index=full.index)
 
 
 def plot_trial(dfs: dict[int, pd.DataFrame], points: list[Marker], title: str,
@@ -433,18 +460,43 @@ def analyze_predir(predir: str, cache_dir: str | None = None, trials: list[int] 
         if done is not None:
             per_trial.setdefault(t, {})[s] = done
     for t, sessions in per_trial.items():
-        metrics = json_safe(trial_metrics([m for _, m in sessions.values()]))
-        finals = [out["sessions"][f"t{t}_s{s}"]["total_reward_ma"] for s in sessions]
-        finals = [f for f in finals if f is not None]
-        record = {**metrics, "total_reward_ma": float(np.mean(finals)) if finals else None,
-                  "sessions": len(sessions), "random_baseline": rand}
-        storage.write_json(storage.join(predir, "info", f"t{t}_trial_metrics.json"), record)
-        out["trials"][f"t{t}"] = record
-        points = markers(runs[t], [f"t{t}_s{s}" for s in sessions])
-        graph = storage.join(predir, "graph", f"{spec['name']}_t{t}_trial_graph.png")
-        storage.write_bytes(graph, plot_trial({s: df for s, (df, _) in sessions.items()}, points,
-                                              f"{spec['name']} t{t}", rand))
-        out["graphs"].append(graph)
+        _analyze_trial(predir, spec, t, sessions, runs[t], rand, out)
+    return out
+
+
+def _analyze_trial(predir: str, spec: dict[str, Any], t: int, sessions: dict[int, SessionResult],
+                   run: dict[str, Any], rand: float, out: dict[str, Any]) -> None:
+    """Write one trial's metrics JSON (with ``across_sessions``), PNG and HTML graphs (recorded in ``out``)."""
+    from orchestrator import compare
+
+    metrics = json_safe(trial_metrics([m for _, m in sessions.values()]))
+    finals = [out["sessions"][f"t{t}_s{s}"]["total_reward_ma"] for s in sessions]
+    record = {**metrics, "total_reward_ma": float(np.mean([f for f in finals if f is not None]))
+              if any(f is not None for f in finals) else None,
+              "sessions": len(sessions), "random_baseline": rand,
+              "across_sessions": across_sessions(sessions, finals)}
+    storage.write_json(storage.join(predir, "info", f"t{t}_trial_metrics.json"), record)
+    out["trials"][f"t{t}"] = record
+    points = markers(run, [f"t{t}_s{s}" for s in sessions])
+    dfs = {s: df for s, (df, _) in sessions.items()}
+    stem = storage.join(predir, "graph", f"{spec['name']}_t{t}_trial_graph")
+    title = f"{spec['name']} t{t}"
+    storage.write_bytes(stem + ".png", plot_trial(dfs, points, title, rand))
+    compare.write_html(stem + ".html", compare.trial_traces(dfs, title, rand, points), title)
+    out["graphs"] += [stem + ".png", stem + ".html"]
+
+
+ROBUST_METRICS = ("strength", "final_strength", "final_return_ma")
+
+
+def across_sessions(sessions: dict[int, SessionResult], finals: list[float | None]) -> dict[str, Any]:
+    """Per metric, its mean, std (ddof 1), interquartile mean and stratified-bootstrap 95% CI over the
+    sessions (``orchestrator.stats.summary``): the final ``total_reward_ma`` and ``ROBUST_METRICS``."""
+    from orchestrator import stats
+
+    out = {"total_reward_ma": stats.summary(finals)}
+    for metric in ROBUST_METRICS:
+        out[metric] = stats.summary([scalar[metric] for _, (scalar, _) in sessions.values()])
     return out
 
 
@@ -554,6 +606,11 @@ def summary_lines(predir: str, out: dict[str, Any]) -> list[str]:
         lines.append(f"  {key} (mean of {record['sessions']} session(s)): "
                      f"total_reward_ma={_fmt(record.get('total_reward_ma'))} "
                      f"strength={_fmt(record.get('strength'))} consistency={_fmt(record.get('consistency'))}")
+        robust = record.get("across_sessions", {}).get("total_reward_ma", {})
+        if robust.get("n", 0) > 1:
+            lines.append(f"  {key} across sessions: total_reward_ma IQM={_fmt(robust['iqm'])} "
+                         f"95% CI [{_fmt(robust['ci'][0])}, {_fmt(robust['ci'][1])}] "
+                         f"mean={_fmt(robust['mean'])} std={_fmt(robust['std'])}")
     env = _run_spec(predir)["env"]["name"]
     threshold = reward_threshold(env)
     rand = next(iter(out["trials"].values()))["random_baseline"]

@@ -1,4 +1,4 @@
-"""The checkpoint store of one session directory (DESIGN.md section 4).
+"""The checkpoint store of one session directory (docs/ARCHITECTURE.md section 4).
 
 Layout under ``{session_dir}/ckpt/``::
 

@@ -16,6 +16,8 @@ Modes:
 Other commands (handled before the SPEC_FILE SPEC_NAME MODE form):
   lab analyze PREDIR          recompute metrics and graphs of a run from its committed data
   lab ls [--data-dir URI]     list runs: status per session, frames, best return, resumable
+  lab compare PREDIR_OR_TRIAL ... [--out PATH]
+                              one graph (PNG + HTML) of several runs or trials: IQM and 95% CI
 
 Exit codes: 0 success; 1 a session failed or could not be checkpointed; 2 bad input (spec, paths,
 arguments): one clear message, no traceback, nothing existing is changed.
@@ -51,6 +53,8 @@ COMMANDS_HELP = """modes:
 other commands (no spec):
   lab ls [--data-dir URI]   list runs: status per session, frames, best return, resumable
   lab analyze PREDIR        recompute a run's metrics and graphs from its committed data
+  lab compare PREDIR_OR_TRIAL ... [--out PATH]
+                            one graph of runs/trials: IQM of total_reward_ma and its 95% CI
 
 example:
   lab specs/demo.json dqn_cartpole dev
@@ -73,7 +77,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         The parsed arguments. argparse exits 2 on malformed options, 0 after ``--help``/``--version``.
     """
     parser = argparse.ArgumentParser(
-        prog="lab", usage="lab SPEC_FILE SPEC_NAME MODE [options]\n       lab {ls,analyze} ...",
+        prog="lab", usage="lab SPEC_FILE SPEC_NAME MODE [options]\n       lab {ls,analyze,compare} ...",
         description="Spec-driven deep RL trials on Ray, checkpointed and resumable.",
         epilog=COMMANDS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"lab (rl-trial-lab) {package_version()}")
@@ -160,6 +164,7 @@ def run_dev(spec: dict[str, Any], data_dir: str, quiet: bool) -> int:
     from orchestrator import predir as predir_mod
     from orchestrator.progress import SessionProgress
     from orchestrator.session import Session
+    from orchestrator.tracking import SessionTracker
 
     spec = resolve_seed(spec)
     spec["meta"]["max_session"] = 1
@@ -173,10 +178,13 @@ def run_dev(spec: dict[str, Any], data_dir: str, quiet: bool) -> int:
     predir_mod.save_specs(predir, spec, 0, [seed])
     sdir = predir_mod.session_dir(predir, 0, 0)
     log_lines: list[str] = []
+    tracker = SessionTracker(spec, predir, 0, 0)  # TensorBoard, W&B, MLflow: every row as it is logged
+    tracker.start(session, None)
 
     def on_log(sess: Session, row: dict[str, Any]) -> None:
         log_lines.append(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
         progress.update("t0_s0", row, sess.clock.max_frame)
+        tracker.log(sess, sess.clock.frame)
 
     status = "failed"
     with SessionProgress(disable=quiet) as progress:
@@ -192,6 +200,7 @@ def run_dev(spec: dict[str, Any], data_dir: str, quiet: bool) -> int:
                 storage.write_parquet(storage.join(sdir, "eval_df.parquet"), session.eval_df)
             storage.write_text(storage.join(sdir, "log.txt"), "\n".join(log_lines) + "\n")
             write_dev_record(predir, spec["name"], seed, status, session.clock.frame)
+            tracker.close(session, session.clock.frame)
             session.close()
     return finish_dev(predir, session)
 
@@ -325,8 +334,15 @@ def run_ls(argv: list[str]) -> int:
     return ls_command(args.data_dir)
 
 
+def run_compare(argv: list[str]) -> int:
+    """``lab compare PREDIR_OR_TRIAL ... [--out PATH]``: one PNG and HTML graph (orchestrator/compare.py)."""
+    from orchestrator.compare import compare_command, parse_compare
+    args = parse_compare(argv)
+    return compare_command(args.sources, args.out)
+
+
 # first arguments that are commands of their own, not a SPEC_FILE
-SUBCOMMANDS = {"analyze": run_analyze, "ls": run_ls}
+SUBCOMMANDS = {"analyze": run_analyze, "ls": run_ls, "compare": run_compare}
 
 
 def run_subcommand(argv: list[str]) -> int:

@@ -1,4 +1,4 @@
-"""``enjoy@{session_spec_file}``: replay a trained session without training (DESIGN.md sections 3, 7).
+"""``enjoy@{session_spec_file}``: replay a trained session without training (docs/ARCHITECTURE.md sections 3, 7).
 
 The target is the ``{spec_name}_t{T}_s{S}_spec.json`` of a run (path or URI). Enjoy loads that
 session's best checkpoint (highest ``total_reward_ma`` in the manifests; ``--ckpt latest`` or an

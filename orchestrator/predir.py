@@ -1,4 +1,4 @@
-"""Run directories (predirs): naming, lookup and the spec files saved in them (DESIGN.md section 3).
+"""Run directories (predirs): naming, lookup and the spec files saved in them (docs/ARCHITECTURE.md section 3).
 
 ``{data_dir}/{spec_name}_{YYYY_MM_DD_HHMMSS}/`` holds ``{spec_name}_spec.json`` (the spec as run),
 ``{spec_name}_t{T}_spec.json`` per trial, ``{spec_name}_t{T}_s{S}_spec.json`` per session (the

@@ -13,7 +13,7 @@ given to the trial as its name ``t{T}``. The built-in generator is seeded from `
 so the same search always samples the same configuration for the same ``T``; a Tune trial restored
 from a stale experiment snapshot, or regenerated when no snapshot survived, finds its own ``t{T}/``.
 
-Predir (DESIGN.md section 3) of a search::
+Predir (docs/ARCHITECTURE.md section 3) of a search::
 
     {spec_name}_spec.json                   the spec with its search section, as run
     {spec_name}_t{T}_spec.json              trial spec: sampled values applied, search emptied

@@ -4,7 +4,7 @@ No Ray here: a session runs in-process (tests, ``dev``) exactly as inside a sess
 drives it in frame chunks with ``run_rl(until_frame=...)``.
 
 Log rows (``train_df``) are taken every ``meta.log_frequency`` frames and at ``max_frame``;
-columns are ``TRAIN_COLUMNS`` (DESIGN.md section 1) followed by the algorithm's ``metric_names``
+columns are ``TRAIN_COLUMNS`` (docs/ARCHITECTURE.md section 1) followed by the algorithm's ``metric_names``
 (its own values from the latest update, NaN before the first; see each algorithm's docstring).
 ``total_reward`` is the mean undiscounted
 return of the episodes that ended since the previous row (the last known return if none ended);
@@ -19,7 +19,7 @@ an env stream (``envs.make.sub_env_seeds``).
 
 Checkpoints load onto the CPU (``map_location="cpu"``): RNG states, memory, observations and
 counters stay host-side; ``Algorithm.load_state_dict`` copies net and optimizer tensors into the
-algorithm's device (DESIGN.md section 8).
+algorithm's device (docs/ARCHITECTURE.md section 8).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ final checkpoint and reports ``interrupted``.
 
 Events (dicts yielded by ``run``; ``kind`` is one of):
   ``started``     {pid, device, restored_frame (None when fresh), set_aside (checkpoints found corrupt
-                  by this actor: [{frame, reason, moved_to}]), exact}
+                  by this actor: [{frame, reason, moved_to}]), exact, tracking (W&B/MLflow run or None)}
   ``log``         {row}: a train_df row (frame, fps, total_reward_ma, ...)
   ``checkpoint``  {frame, seconds}: a committed checkpoint and the seconds training waited for it
   ``checkpoint_failed`` {frame}: every write attempt of that checkpoint failed (training goes on)
@@ -25,6 +25,7 @@ import ray
 from orchestrator import predir as predir_mod
 from orchestrator import storage
 from orchestrator.checkpoint import CheckpointError, CheckpointStore
+from orchestrator.tracking import SessionTracker
 
 COMMIT_BACKOFF_S = (0.5, 1.0, 2.0)  # waits between checkpoint write attempts, seconds
 EXPORTED_FILES = ("train_df.parquet", "eval_df.parquet")  # checkpoint files copied to the session dir
@@ -60,6 +61,7 @@ class SessionRunner:
         self.restored_frame: int | None = None
         self.set_aside: list[dict[str, Any]] = []  # checkpoints ``restore`` set aside as corrupt
         self.best: tuple[float, int] | None = None  # (total_reward_ma, frame) of the best checkpoint
+        self.tracker = SessionTracker(spec, predir, trial, session, self.log_line)  # TensorBoard, W&B, MLflow
 
     def restore(self) -> None:
         """Load the newest valid checkpoint; one set aside as corrupt is logged and reported in ``started``.
@@ -100,6 +102,7 @@ class SessionRunner:
         Returns:
             True once committed, False if every attempt failed.
         """
+        self.tracker.upload()  # object stores: events up to this frame are stored before it commits
         for attempt, backoff in enumerate((*COMMIT_BACKOFF_S, None)):
             try:
                 self.store.commit(frame, files, meta)
@@ -146,8 +149,9 @@ class SessionRunner:
         session = self.session
         if self.resume:
             self.restore()
+        self.tracker.start(session, self.restored_frame)
         yield {"kind": "started", "pid": os.getpid(), "restored_frame": self.restored_frame,
-               "set_aside": self.set_aside,
+               "set_aside": self.set_aside, "tracking": self.tracker.record(),
                "device": str(session.algorithm.device), "exact": session.exact}
         freq = checkpoint_frequency(self.spec["meta"])
         rows: list[dict[str, Any]] = []
@@ -162,6 +166,7 @@ class SessionRunner:
                     start = time.perf_counter()
                     frame, files, meta = self.snapshot()
                     yield from self.finish_write(pending)
+                    self.tracker.log(session, self.committed)  # before this frame's write is submitted
                     pending = (frame, writer.submit(self.write, frame, files, meta),
                                time.perf_counter() - start)
                     self.append_log(rows)
@@ -170,6 +175,7 @@ class SessionRunner:
                 if session.clock.done() or session.stop_requested:
                     break
             yield from self.finish_write(pending)
+        self.tracker.close(session, self.committed)
         last = session.train_rows[-1]["total_reward_ma"] if session.train_rows else None
         kind = "interrupted" if session.stop_requested and not session.clock.done() else "done"
         session.close()

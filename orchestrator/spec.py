@@ -1,6 +1,6 @@
 """Spec files: load, normalise, override, fill defaults, validate, and build typed sections.
 
-A spec file maps ``spec_name -> spec``. Two shapes load (DESIGN.md section 7):
+A spec file maps ``spec_name -> spec``. Two shapes load (docs/ARCHITECTURE.md section 7):
 
 * SLM-Lab v4: ``agent`` and ``env`` are one-element lists, a top-level ``body`` key (ignored),
   trailing commas allowed;
@@ -46,6 +46,7 @@ from agents.schedules import DECAYS, LR_SCHEDULERS, VarSchedule, make_lr_schedul
 from envs.make import EnvSpec, is_atari, resolve_env_id
 from orchestrator import storage
 from orchestrator.search_space import search_problems
+from orchestrator.tracking import tracking_problems
 
 
 class SpecError(Exception):
@@ -89,6 +90,9 @@ class MetaSpec:
         shutdown_grace_s: seconds sessions get to commit a final checkpoint on SIGTERM/SIGINT.
         distributed: SLM-Lab Hogwild mode; only ``false`` is supported.
         search_scheduler: optional Ray Tune scheduler for ``search`` mode.
+        tensorboard: write TensorBoard event files under ``t{T}/s{S}/tb/`` (orchestrator/tracking.py).
+        tracking: one run per session in ``none``, ``wandb`` or ``mlflow`` (orchestrator/tracking.py).
+        tracking_options: ``wandb.init`` keyword arguments, or MLflow ``tracking_uri``/``experiment``.
     """
 
     max_session: int = field(default=1, metadata={"gt": 0})
@@ -105,6 +109,9 @@ class MetaSpec:
     shutdown_grace_s: float = field(default=30.0, metadata={"gt": 0})
     distributed: bool = field(default=False, metadata={"choices": (False,)})
     search_scheduler: dict | None = None
+    tensorboard: bool = True
+    tracking: str = field(default="none", metadata={"choices": ("none", "wandb", "mlflow")})
+    tracking_options: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -610,6 +617,7 @@ def validate(spec: dict[str, Any]) -> list[str]:
         problems.append(f"search: expected an object, got {spec.get('search')!r}")
     else:
         problems += search_problems(spec)
+    problems += tracking_problems(spec.get("meta"))
     return problems
 
 
@@ -684,10 +692,11 @@ def session_seed(base_seed: int, trial: int, session: int) -> int:
 
 
 
-# Edits a resume may apply: they change only the future of a run (DESIGN.md section 5).
+# Edits a resume may apply: they change only the future of a run (docs/ARCHITECTURE.md section 5).
 RESUME_EDITABLE = ("env.max_frame", "meta.log_frequency", "meta.eval_frequency", "meta.checkpoint_frequency",
                    "meta.keep_checkpoints", "meta.resources", "meta.max_session", "meta.rigorous_eval",
-                   "meta.max_restarts", "meta.shutdown_grace_s")
+                   "meta.max_restarts", "meta.shutdown_grace_s", "meta.tensorboard", "meta.tracking",
+                   "meta.tracking_options")
 
 
 def _leaves(tree: Any, prefix: str = "") -> dict[str, Any]:

@@ -100,7 +100,7 @@ def check_resources(meta: dict[str, Any]) -> None:
 
 
 class RunRecord:
-    """``run.json`` of a predir (DESIGN.md section 7), written atomically on each change."""
+    """``run.json`` of a predir (docs/ARCHITECTURE.md section 7), written atomically on each change."""
 
     def __init__(self, predir: str, data: dict[str, Any]) -> None:
         self.uri, self.data = storage.join(predir, "run.json"), data
@@ -217,7 +217,6 @@ class Trial:
         self.streams: dict[str, Any] = {}
         self.pending_restart: dict[str, float] = {}  # key -> monotonic time to restart at
         self.stopping_since: float | None = None
-        self.checkpoint_seconds: list[float] = []
         self.progress = SessionProgress(disable=True)  # the live display, once run() starts
 
     # ---------------------------------------------------------------- actors
@@ -311,7 +310,6 @@ class Trial:
             self.progress.status(plan.key, f"checkpoint failed at {event['frame']}")
         elif kind == "checkpoint":
             plan.frame = int(event["frame"])
-            self.checkpoint_seconds.append(float(event["seconds"]))
             self.record.update(plan, checkpoint=plan.frame)
         elif kind == "started":
             self.on_started(plan, event)
@@ -327,6 +325,8 @@ class Trial:
         actor itself had to set aside (damaged after the driver verified them)."""
         entry = self.record.data["sessions"][plan.key]
         entry["pid"] = event["pid"]
+        if event.get("tracking"):  # the session's W&B/MLflow run (also in t{T}/s{S}/tracking.json)
+            entry["tracking"] = event["tracking"]
         restored = event.get("restored_frame")
         entry["restored_frame"] = restored
         if event.get("set_aside"):

@@ -206,7 +206,7 @@ class Algorithm:
         return {k: v for k, v in self.nets.items() if k not in self.no_transfer}
 
     def weights_sha256(self) -> dict[str, str]:
-        """Per net (and tensor): sha256 over its tensors' raw bytes in ``state_dict`` order (DESIGN.md 7)."""
+        """Per net (and tensor): sha256 over its tensors' raw bytes in ``state_dict`` order (docs/ARCHITECTURE.md 7)."""
         out = {}
         for name, net in self.nets.items():
             h = hashlib.sha256()

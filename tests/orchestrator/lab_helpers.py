@@ -24,7 +24,7 @@ DRIVER_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 
 def run_cli(*argv: str) -> int:
     """``lab ...`` in-process (``--quiet`` added to run modes); returns its exit code."""
-    extra = [] if argv[:1] in (("analyze",), ("ls",)) else ["--quiet"]
+    extra = [] if argv[:1] in (("analyze",), ("ls",), ("compare",)) else ["--quiet"]
     try:
         return cli.main(list(argv) + extra)
     except SystemExit as exc:
@@ -106,3 +106,25 @@ def assert_continuous(df: pd.DataFrame, log_frequency: int, max_frame: int) -> N
     assert df["frame"].tolist() == list(range(log_frequency, max_frame + 1, log_frequency))
     assert df["wall_t"].is_monotonic_increasing
     assert df["opt_step"].is_monotonic_increasing and df["epi"].is_monotonic_increasing
+
+
+def tb_scalars(tb_dir: str) -> dict[str, list[tuple[int, float]]]:
+    """``{tag: [(step, value), ...]}`` of the scalars in a TensorBoard log dir, as TensorBoard shows
+    them (``EventAccumulator``: purge_step applied, every scalar kept)."""
+    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
+
+    acc = EventAccumulator(tb_dir, size_guidance={SCALARS: 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def assert_tb_matches(tb_dir: str, df: pd.DataFrame, columns: tuple[str, ...] = ("total_reward_ma", "opt_step",
+                                                                                 "lr", "loss")) -> None:
+    """Each column's finite train_df values are the TensorBoard scalars ``train/{col}``: one per frame
+    (no step twice), same order, equal up to float32."""
+    got = tb_scalars(tb_dir)
+    for col in columns:
+        want = df[["frame", col]].dropna()
+        steps, values = zip(*got[f"train/{col}"])
+        assert list(steps) == want["frame"].tolist(), col
+        assert list(values) == pytest.approx(want[col].astype(float).tolist(), rel=1e-6), col

@@ -1,4 +1,4 @@
-"""Checkpoint store (DESIGN.md section 4): commit/load, verification, fallback, retention, crash safety.
+"""Checkpoint store (docs/ARCHITECTURE.md section 4): commit/load, verification, fallback, retention, crash safety.
 
 Behavioural tests run against a local directory and a local S3 server (moto, ``s3_bucket`` fixture).
 """

@@ -1,6 +1,6 @@
 """Exact resume without Ray: a session interrupted at an arbitrary frame, checkpointed through the
 checkpoint store and resumed, gives the same train_df (all columns but wall_t, fps) and the same
-weights as the uninterrupted run (DESIGN.md section 5; issue: exactness)."""
+weights as the uninterrupted run (docs/ARCHITECTURE.md section 5; issue: exactness)."""
 
 import io
 

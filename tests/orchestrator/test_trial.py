@@ -12,6 +12,7 @@ import torch
 from lab_helpers import (
     SPECS,
     assert_continuous,
+    assert_tb_matches,
     files_digest,
     kill_driver_when,
     only_predir,
@@ -59,6 +60,7 @@ def test_train_sigkill_driver_then_resume_latest(ray_local, tmp_path):
         straight = uninterrupted_df(items, s)
         pd.testing.assert_frame_equal(resumed.drop(columns=["wall_t", "fps"]),
                                       straight.drop(columns=["wall_t", "fps"]))
+        assert_tb_matches(str(predir / f"t0/s{s}/tb"), resumed)  # no step twice, last values = train_df's
 
 
 def test_edit_on_resume_raises_max_frame_and_refuses_hid_layers(ray_local, tmp_path):

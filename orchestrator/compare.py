@@ -1,0 +1,234 @@
+"""``lab compare PREDIR_OR_TRIAL ...``: one graph of several runs or trials, and the interactive HTML
+trial graph that ``lab analyze`` writes.
+
+Each source is a run directory (each of its trials is one curve; a ``train`` run has one, ``t0``)
+or one trial of a run, ``{predir}/t{T}`` (path or URI). A curve is the interquartile mean across
+the trial's sessions of ``total_reward_ma`` against frames, with its 95% stratified-bootstrap CI as
+a band (``orchestrator.stats``; with one session, the session's own curve), at the frames where
+every session has a value; sessions are read from their newest verified checkpoint (a ``dev`` run's
+train_df), as ``lab analyze`` does. Each curve has its own colour (matplotlib's ``tab10``) in both
+files, and each env's gymnasium ``reward_threshold`` is a dotted horizontal line.
+
+Outputs: ``{out}.png`` (matplotlib) and ``{out}.html`` (plotly; its ``plotly.min.js`` is written once
+beside it, so the page works offline and several pages share it); ``--out`` defaults to
+``compare_{YYYY_MM_DD_HHMMSS}`` in the working directory. Nothing is written into the compared runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import pandas as pd
+
+from orchestrator import predir as predir_mod
+from orchestrator import storage
+from orchestrator.errors import UsageError
+
+TAB10 = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+         "#17becf")
+PLOTLY_JS = "plotly.min.js"
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One trial's curve: ``label``, env name, sessions and its band (index frame; iqm, low, high)."""
+
+    label: str
+    env: str
+    sessions: int
+    band: pd.DataFrame
+
+
+# ---------------------------------------------------------------- reading sources
+
+def split_source(source: str) -> tuple[str, int | None]:
+    """``(predir, trial)`` of a compare source: ``{predir}`` (trial None: all) or ``{predir}/t{T}``.
+
+    Raises:
+        UsageError: the path does not exist or is not a run directory (or a trial of one).
+    """
+    uri = storage.absolute(source.rstrip("/"))
+    m = re.fullmatch(r"t(\d+)", storage.basename(uri))
+    predir, trial = (storage.dirname(uri), int(m.group(1))) if m else (uri, None)
+    if not storage.is_dir(uri):
+        raise UsageError(f"compare: '{source}' does not exist")
+    try:
+        name = predir_mod.spec_name_of(predir)
+    except ValueError:
+        raise UsageError(f"compare: '{source}' is neither a run directory ({{spec_name}}_{{YYYY_MM_DD_HHMMSS}}) "
+                         "nor a trial of one ({predir}/t{T})") from None
+    if not storage.exists(predir_mod.spec_file(predir, name)):
+        raise UsageError(f"compare: '{predir}' is not a run directory: it has no {name}_spec.json")
+    return predir, trial
+
+
+def trial_dfs(predir: str, only: int | None) -> dict[int, dict[int, pd.DataFrame]]:
+    """``{trial: {session: train_df}}`` of the sessions with a logged return (committed data), of trial
+    ``only`` or of every trial."""
+    from orchestrator.analysis import committed_df, session_keys
+
+    out: dict[int, dict[int, pd.DataFrame]] = {}
+    for t, s in session_keys(predir):
+        if only is not None and t != only:
+            continue
+        df = committed_df(predir_mod.session_dir(predir, t, s), "train_df.parquet")
+        if df is not None and df["total_reward_ma"].notna().any():
+            out.setdefault(t, {})[s] = df
+    return out
+
+
+def source_curves(source: str) -> list[Curve]:
+    """The curves of one source (``{predir}`` or ``{predir}/t{T}``): one per trial with a logged
+    return, labelled ``{predir name}/t{T}`` (a run of one trial, given as a run: its name alone)."""
+    from orchestrator.analysis import iqm_band, stack_sessions
+
+    predir, only = split_source(source)
+    name = predir_mod.spec_name_of(predir)
+    env = storage.read_json(predir_mod.spec_file(predir, name))["env"]["name"]
+    by_trial = trial_dfs(predir, only)
+    curves = []
+    for t, dfs in by_trial.items():
+        label = storage.basename(predir) if len(by_trial) == 1 and only is None \
+            else f"{storage.basename(predir)}/t{t}"
+        curves.append(Curve(label, env, len(dfs), iqm_band(stack_sessions(dfs))))
+    return curves
+
+
+# ---------------------------------------------------------------- drawing
+
+def compare_png(curves: list[Curve], thresholds: dict[str, float], title: str) -> bytes:
+    """PNG bytes: each curve's IQM line and CI band, each env's reward threshold dotted."""
+    from orchestrator.analysis import _figure, _png
+
+    fig, (ax,) = _figure(1)
+    for i, curve in enumerate(curves):
+        color = TAB10[i % len(TAB10)]
+        ax.fill_between(curve.band.index, curve.band["low"], curve.band["high"], color=color, alpha=0.2,
+                        linewidth=0)
+        ax.plot(curve.band.index, curve.band["iqm"], color=color, linewidth=2,
+                label=f"{curve.label} ({curve.sessions} sessions)")
+    for env, value in thresholds.items():
+        ax.axhline(value, color="black", linestyle=":", linewidth=1, label=f"{env} reward_threshold {value:g}")
+    ax.set_xlabel("frame")
+    ax.set_ylabel("total_reward_ma: IQM, 95% CI")
+    ax.set_title(title)
+    ax.legend(loc="best", fontsize=7)
+    return _png(fig)
+
+
+def _band_traces(band: pd.DataFrame, color: str, label: str, legend: str) -> list[dict[str, Any]]:
+    """Plotly traces of a band (a filled low..high polygon) and its centre line."""
+    x = [int(f) for f in band.index]
+    return [{"type": "scatter", "x": x + x[::-1], "y": list(band["high"]) + list(band["low"])[::-1],
+             "fill": "toself", "fillcolor": color, "opacity": 0.2, "line": {"width": 0}, "hoverinfo": "skip",
+             "legendgroup": legend, "showlegend": False, "name": f"{label} CI"},
+            {"type": "scatter", "x": x, "y": list(band["iqm"]), "mode": "lines", "line": {"color": color},
+             "legendgroup": legend, "name": label}]
+
+
+def compare_figure(curves: list[Curve], thresholds: dict[str, float], title: str) -> dict[str, Any]:
+    """Plotly figure (as a dict) of ``compare_png``'s content."""
+    traces = []
+    for i, curve in enumerate(curves):
+        traces += _band_traces(curve.band, TAB10[i % len(TAB10)], f"{curve.label} ({curve.sessions} sessions)",
+                               curve.label)
+    shapes = [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": v, "y1": v,
+               "line": {"dash": "dot", "color": "black", "width": 1}} for v in thresholds.values()]
+    notes = [{"xref": "paper", "x": 0, "y": v, "text": f"{env} reward_threshold {v:g}", "showarrow": False,
+              "yanchor": "bottom", "xanchor": "left"} for env, v in thresholds.items()]
+    return {"data": traces, "layout": {"title": {"text": title}, "xaxis": {"title": {"text": "frame"}},
+                                       "yaxis": {"title": {"text": "total_reward_ma: IQM, 95% CI"}},
+                                       "shapes": shapes, "annotations": notes, "hovermode": "x unified"}}
+
+
+def trial_traces(dfs: dict[int, pd.DataFrame], title: str, rand_return: float | None,
+                 points: list[Any]) -> dict[str, Any]:
+    """Plotly figure (dict) of a trial: per-session ``total_reward_ma`` (thin), the mean with a +-1 std
+    band, the IQM with its 95% bootstrap CI, the random policy's return and the resume/restart lines.
+
+    Args:
+        dfs: session -> train_df; points: ``analysis.Marker`` list (frames, label).
+    """
+    from orchestrator.analysis import iqm_band, stack_sessions
+
+    stacked = stack_sessions(dfs)
+    mean, std = stacked.mean(axis=1), stacked.std(axis=1).fillna(0.0)
+    traces = [{"type": "scatter", "x": [int(f) for f in stacked.index], "y": list(stacked[s]), "mode": "lines",
+               "line": {"width": 1, "color": "#aec7e8"}, "name": f"s{s}", "legendgroup": "sessions"}
+              for s in stacked.columns]
+    mean_band = pd.DataFrame({"iqm": mean, "low": mean - std, "high": mean + std})
+    traces += _band_traces(mean_band, TAB10[0], f"mean +-1 std ({len(dfs)} sessions)", "mean")
+    if len(dfs) > 1:
+        traces += _band_traces(iqm_band(stacked), TAB10[1], "IQM, 95% bootstrap CI", "iqm")
+    shapes = [{"type": "line", "yref": "paper", "y0": 0, "y1": 1, "x0": f, "x1": f,
+               "line": {"dash": "dash", "color": "red", "width": 1}} for m in points for f in m.frames]
+    notes = [{"yref": "paper", "y": 1, "x": m.frames[0], "text": m.label, "showarrow": False, "yanchor": "top",
+              "xanchor": "left", "font": {"color": "red", "size": 10}} for m in points]
+    if rand_return is not None:
+        shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": rand_return, "y1": rand_return,
+                       "line": {"dash": "dot", "color": "gray", "width": 1}})
+        notes.append({"xref": "paper", "x": 1, "y": rand_return, "text": "random policy", "showarrow": False,
+                      "xanchor": "right", "yanchor": "bottom"})
+    return {"data": traces, "layout": {"title": {"text": title}, "xaxis": {"title": {"text": "frame"}},
+                                       "yaxis": {"title": {"text": "return (moving average)"}},
+                                       "shapes": shapes, "annotations": notes, "hovermode": "x unified"}}
+
+
+def write_html(uri: str, figure: dict[str, Any], title: str) -> None:
+    """Write a plotly figure as an HTML page at ``uri`` and, once per directory, ``plotly.min.js``
+    beside it (the page loads it by relative path: it works offline).
+
+    Raises:
+        storage.StorageError: a write failed.
+    """
+    import plotly.io as pio
+    from plotly.offline import get_plotlyjs
+
+    js = storage.join(storage.dirname(uri), PLOTLY_JS)
+    if not storage.exists(js):
+        storage.write_text(js, get_plotlyjs())
+    html = pio.to_html(figure, include_plotlyjs="directory", full_html=True, validate=True)
+    storage.write_text(uri, html.replace("<head>", f"<head><title>{title}</title>", 1))
+
+
+# ---------------------------------------------------------------- the command
+
+def compare_command(sources: list[str], out: str | None) -> int:
+    """``lab compare``: write ``{out}.png`` and ``{out}.html`` and print their paths; returns 0.
+
+    Raises:
+        UsageError: a source is not a run or trial, or no source has a session with a logged return.
+    """
+    from orchestrator.analysis import reward_threshold
+
+    curves = [c for source in sources for c in source_curves(source)]
+    curves = [c for c in curves if not c.band.empty]
+    if not curves:
+        raise UsageError(f"compare: no session of {', '.join(sources)} has a logged return yet")
+    thresholds = {env: v for env in dict.fromkeys(c.env for c in curves) if (v := reward_threshold(env)) is not None}
+    stem = storage.absolute(out or f"compare_{datetime.now().strftime(predir_mod.TS_FORMAT)}")
+    title = " vs ".join(c.label for c in curves) if len(curves) <= 3 else f"{len(curves)} trials"
+    storage.write_bytes(stem + ".png", compare_png(curves, thresholds, title))
+    write_html(stem + ".html", compare_figure(curves, thresholds, title), title)
+    for curve in curves:
+        last = curve.band.iloc[-1]
+        print(f"{curve.label}: frame={int(curve.band.index[-1])} IQM total_reward_ma={last['iqm']:.4g} "
+              f"95% CI [{last['low']:.4g}, {last['high']:.4g}] ({curve.sessions} sessions)")
+    print(f"graph: {stem}.png\ngraph: {stem}.html")
+    return 0
+
+
+def parse_compare(argv: list[str]) -> argparse.Namespace:
+    """Arguments of ``lab compare`` (argparse exits 2 on bad options)."""
+    parser = argparse.ArgumentParser(
+        prog="lab compare", description="One graph of several runs or trials: the IQM of total_reward_ma "
+        "across sessions vs frames with its 95%% bootstrap CI, one colour each, the reward threshold marked.")
+    parser.add_argument("sources", nargs="+", metavar="PREDIR_OR_TRIAL",
+                        help="run directory (each trial a curve) or {predir}/t{T}; path or URI")
+    parser.add_argument("--out", default=None, metavar="PATH",
+                        help="output path without extension (default: compare_{timestamp} here)")
+    return parser.parse_args(argv)

@@ -1,0 +1,91 @@
+"""Robust statistics over sessions (IQM, stratified-bootstrap CI) against hand-computed values,
+and ``lab compare`` writing a valid PNG and HTML page."""
+
+import json
+import struct
+
+import numpy as np
+import pandas as pd
+import pytest
+from lab_helpers import run_cli
+
+from orchestrator import stats
+from orchestrator.analysis import PNG_SIGNATURE
+
+
+def test_iqm_drops_a_quarter_at_each_end():
+    assert stats.iqm([1, 2, 3, 4, 5, 6, 7, 100]) == 4.5          # mean of 3, 4, 5, 6
+    assert stats.iqm([1, 2, 3, 100]) == 2.5                      # mean of 2, 3
+    assert stats.iqm([7, 1, 4, 100, 2]) == pytest.approx(13 / 3)  # n=5: floor(5/4)=1 cut: mean of 2, 4, 7
+    assert stats.iqm([1.0, 3.0]) == 2.0                          # fewer than 4: the mean
+    np.testing.assert_allclose(stats.iqm(np.array([[1, 10], [2, 20], [3, 30], [100, 40]])), [2.5, 25])
+    with pytest.raises(ValueError):
+        stats.iqm([])
+
+
+def test_bootstrap_ci_of_two_sessions_is_their_range():
+    # resamples of (0, 10): means 0 (p=1/4), 5 (1/2), 10 (1/4) -> 2.5th and 97.5th percentiles 0 and 10
+    assert stats.bootstrap_ci(np.array([0.0, 10.0]), statistic=np.mean) == (0.0, 10.0)
+    assert stats.bootstrap_ci(np.array([3.0, 3.0, 3.0])) == (3.0, 3.0)
+    low, high = stats.bootstrap_ci(np.arange(8.0))
+    assert 0 <= low < stats.iqm(np.arange(8.0)) < high <= 7
+    assert stats.bootstrap_ci(np.arange(8.0)) == (low, high)  # seeded: reproducible
+    with pytest.raises(ValueError, match="confidence"):
+        stats.bootstrap_ci(np.arange(3.0), confidence=1.5)
+
+
+def test_summary_and_curve_band():
+    out = stats.summary([1.0, 2.0, 3.0, 100.0, None])
+    assert out["mean"] == 26.5 and out["iqm"] == 2.5 and out["n"] == 4
+    assert out["std"] == pytest.approx(np.std([1, 2, 3, 100], ddof=1))
+    assert out["ci"][0] <= 2.5 <= out["ci"][1]
+    assert stats.summary([5.0])["ci"] == [5.0, 5.0] and stats.summary([5.0])["std"] is None
+    mid, low, high = stats.curve_band(np.array([[1.0, 1.0], [0.0, 10.0]]))  # 2 frames x 2 sessions
+    assert mid.tolist() == [1.0, 5.0] and low.tolist() == [1.0, 0.0] and high.tolist() == [1.0, 10.0]
+
+
+def fake_run(root, name, finals):
+    """A dev-like run directory: spec file and one train_df per session (no checkpoints)."""
+    predir = root / f"ppo_cartpole_{name}"
+    (predir / "ppo_cartpole_spec.json").parent.mkdir(parents=True)
+    (predir / "ppo_cartpole_spec.json").write_text(json.dumps({"name": "ppo_cartpole",
+                                                               "env": {"name": "CartPole-v1"}}))
+    for s, final in enumerate(finals):
+        (predir / f"t0/s{s}").mkdir(parents=True)
+        df = pd.DataFrame({"frame": [400, 800, 1200], "total_reward": [20.0, 40.0, final],
+                           "total_reward_ma": [20.0, 30.0, final]})
+        df.to_parquet(predir / f"t0/s{s}/train_df.parquet")
+    return predir
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == PNG_SIGNATURE and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_lab_compare_writes_png_and_html(tmp_path, capsys):
+    a = fake_run(tmp_path, "2026_01_01_000000", [100.0, 200.0, 300.0, 400.0])
+    b = fake_run(tmp_path, "2026_01_02_000000", [50.0, 60.0])
+    out = tmp_path / "out" / "cmp"
+    assert run_cli("compare", str(a), f"{b}/t0", "--out", str(out)) == 0
+    printed = capsys.readouterr().out
+    assert f"{a.name}: frame=1200 IQM total_reward_ma=250" in printed
+    assert f"{b.name}/t0: frame=1200 IQM total_reward_ma=55" in printed
+    width, height = png_size((tmp_path / "out/cmp.png").read_bytes())
+    assert (width, height) == (640, 304)
+    html = (tmp_path / "out/cmp.html").read_text()
+    assert html.lower().startswith("<!doctype html>") and html.rstrip().endswith("</html>")
+    assert 'src="plotly.min.js"' in html
+    assert f"{a.name} (4 sessions)" in html and "CartPole-v1 reward_threshold 475" in html
+    assert (tmp_path / "out/plotly.min.js").stat().st_size > 1_000_000
+
+
+def test_lab_compare_bad_input_exits_2(tmp_path, capsys):
+    assert run_cli("compare", str(tmp_path / "missing")) == 2
+    assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "not_a_run").mkdir()
+    assert run_cli("compare", str(tmp_path / "not_a_run")) == 2
+    err = capsys.readouterr().err
+    assert "neither a run directory" in err and "Traceback" not in err
+    empty = fake_run(tmp_path, "2026_01_03_000000", [])
+    assert run_cli("compare", str(empty)) == 2 and "no session" in capsys.readouterr().err
