@@ -20,6 +20,7 @@ import difflib
 import hashlib
 import json
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -149,11 +150,49 @@ def _strip_trailing_commas(text: str) -> str:
     return "".join(out)
 
 
-def read_spec_file(uri: str) -> dict[str, Any]:
+TEMPLATE_VAR = re.compile(r"\$\{(\w+)\}")
+
+
+def _is_anchor_entry(uri: str, name: Any) -> bool:
+    """Whether a top-level entry of a YAML file is SLM-Lab's ``_name`` holder of anchors, not a spec."""
+    return uri.endswith((".yml", ".yaml")) and isinstance(name, str) and name.startswith("_")
+
+
+def fill_templates(text: str, variables: dict[str, str]) -> str:
+    """Fill ``${var}`` placeholders of a spec file's text, as SLM-Lab's ``-s var=value`` does.
+
+    A numeric value is written as a number, also in place of a quoted ``"${var}"`` (so
+    ``-s max_frame=3e6`` makes ``"max_frame": 3000000``); any other value replaces ``${var}`` as text.
+    """
+    for key, value in variables.items():
+        try:
+            num = float(value)
+        except ValueError:
+            text = text.replace(f"${{{key}}}", value)
+            continue
+        canonical = str(int(num)) if math.isfinite(num) and num == int(num) else str(num)
+        text = text.replace(f'"${{{key}}}"', canonical).replace(f"${{{key}}}", canonical)
+    return text
+
+
+def template_vars(uri: str) -> set[str]:
+    """The ``${var}`` placeholder names in a spec file's text (empty when it cannot be read)."""
+    try:
+        return set(TEMPLATE_VAR.findall(storage.read_text(uri)))
+    except (FileNotFoundError, storage.StorageError, UnicodeDecodeError):
+        return set()
+
+
+def read_spec_file(uri: str, variables: dict[str, str] | None = None) -> dict[str, Any]:
     """Parse a spec file (JSON, JSON with trailing commas, or YAML by extension).
 
     A file holding one bare spec (with ``agent`` and ``env`` keys, as saved in a run directory)
-    is returned as ``{its name: spec}``.
+    is returned as ``{its name: spec}``. In a YAML file, top-level entries named ``_...`` only hold
+    anchors for the specs (SLM-Lab v5): they may be any value and are not specs (see ``spec_names``).
+
+    Args:
+        uri: path or URI.
+        variables: ``${var}`` placeholders filled in the text before parsing (``fill_templates``).
 
     Raises:
         SpecError: file missing, unreadable, not valid JSON/YAML (with line and column), or not a
@@ -165,6 +204,7 @@ def read_spec_file(uri: str) -> dict[str, Any]:
         raise SpecError(f"spec file '{uri}' does not exist") from None
     except (storage.StorageError, UnicodeDecodeError) as err:
         raise SpecError(f"spec file '{uri}' cannot be read: {err}") from None
+    text = fill_templates(text, variables or {})
     if uri.endswith((".yml", ".yaml")):
         try:
             data = yaml.safe_load(text)
@@ -180,9 +220,19 @@ def read_spec_file(uri: str) -> dict[str, Any]:
                             f"column {err.colno}") from None
     if isinstance(data, dict) and "agent" in data and "env" in data:  # a saved spec file of a run
         return {data.get("name") or storage.basename(uri).removesuffix("_spec.json"): data}
-    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for k, v in data.items()
+                                             if not _is_anchor_entry(uri, k)):
         raise SpecError(f"spec file '{uri}' must map spec names to spec objects")
     return data
+
+
+def spec_names(uri: str) -> list[str]:
+    """The names of the specs in a spec file, in file order.
+
+    Raises:
+        SpecError: the file cannot be read (see ``read_spec_file``).
+    """
+    return [name for name in read_spec_file(uri) if not _is_anchor_entry(uri, name)]
 
 
 # ---------------------------------------------------------------- shape and overrides
@@ -584,13 +634,42 @@ def validate(spec: dict[str, Any]) -> list[str]:
 
 # ---------------------------------------------------------------- entry points
 
+def split_overrides(uri: str, overrides: list[str]) -> tuple[dict[str, str], list[str]]:
+    """``-s`` items -> (template variables, ``key.path=value`` overrides).
+
+    An item ``var=value`` whose ``var`` is a ``${var}`` placeholder of the file fills it (SLM-Lab's
+    ``-s``); every other item is an override of a spec leaf.
+    """
+    names = template_vars(uri) if any("=" in item for item in overrides) else set()
+    variables, rest = {}, []
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if sep and key.strip() in names:
+            variables[key.strip()] = value
+        else:
+            rest.append(item)
+    return variables, rest
+
+
+def _unfilled(tree: Any, path: str = "") -> list[tuple[str, str]]:
+    """``(dotted path, var)`` for every ``${var}`` placeholder left in a parsed spec."""
+    if isinstance(tree, str):
+        return [(path, var) for var in TEMPLATE_VAR.findall(tree)]
+    if isinstance(tree, dict):
+        return [hit for key, value in tree.items() for hit in _unfilled(value, f"{path}.{key}" if path else str(key))]
+    if isinstance(tree, list):
+        return [hit for i, value in enumerate(tree) for hit in _unfilled(value, f"{path}[{i}]")]
+    return []
+
+
 def load_spec(uri: str, name: str, overrides: list[str] | None = None) -> dict[str, Any]:
-    """Read, normalise, override, default and validate one spec.
+    """Read, fill templates, normalise, override, default and validate one spec.
 
     Args:
         uri: spec file path or URI.
         name: spec name inside the file.
-        overrides: ``key.path=value`` strings applied after normalisation.
+        overrides: ``-s`` strings: ``var=value`` fills the file's ``${var}`` placeholders (SLM-Lab v5),
+            any other ``key.path=value`` is applied after normalisation.
 
     Returns:
         The full flat spec as run (defaults filled), with ``name`` set and a relative local
@@ -599,16 +678,42 @@ def load_spec(uri: str, name: str, overrides: list[str] | None = None) -> dict[s
     Raises:
         SpecError: listing every problem found.
     """
-    specs = read_spec_file(uri)
+    variables, overrides = split_overrides(uri, overrides or [])
+    specs = read_spec_file(uri, variables)
+    if _is_anchor_entry(uri, name) and name in specs:
+        raise SpecError(f"spec name '{name}': in SLM-Lab YAML files, top-level '_' entries only hold anchors for "
+                        f"the specs, they are not specs; the specs are: {', '.join(spec_names(uri))}")
     if name not in specs:
-        close = difflib.get_close_matches(name, list(specs), n=1)
+        names = [n for n in specs if not _is_anchor_entry(uri, n)]
+        close = difflib.get_close_matches(name, names, n=1)
         hint = f" Did you mean '{close[0]}'?" if close else ""
-        raise SpecError(f"spec name '{name}' is not in '{uri}'; it has: {', '.join(sorted(specs))}.{hint}")
-    spec = apply_overrides(normalize(specs[name]), overrides or [])
+        raise SpecError(f"spec name '{name}' is not in '{uri}'; it has: {', '.join(sorted(names))}.{hint}")
+    unfilled = _unfilled(specs[name])
+    if unfilled:
+        raise SpecError([f"{path}: '${{{var}}}' is a template variable of the spec file (SLM-Lab v5); fill it on "
+                         f"the command line with -s {var}=VALUE" for path, var in unfilled])
+    spec = apply_overrides(normalize(specs[name]), overrides)
     spec["name"] = name
     spec = check(spec)
     if isinstance(spec["agent"]["net"].get("init_from"), str):  # actors may run in another directory
         spec["agent"]["net"]["init_from"] = storage.absolute(spec["agent"]["net"]["init_from"])
+    return spec
+
+
+def coerce_integral_floats(spec: dict[str, Any]) -> dict[str, Any]:
+    """A copy with integral floats made ints in int-typed keys (``"max_frame": 1e6``), as SLM-Lab's
+    spec check casts them; a fractional float there stays and is reported."""
+    spec = copy.deepcopy(spec)
+    for path, cls in _section_classes(spec).items():
+        section = _get(spec, path)
+        if not isinstance(section, dict):
+            continue
+        hints = typing.get_type_hints(cls)
+        for key, value in section.items():
+            hint = hints.get(key)
+            int_only = hint is not None and _type_ok(1, hint) and not _type_ok(0.5, hint)
+            if int_only and isinstance(value, float) and value.is_integer():
+                section[key] = int(value)
     return spec
 
 
@@ -618,7 +723,7 @@ def check(spec: dict[str, Any]) -> dict[str, Any]:
     Raises:
         SpecError: listing every problem found.
     """
-    spec = fill_defaults(spec)
+    spec = fill_defaults(coerce_integral_floats(spec))
     problems = validate(spec)
     if problems:
         raise SpecError(problems)
