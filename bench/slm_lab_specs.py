@@ -11,6 +11,10 @@ validation). Each entry ends in one outcome:
   blanked, is tallied as the refusal reason;
 * ``crash:{type}``: any other exception (a bug: the CLI would print a traceback).
 
+A file with ``${env}`` / ``${max_frame}`` placeholders is loaded as a user would run it, with
+``-s env=...`` (``ALE/Pong-v5`` for Atari files, ``HalfCheetah-v5`` for MuJoCo ones, else
+``CartPole-v1``) and ``-s max_frame=1e6``. Files named ``_*`` are data, not specs (SLM-Lab skips them too).
+
 With ``--dev N`` every ``ok`` entry whose env is classic control is also run in-process as
 ``lab FILE NAME dev -s env.max_frame=N`` and its exit code tallied (slow: a few seconds per entry).
 
@@ -65,12 +69,27 @@ def entry_names(path: Path) -> list[str] | str:
 
 
 def reason(message: str) -> str:
-    """A refusal message reduced to its kind: quoted values, numbers and lists blanked."""
+    """A refusal message reduced to its kind: the value after ``got``, quoted values and numbers blanked."""
     first = message.splitlines()[0]
-    first = re.sub(r"'[^']*'", "'_'", first)
-    first = re.sub(r"\[[^\]]*\]", "[...]", first)
+    first = re.split(r"(; allowed only as|, got | got )", first)[0]
+    first = re.sub(r"(?<![A-Za-z])'[^']*'", "'_'", first)
     first = re.sub(r"\b\d+(\.\d+)?(e-?\d+)?\b", "N", first)
     return first[:160]
+
+
+def template_fills(path: Path) -> list[str]:
+    """``-s`` values for a file's ``${var}`` placeholders, as a user would give them (by the file's family)."""
+    text = path.read_text()
+    fills = []
+    if "${env}" in text:
+        name = str(path).lower()
+        env = ("ALE/Pong-v5" if any(k in name for k in ("atari", "pong", "qbert", "breakout")) else
+               "HalfCheetah-v5" if any(k in name for k in ("mujoco", "cheetah", "humanoid", "playground")) else
+               "CartPole-v1")
+        fills.append(f"env={env}")
+    if "${max_frame}" in text:
+        fills.append("max_frame=1e6")
+    return fills
 
 
 def validate_entry(path: Path, name: str, overrides: list[str]) -> tuple[str, str]:
@@ -123,11 +142,13 @@ def sweep(root: Path, overrides: list[str], dev_frames: int, limit: int | None, 
         if isinstance(names, str):
             records.append({"version": version, "file": rel, "name": None, "outcome": "refused", "message": names})
             continue
+        fills = template_fills(path)
         for name in names:
-            outcome, message = validate_entry(path, name, overrides)
-            rec = {"version": version, "file": rel, "name": name, "outcome": outcome, "message": message}
+            outcome, message = validate_entry(path, name, overrides + fills)
+            rec = {"version": version, "file": rel, "name": name, "outcome": outcome, "message": message,
+                   "set": fills}
             if dev_frames and outcome == "ok" and is_classic(path, name) and (limit is None or limit > 0):
-                rec["dev_rc"] = dev_entry(path, name, overrides, dev_frames)
+                rec["dev_rc"] = dev_entry(path, name, overrides + fills, dev_frames)
                 limit = None if limit is None else limit - 1
             if verbose:
                 print(f"{outcome:10s} {rel} {name} {message.splitlines()[0] if message else ''}", flush=True)

@@ -36,6 +36,7 @@ from agents.schedules import DECAYS, LR_SCHEDULERS, VarSchedule, make_lr_schedul
 from envs.make import EnvSpec, resolve_env_id
 from orchestrator import storage
 from orchestrator.search_space import search_problems
+from orchestrator.slm_lab import SLM_LAB_KEYS, slm_lab_key_problem, slm_lab_name_problem
 
 
 class SpecError(Exception):
@@ -77,8 +78,15 @@ class MetaSpec:
         resources: per-session Ray resources ``{"num_cpus": float, "num_gpus": float}``.
         max_restarts: replacements of a dead session actor before it is marked failed.
         shutdown_grace_s: seconds sessions get to commit a final checkpoint on SIGTERM/SIGINT.
-        distributed: SLM-Lab Hogwild mode; only ``false`` is supported.
+        distributed: SLM-Lab's asynchronous training (``"synced"``, ``"shared"``: Hogwild sessions on one
+            global net); only ``false`` is supported, the others are refused by name (``distributed_problems``).
         search_scheduler: optional Ray Tune scheduler for ``search`` mode.
+        search: SLM-Lab v4's search algorithm name: only ``"RandomSearch"`` (Tune's generator sampling
+            at random, which is what the lab's ``--search-alg basic`` does), or null.
+        search_resources: SLM-Lab's per-trial resources of a search, ``{"cpu": n, "gpu": m}``; when
+            ``meta.resources`` is not given, each of the trial's ``max_session`` sessions gets
+            ``{"num_cpus": n / max_session, "num_gpus": m / max_session}`` (the GPU part only where CUDA
+            is available, as in SLM-Lab), in every mode.
     """
 
     max_session: int = field(default=1, metadata={"gt": 0})
@@ -93,8 +101,10 @@ class MetaSpec:
     resources: dict = field(default_factory=lambda: {"num_cpus": 1, "num_gpus": 0})
     max_restarts: int = field(default=3, metadata={"ge": 0})
     shutdown_grace_s: float = field(default=30.0, metadata={"gt": 0})
-    distributed: bool = field(default=False, metadata={"choices": (False,)})
+    distributed: bool | str = False
     search_scheduler: dict | None = None
+    search: str | None = None
+    search_resources: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -112,18 +122,6 @@ class RunSpec:
 RUNTIME_META_KEYS = ("trial", "session", "session_seed", "session_dir")
 TOP_KEYS = ("name", "agent", "env", "meta", "search")
 AGENT_KEYS = ("name", "algorithm", "memory", "net")
-
-# SLM-Lab keys this lab does not implement: accepted only with their neutral values.
-INERT_KEYS: dict[str, tuple[Any, ...]] = {
-    "agent.algorithm.clip_val_loss": (False, None),  # in SLM-Lab's PPO specs, but its code reads clip_vloss
-    "agent.algorithm.num_step_returns": (None,),
-    "agent.algorithm.policy_loss_coef": (1.0, 1),
-    "agent.net.batch_norm": (False, None),
-    "agent.net.use_same_optim": (False, None),
-    "env.frame_op": (None,),
-    "env.frame_op_len": (None,),
-}
-
 
 # ---------------------------------------------------------------- reading files
 
@@ -237,8 +235,24 @@ def spec_names(uri: str) -> list[str]:
 
 # ---------------------------------------------------------------- shape and overrides
 
+def _unwrap_v4_search(search: Any) -> None:
+    """SLM-Lab v4's list-shaped search sections (``"agent": [{...}]``, one element per agent/env), in place.
+
+    Raises:
+        SpecError: a list other than one object.
+    """
+    for key in ("agent", "env"):
+        value = search.get(key) if isinstance(search, dict) else None
+        if isinstance(value, list):
+            if len(value) != 1 or not isinstance(value[0], dict):
+                raise SpecError(f"search.{key}: SLM-Lab v4's list-shaped search section needs one object (one "
+                                f"{key}), got {value!r}")
+            search[key] = value[0]
+
+
 def normalize(raw: dict[str, Any]) -> dict[str, Any]:
-    """SLM-Lab v4 shape -> flat shape: unwrap one-element ``agent``/``env`` lists, drop ``body``.
+    """SLM-Lab v4 shape -> flat shape: unwrap one-element ``agent``/``env`` lists (also in ``search``), drop
+    ``body``.
 
     Raises:
         SpecError: a list with other than one element (multi-agent/multi-env is not supported).
@@ -254,6 +268,7 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
             if len(value) != 1:
                 raise SpecError(f"{key}: expected one {key} (a dict or a one-element list), got {len(value)}")
             spec[key] = value[0]
+    _unwrap_v4_search(spec.get("search"))
     meta = spec.get("meta")
     if isinstance(meta, dict):  # SLM-Lab per-session resource keys
         for old, new in (("num_cpus", "num_cpus"), ("num_gpus", "num_gpus")):
@@ -327,6 +342,18 @@ def _get(spec: dict[str, Any], path: str) -> Any:
     return node
 
 
+def _resources_from_search_resources(meta: Any) -> None:
+    """Per-session ``meta.resources`` from SLM-Lab's per-trial ``meta.search_resources`` when only that is given
+    (the GPU share only where CUDA is available, as SLM-Lab does); a bad value is left for validation."""
+    if not isinstance(meta, dict) or "resources" in meta or not isinstance(meta.get("search_resources"), dict):
+        return
+    trial, sessions = meta["search_resources"], meta.get("max_session", 1)
+    cpu, gpu = trial.get("cpu", 1), trial.get("gpu", 0)
+    if not all(_type_ok(v, float) and v >= 0 for v in (cpu, gpu)) or not _type_ok(sessions, int) or sessions < 1:
+        return
+    meta["resources"] = {"num_cpus": cpu / sessions, "num_gpus": gpu / sessions if torch.cuda.is_available() else 0}
+
+
 def fill_defaults(spec: dict[str, Any]) -> dict[str, Any]:
     """Fill every missing key from the section dataclasses (sections must be dicts)."""
     spec = copy.deepcopy(spec)
@@ -335,6 +362,7 @@ def fill_defaults(spec: dict[str, Any]) -> dict[str, Any]:
     if isinstance(spec.get("agent"), dict):
         spec["agent"].setdefault("memory", {})
         spec["agent"].setdefault("net", {})
+    _resources_from_search_resources(spec.get("meta"))
     algo_cls, memory = _registered(ALGORITHMS, _get(spec, "agent.algorithm.name")), _get(spec, "agent.memory")
     if algo_cls is not None and isinstance(memory, dict):  # the algorithm's own memory, not always Replay
         memory.setdefault("name", algo_cls.memory_names[0])
@@ -381,10 +409,9 @@ def _check_section(section: Any, cls: type, path: str, problems: list[str]) -> N
     for key, value in section.items():
         dotted = f"{path}.{key}"
         if key not in fields:
-            if dotted in INERT_KEYS:
-                if value not in INERT_KEYS[dotted]:
-                    problems.append(f"{dotted}: SLM-Lab key not supported here; allowed only as "
-                                    f"{INERT_KEYS[dotted]}, got {value!r}")
+            if dotted in SLM_LAB_KEYS:
+                problem = slm_lab_key_problem(dotted, value)
+                problems.extend([problem] if problem else [])
                 continue
             close = difflib.get_close_matches(key, list(fields), n=1)
             hint = f"; did you mean '{close[0]}'?" if close else f"; valid keys: {sorted(fields)}"
@@ -414,7 +441,8 @@ def _name_checker(problems: list[str]) -> Any:
     """``check(path, value, registry)``: record an unknown registry name with the valid ones."""
     def check(path: str, value: Any, valid: Any) -> None:
         if _registered(valid, value) is None:
-            problems.append(f"{path}: unknown name {value!r}; expected one of {sorted(valid)}")
+            problems.append(slm_lab_name_problem(path, value, sorted(valid))
+                            or f"{path}: unknown name {value!r}; expected one of {sorted(valid)}")
     return check
 
 
@@ -523,6 +551,7 @@ def _check_sizes(spec: dict[str, Any], problems: list[str]) -> None:
 
 
 RESOURCE_KEYS = ("num_cpus", "num_gpus")
+NET_FIELDS = {f.name for f in dataclasses.fields(NetSpec)}
 MAX_RESOURCE = 2**20  # CPUs or GPUs per session: more than any machine has (torch threads overflow at 2**31)
 
 
@@ -540,6 +569,37 @@ def _check_resources(spec: dict[str, Any], problems: list[str]) -> None:
         elif not _type_ok(value, float) or not 0 <= value <= MAX_RESOURCE:
             unit = "CPUs" if key == "num_cpus" else "GPUs"
             problems.append(f"{path}: expected a number in [0, {MAX_RESOURCE}] ({unit} per session), got {value!r}")
+
+
+SEARCH_RESOURCE_KEYS = ("cpu", "gpu")
+
+
+def _check_slm_lab_meta(spec: dict[str, Any], problems: list[str]) -> None:
+    """SLM-Lab meta keys with a meaning of their own: ``distributed``, v4's ``search``, ``search_resources``."""
+    meta = spec.get("meta") if isinstance(spec.get("meta"), dict) else {}
+    dist = meta.get("distributed", False)
+    if dist in ("synced", "shared"):
+        problems.append(f"meta.distributed: SLM-Lab's asynchronous (Hogwild) training {dist!r}, where the sessions of "
+                        "a trial train one global net (A3C, DPPO, async SAC), is not supported here; use false "
+                        "(each session trains its own net)")
+    elif dist is not False:
+        problems.append(f"meta.distributed: expected false, 'synced' or 'shared' (only false is supported), "
+                        f"got {dist!r}")
+    if meta.get("search") not in (None, "RandomSearch"):
+        problems.append(f"meta.search: SLM-Lab v4's search algorithm {meta['search']!r} is not supported; expected "
+                        "'RandomSearch' (or leave it out; --search-alg picks the sampler)")
+    res = meta.get("search_resources")
+    for key, value in (res.items() if isinstance(res, dict) else ()):
+        if key not in SEARCH_RESOURCE_KEYS:
+            problems.append(f"meta.search_resources.{key}: unknown key; valid keys: {list(SEARCH_RESOURCE_KEYS)}")
+        elif not _type_ok(value, float) or not 0 <= value <= MAX_RESOURCE:
+            problems.append(f"meta.search_resources.{key}: expected a number in [0, {MAX_RESOURCE}] per trial, "
+                            f"got {value!r}")
+    net = _get(spec, "agent.net") if isinstance(_get(spec, "agent.net"), dict) else {}
+    for key in ("actor_init_std", "critic_init_std"):
+        if net.get(key) is not None and net.get("init_fn") != "orthogonal_" and key not in NET_FIELDS:
+            problems.append(f"agent.net.{key}: SLM-Lab's head init std applies only with init_fn 'orthogonal_' here "
+                            f"(the lab's gains 0.01 policy / 1 value), got init_fn {net.get('init_fn')!r}")
 
 
 def _check_finite(tree: Any, path: str, problems: list[str]) -> None:
@@ -600,6 +660,17 @@ def _check_build_args(spec: dict[str, Any], problems: list[str]) -> None:
         _try_build(problems, "agent.net.lr_scheduler_spec", make_lr_scheduler, optim, sched)
 
 
+def _check_agent_keys(agent: dict[str, Any], problems: list[str]) -> None:
+    """Keys of the ``agent`` section: its sections, ``name``, and SLM-Lab's agent-level keys (``critic_net``)."""
+    for key in agent:
+        if f"agent.{key}" in SLM_LAB_KEYS:
+            problem = slm_lab_key_problem(f"agent.{key}", agent[key])
+            problems.extend([problem] if problem else [])
+        elif key not in AGENT_KEYS:
+            close = difflib.get_close_matches(key, AGENT_KEYS, n=1)
+            problems.append(f"agent.{key}: unknown key" + (f"; did you mean '{close[0]}'?" if close else ""))
+
+
 def validate(spec: dict[str, Any]) -> list[str]:
     """Every problem of a defaults-filled flat spec, each prefixed by its dotted path."""
     problems: list[str] = []
@@ -610,10 +681,7 @@ def validate(spec: dict[str, Any]) -> list[str]:
     agent = spec.get("agent")
     if not isinstance(agent, dict):
         return problems + [f"agent: expected an object with {list(AGENT_KEYS[1:])}, got {agent!r}"]
-    for key in agent:
-        if key not in AGENT_KEYS:
-            close = difflib.get_close_matches(key, AGENT_KEYS, n=1)
-            problems.append(f"agent.{key}: unknown key" + (f"; did you mean '{close[0]}'?" if close else ""))
+    _check_agent_keys(agent, problems)
     if not isinstance(spec.get("env"), dict):
         return problems + [f"env: expected an object, got {spec.get('env')!r}"]
     known_algo = _registered(ALGORITHMS, _get(spec, "agent.algorithm.name")) is not None
@@ -624,6 +692,7 @@ def validate(spec: dict[str, Any]) -> list[str]:
     _check_build_args(spec, problems)
     _check_sizes(spec, problems)
     _check_resources(spec, problems)
+    _check_slm_lab_meta(spec, problems)
     _check_finite(spec, "", problems)
     if not isinstance(spec.get("search"), dict):
         problems.append(f"search: expected an object, got {spec.get('search')!r}")
