@@ -18,7 +18,10 @@ _CONV = "SLM-Lab's ConvNet (net.type ConvNet), which this lab does not have (yet
 _ARC = "SLM-Lab's TorchArc nets (net.type TorchArcNet), which this lab does not have"
 _PER = "SLM-Lab's PrioritizedReplay memory, which this lab does not have (yet)"
 _SIL = "SLM-Lab's self-imitation learning (SIL / PPOSIL), which this lab does not have (yet)"
+ANY = object()  # in a key's neutral values: every value is accepted (SLM-Lab's own code does not read the key)
 SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
+    "agent.algorithm.training_batch_iter": ((ANY,), "batch iterations of off-policy algorithms (SLM-Lab's PPO and "
+                                                    "ActorCritic do not read it either)"),
     "agent.algorithm.clip_val_loss": ((False, None), "a clipped value loss (in SLM-Lab's PPO specs; its code reads "
                                                      "clip_vloss, never clip_val_loss)"),
     "agent.algorithm.clip_vloss": ((False, None), "PPO's clipped value loss"),
@@ -69,10 +72,6 @@ SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
     "env.continuous": ((False, None), "gymnasium env kwargs such as LunarLander's continuous=True"),
     "meta.train_mode": ((), "SLM-Lab's meta.train_mode (here the mode is the MODE argument: dev, train, search)"),
 }
-# The neutral values alone, per key.
-INERT_KEYS: dict[str, tuple[Any, ...]] = {key: values for key, (values, _) in SLM_LAB_KEYS.items() if values}
-
-
 _DIST = "shared-state optimizer of SLM-Lab's meta.distributed (Hogwild) training, which this lab does not support"
 SLM_LAB_NAMES: dict[str, dict[str, str]] = {
     "agent.algorithm.name": {
@@ -104,7 +103,7 @@ SLM_LAB_NAMES: dict[str, dict[str, str]] = {
 def slm_lab_key_problem(dotted: str, value: Any) -> str | None:
     """Why an SLM-Lab key this lab does not implement cannot take ``value`` (None when it is neutral)."""
     values, feature = SLM_LAB_KEYS[dotted]
-    if any(value is v if bool in (type(value), type(v)) or v is None else value == v for v in values):
+    if ANY in values or any(value is v if bool in (type(value), type(v)) or v is None else value == v for v in values):
         return None
     allowed = f"; allowed only as {' or '.join(json.dumps(v) for v in values)}" if values else ""
     got = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."

@@ -151,6 +151,14 @@ def _strip_trailing_commas(text: str) -> str:
 TEMPLATE_VAR = re.compile(r"\$\{(\w+)\}")
 
 
+class _SpecYamlLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2 floats: ``1e7`` and ``10e6`` (no dot) are numbers, not strings."""
+
+
+_SpecYamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(\d[\d_]*)?\.?\d*[eE][-+]?\d+$"), list("-+0123456789."))
+
+
 def _is_anchor_entry(uri: str, name: Any) -> bool:
     """Whether a top-level entry of a YAML file is SLM-Lab's ``_name`` holder of anchors, not a spec."""
     return uri.endswith((".yml", ".yaml")) and isinstance(name, str) and name.startswith("_")
@@ -205,7 +213,7 @@ def read_spec_file(uri: str, variables: dict[str, str] | None = None) -> dict[st
     text = fill_templates(text, variables or {})
     if uri.endswith((".yml", ".yaml")):
         try:
-            data = yaml.safe_load(text)
+            data = yaml.load(text, Loader=_SpecYamlLoader)  # noqa: S506 - a SafeLoader subclass
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -266,7 +274,9 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
         value = spec.get(key)
         if isinstance(value, list):
             if len(value) != 1:
-                raise SpecError(f"{key}: expected one {key} (a dict or a one-element list), got {len(value)}")
+                hydra = " (SLM-Lab's multi-agent / multi-env hydra specs are not supported: one agent, one env)"
+                raise SpecError(f"{key}: expected one {key} (a dict or a one-element list), got {len(value)}"
+                                + (hydra if len(value) > 1 else ""))
             spec[key] = value[0]
     _unwrap_v4_search(spec.get("search"))
     meta = spec.get("meta")
