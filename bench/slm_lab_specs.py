@@ -20,7 +20,7 @@ With ``--dev N`` every ``ok`` entry whose env is classic control is also run in-
 
 Usage:
     python bench/slm_lab_specs.py [--root DIR] [--set env=CartPole-v1 ...] [--dev 300] [--limit K]
-        [--out bench/results/slm_lab_specs.json] [--verbose]
+        [--out bench/results/slm_lab_specs.json] [--verbose] [--markdown]
 
 Prints the count per outcome, per version, and the refusal reasons by frequency; exits 1 on a crash.
 """
@@ -167,6 +167,38 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
             "reasons": reasons.most_common(), "dev_rc": {str(k): v for k, v in dev.items()}, "records": records}
 
 
+def family(rec: dict[str, Any]) -> str:
+    """An entry's spec family: its folder under the version (``benchmark/ppo``), or the file at the top."""
+    parts = rec["file"].split("/")
+    return "/".join(parts[1:-1]) or parts[-1]
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """Per-family table for docs/COMPATIBILITY.md: entries, validating, dev exit 0, main refusal reasons."""
+    rows = ["| family | entries | validate | dev 0 / run | refused for (first problem, count) |",
+            "| --- | ---: | ---: | ---: | --- |"]
+    fams: dict[str, list[dict[str, Any]]] = {}
+    for rec in result["records"]:
+        fams.setdefault(f"{rec['version']}/{family(rec)}", []).append(rec)
+    for fam, recs in sorted(fams.items()):
+        ok = sum(r["outcome"] == "ok" for r in recs)
+        devs = [r["dev_rc"] for r in recs if "dev_rc" in r]
+        dev = f"{devs.count(0)} / {len(devs)}" if devs else "-"
+        why = Counter(short_reason(r["message"]) for r in recs if r["outcome"] == "refused")
+        text = "; ".join(f"{k} ({v})" for k, v in why.most_common(4))
+        rows.append(f"| `{fam}` | {len(recs)} | {ok} | {dev} | {text} |")
+    return "\n".join(rows)
+
+
+def short_reason(message: str) -> str:
+    """The feature a refusal names, in a few words (the key path and its feature)."""
+    first = message.splitlines()[0]
+    path, _, rest = first.partition(": ")
+    rest = re.sub(r"^SLM-Lab key not supported here: ", "", rest)
+    rest = re.split(r"(; allowed only as|, got | got |, which |; expected one of|; fill it)", rest)[0]
+    return f"`{path}`: {rest[:90]}".replace("|", "/")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the sweep, print the tallies, write the JSON record; 1 if any entry crashed."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -176,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="at most this many dev runs")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--markdown", action="store_true", help="also print the per-family table")
     args = parser.parse_args(argv)
     result = sweep(args.root, args.overrides, args.dev, args.limit, args.verbose)
     print(f"entries: {result['entries']}  outcomes: {result['outcomes']}")
@@ -186,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     print("refusal reasons:")
     for text, count in result["reasons"]:
         print(f"  {count:4d}  {text}")
+    if args.markdown:
+        print(markdown(result))
     for rec in result["records"]:
         if rec["outcome"].startswith("crash"):
             print(f"CRASH {rec['file']} {rec['name']}: {rec['message']}")
