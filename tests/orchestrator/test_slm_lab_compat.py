@@ -217,3 +217,14 @@ def test_search_resources_split_over_sessions(tmp_path):
     assert load_spec(write(tmp_path, spec), "s")["meta"]["resources"] == {"num_cpus": 0.5, "num_gpus": 0}
     found = problems(tmp_path, with_(spec, "meta.search_resources", {"cpus": 2}))
     assert found == ["meta.search_resources.cpus: unknown key; valid keys: ['cpu', 'gpu']"]
+
+
+def test_cli_refuses_an_slm_lab_feature_with_exit_2_and_no_traceback(tmp_path, capsys):
+    from orchestrator import cli
+    path = write(tmp_path, with_(with_(PPO, "agent.net.cell_type", "GRU"), "env.name", "${env}"))
+    with pytest.raises(SystemExit) as exc:
+        cli.main([path, "s", "dev", "--data-dir", str(tmp_path / "data"), "-s", "env=CartPole-v1"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "Traceback" not in err
+    assert "agent.net.cell_type: SLM-Lab key not supported here: SLM-Lab's RecurrentNet" in err
+    assert not (tmp_path / "data").exists()
