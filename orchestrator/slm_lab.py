@@ -27,6 +27,9 @@ SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
     "agent.algorithm.clip_vloss": ((False, None), "PPO's clipped value loss"),
     "agent.algorithm.num_step_returns": ((None,), "n-step returns (read by ActorCritic and PPO only)"),
     "agent.algorithm.policy_loss_coef": ((1.0, 1), "a policy-loss coefficient (read by ActorCritic and PPO only)"),
+    "agent.algorithm.clip_eps": ((None,), "SLM-Lab v4's fixed clip range (v5 and the lab: clip_eps_spec)"),
+    "agent.algorithm.entropy_coef": ((None,), "SLM-Lab v4's fixed entropy coefficient (v5 and the lab: "
+                                              "entropy_coef_spec)"),
     "agent.algorithm.sil_policy_loss_coef": ((), _SIL),
     "agent.algorithm.sil_val_loss_coef": ((), _SIL),
     "agent.algorithm.normalize_v_targets": ((False, None), "running normalization of value targets"),

@@ -780,8 +780,8 @@ def load_spec(uri: str, name: str, overrides: list[str] | None = None) -> dict[s
 
 
 def coerce_integral_floats(spec: dict[str, Any]) -> dict[str, Any]:
-    """A copy with integral floats made ints in int-typed keys (``"max_frame": 1e6``), as SLM-Lab's
-    spec check casts them; a fractional float there stays and is reported."""
+    """A copy with integral floats made ints in int-typed keys (``"max_frame": 1e6``, ASHA's
+    ``grace_period``), as SLM-Lab's spec check casts them; a fractional float there stays and is reported."""
     spec = copy.deepcopy(spec)
     for path, cls in _section_classes(spec).items():
         section = _get(spec, path)
@@ -793,6 +793,10 @@ def coerce_integral_floats(spec: dict[str, Any]) -> dict[str, Any]:
             int_only = hint is not None and _type_ok(1, hint) and not _type_ok(0.5, hint)
             if int_only and isinstance(value, float) and value.is_integer():
                 section[key] = int(value)
+    sched = _get(spec, "meta.search_scheduler")
+    for key in ("grace_period", "brackets", "max_t") if isinstance(sched, dict) else ():
+        if isinstance(sched.get(key), float) and sched[key].is_integer():
+            sched[key] = int(sched[key])
     return spec
 
 
