@@ -123,7 +123,8 @@ def make_eval_env(session: Any, render_mode: str | None, video_dir: str | None) 
     from envs.make import EnvSpec, make_env
 
     es = session.spec.env
-    spec = EnvSpec(es.name, es.max_frame, 1, es.max_t, es.normalize_state, None, "sync")
+    spec = EnvSpec(es.name, es.max_frame, 1, es.max_t, es.normalize_state, None, "sync",
+                   normalize_obs=es.normalize_obs, clip_obs=es.clip_obs)
     if video_dir is not None:
         if importlib.util.find_spec("moviepy") is None:
             raise UsageError("--record needs moviepy, which is not installed: pip install moviepy "
@@ -133,7 +134,7 @@ def make_eval_env(session: Any, render_mode: str | None, video_dir: str | None) 
         env = make_env(spec, None, render_mode=render_mode, video_folder=video_dir)
     except gym.error.DependencyNotInstalled as err:
         raise UsageError(f"--render/--record: a package is missing: {err}") from None
-    if es.normalize_state:
+    if es.normalize_state or es.normalize_obs:
         env.obs_rms = session.env.obs_rms
         env.update_running_mean = False
     return env

@@ -78,7 +78,7 @@ class Session:
         self.seed, self.trial, self.session = int(seed), trial, session
         seed_globals(self.seed)
         env_spec, meta = self.spec.env, self.spec.meta
-        self.env = make_env(env_spec, self.seed)
+        self.env = make_env(env_spec, self.seed, gamma=self.spec.agent.algorithm.gamma)
         self.clock = Clock(env_spec.max_frame, env_spec.num_envs)
         algo_cls = ALGORITHMS[self.spec.agent.algorithm.name]
         self.algorithm: Algorithm = algo_cls(self.spec.agent, self.env.single_observation_space,
@@ -183,12 +183,13 @@ class Session:
 
     # ---------------------------------------------------------------- evaluation
     def eval_env(self) -> Any:
-        """The evaluation env (``rigorous_eval`` sub-envs, no reward scaling), built once."""
+        """The evaluation env (``rigorous_eval`` sub-envs, no reward scaling or normalization), built once."""
         if self._eval_env is None:
             es = self.spec.env
             self._eval_env = make_env(EnvSpec(es.name, es.max_frame, self.spec.meta.rigorous_eval, es.max_t,
-                                              es.normalize_state, None, "sync"), None)
-        if self.spec.env.normalize_state:  # evaluate with the training statistics, frozen
+                                              es.normalize_state, None, "sync", normalize_obs=es.normalize_obs,
+                                              clip_obs=es.clip_obs), None)
+        if self.spec.env.normalize_state or self.spec.env.normalize_obs:  # the training statistics, frozen
             self._eval_env.obs_rms = self.env.obs_rms
             self._eval_env.update_running_mean = False
         return self._eval_env

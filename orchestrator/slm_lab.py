@@ -68,8 +68,6 @@ SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
                              "lab does not read (yet)"),
     "env.frame_op": ((None,), "frame stacking / concatenation (env.frame_op)"),
     "env.frame_op_len": ((None,), "frame stacking / concatenation (env.frame_op)"),
-    "env.normalize_obs": ((False, None), "running observation normalization (env.normalize_obs)"),
-    "env.normalize_reward": ((False, None), "running reward normalization (env.normalize_reward)"),
     "env.life_loss_info": ((False, None), "Atari life-loss episode signals"),
     "env.repeat_action_probability": ((None,), "ALE sticky actions (an Atari env kwarg)"),
     "env.continuous": ((False, None), "gymnasium env kwargs such as LunarLander's continuous=True"),

@@ -228,3 +228,38 @@ def test_cli_refuses_an_slm_lab_feature_with_exit_2_and_no_traceback(tmp_path, c
     assert exc.value.code == 2 and "Traceback" not in err
     assert "agent.net.cell_type: SLM-Lab key not supported here: SLM-Lab's RecurrentNet" in err
     assert not (tmp_path / "data").exists()
+
+
+# ---------------------------------------------------------------- env.normalize_obs / normalize_reward
+
+def test_normalizers_clip_and_pickle_with_their_statistics():
+    import pickle
+
+    import numpy as np
+
+    from envs.make import EnvSpec, make_env, sub_env_seeds
+    spec = EnvSpec("Pendulum-v1", max_frame=100, num_envs=2, normalize_obs=True, normalize_reward=True,
+                   clip_obs=0.5, clip_reward=0.1)
+    env = make_env(spec, seed=0, gamma=0.9)
+    env.reset(seed=sub_env_seeds(0, 2))
+    for _ in range(30):
+        obs, reward, *_ = env.step(env.action_space.sample())
+    assert np.abs(obs).max() <= 0.5 and np.abs(reward).max() <= 0.1
+    assert env.obs_rms.count > 30
+    copy = pickle.loads(pickle.dumps(env))
+    action = env.action_space.sample()
+    for _ in range(5):
+        a, b = env.step(action), copy.step(action)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+def test_slm_lab_normalizer_keys_load_as_fields(tmp_path):
+    spec = load_spec(write(tmp_path, with_(with_(PPO, "env.normalize_obs", True), "env.normalize_reward", True)), "s")
+    assert spec["env"]["normalize_obs"] is True and spec["env"]["clip_obs"] == 10.0
+    assert problems(tmp_path, with_(PPO, "env.clip_obs", 0)) == ["env.clip_obs: must be > 0, got 0"]
+
+
+def test_normalizers_resume_exactly(tmp_path):
+    from tests.agents.algorithms.helpers import assert_resume_exact
+    assert_resume_exact(tmp_path, "ppo_cartpole", ["env.max_frame=600", "env.normalize_obs=true",
+                                                    "env.normalize_reward=true", "meta.log_frequency=100", "env.num_envs=2"], 300)
