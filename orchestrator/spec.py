@@ -800,13 +800,30 @@ def coerce_integral_floats(spec: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
+def apply_use_same_optim(spec: dict[str, Any]) -> dict[str, Any]:
+    """SLM-Lab's ``agent.net.use_same_optim: true``: an unshared ActorCritic builds its critic from the actor's
+    net spec, so the critic's optimizer spec is the actor's (``actor_optim_spec``, else ``optim_spec``). Here that
+    is written into ``critic_optim_spec``; with a shared net, or an algorithm without a critic optimizer, the key
+    has no effect (as in SLM-Lab). Returns a copy."""
+    spec = copy.deepcopy(spec)
+    net, algo_cls = _get(spec, "agent.net"), _algo_cls(spec)
+    if not isinstance(net, dict) or net.get("use_same_optim") is not True or net.get("shared", False) is not False:
+        return spec
+    if algo_cls is None or "net.critic_optim_spec" not in algo_cls.optim_keys:
+        return spec
+    source = net.get("actor_optim_spec") or net.get("optim_spec")
+    if isinstance(source, dict):
+        net["critic_optim_spec"] = copy.deepcopy(source)
+    return spec
+
+
 def check(spec: dict[str, Any]) -> dict[str, Any]:
     """Fill defaults and validate a flat spec; returns the filled copy.
 
     Raises:
         SpecError: listing every problem found.
     """
-    spec = fill_defaults(coerce_integral_floats(spec))
+    spec = fill_defaults(apply_use_same_optim(coerce_integral_floats(spec)))
     problems = validate(spec)
     if problems:
         raise SpecError(problems)

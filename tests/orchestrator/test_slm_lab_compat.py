@@ -261,5 +261,15 @@ def test_slm_lab_normalizer_keys_load_as_fields(tmp_path):
 
 def test_normalizers_resume_exactly(tmp_path):
     from tests.agents.algorithms.helpers import assert_resume_exact
-    assert_resume_exact(tmp_path, "ppo_cartpole", ["env.max_frame=600", "env.normalize_obs=true",
-                                                    "env.normalize_reward=true", "meta.log_frequency=100", "env.num_envs=2"], 300)
+    overrides = ["env.max_frame=600", "env.normalize_obs=true", "env.normalize_reward=true",
+                 "meta.log_frequency=100", "env.num_envs=2"]
+    assert_resume_exact(tmp_path, "ppo_cartpole", overrides, 300)
+
+
+def test_use_same_optim_gives_the_critic_the_actors_optimizer(tmp_path):
+    actor = {"name": "Adam", "lr": 0.003}
+    spec = with_(with_(with_(PPO, "agent.net.use_same_optim", True), "agent.net.actor_optim_spec", actor),
+                 "agent.net.critic_optim_spec", {"name": "RMSprop", "lr": 0.01})
+    assert load_spec(write(tmp_path, spec), "s")["agent"]["net"]["critic_optim_spec"] == actor
+    shared = load_spec(write(tmp_path, with_(spec, "agent.net.shared", True)), "s")
+    assert shared["agent"]["net"]["critic_optim_spec"] == {"name": "RMSprop", "lr": 0.01}  # no effect when shared
