@@ -107,6 +107,13 @@ class EnvSpec:
             ``*NoFrameskip-v4``).
         noop_max: Atari: at most this many no-op steps after each reset (0 disables).
         frame_skip: Atari: emulator frames per agent step, max-pooled over the last two.
+
+    SLM-Lab v5's running normalizers (its meaning: gymnasium's vector wrappers): ``normalize_obs``
+    (running mean/std of observations, as ``normalize_state``, then clipped to ``[-clip_obs, clip_obs]``),
+    ``normalize_reward`` (rewards divided by the running std of the discounted return with the
+    algorithm's ``gamma``, then clipped to ``[-clip_reward, clip_reward]``). ``clip_obs`` / ``clip_reward``
+    (default 10, SLM-Lab's) apply only with their normalizer; null: no clip. The statistics are part of the
+    pickled vector env, so they are in every checkpoint (``env.pkl``) and a resume is exact.
     """
 
     name: str
@@ -122,6 +129,10 @@ class EnvSpec:
     repeat_action_probability: float | None = field(default=None, metadata={"ge": 0, "le": 1})
     noop_max: int = field(default=30, metadata={"ge": 0})
     frame_skip: int = field(default=4, metadata={"gt": 0})
+    normalize_obs: bool = False
+    normalize_reward: bool = False
+    clip_obs: float | None = field(default=10.0, metadata={"gt": 0})
+    clip_reward: float | None = field(default=10.0, metadata={"gt": 0})
 
 
 def is_atari(env_id: str) -> bool:
@@ -136,9 +147,10 @@ def is_atari(env_id: str) -> bool:
 
 def eval_spec(spec: EnvSpec, num_envs: int) -> EnvSpec:
     """The env section of an evaluation / enjoy env: ``num_envs`` sync sub-envs, no reward scaling, whole
-    games (no ``life_loss_info``); everything else (frame ops, sticky actions, limits) as in training."""
+    games (no ``life_loss_info``), no reward normalization; everything else (frame ops, sticky actions,
+    limits, observation normalization) as in training."""
     return dataclasses.replace(spec, num_envs=num_envs, reward_scale=1.0, vectorization="sync",
-                               life_loss_info=False)  # 1: unscaled, also on Atari (where None means "sign")
+                               life_loss_info=False, normalize_reward=False)  # 1: unscaled, also on Atari
 
 
 def resolve_vec(spec: EnvSpec, num_cpus: float) -> EnvSpec:
@@ -177,8 +189,13 @@ def resolve_env_id(name: str) -> str:
     raise ValueError(f"unknown env id '{name}': gymnasium has no such environment registered")
 
 
+def _clip(values: np.ndarray, bound: float) -> np.ndarray:
+    """``values`` clipped to ``[-bound, bound]`` (a module-level function, so the wrapper pickles)."""
+    return np.clip(values, -bound, bound)
+
+
 def make_env(spec: EnvSpec, seed: int | None, render_mode: str | None = None,
-             video_folder: str | None = None) -> VectorEnv:
+             video_folder: str | None = None, gamma: float = 0.99) -> VectorEnv:
     """Build the session's vector env and reset-seed it.
 
     Args:
@@ -188,6 +205,7 @@ def make_env(spec: EnvSpec, seed: int | None, render_mode: str | None = None,
         render_mode: gymnasium render mode of every sub-env (``"human"``, ``"rgb_array"``) or None.
         video_folder: local directory where gymnasium's ``RecordVideo`` writes every episode as MP4
             (needs ``render_mode="rgb_array"``, moviepy, and one sub-env: names are per sub-env).
+        gamma: discount of the return whose running std ``normalize_reward`` divides by (the algorithm's).
 
     Returns:
         A ``VectorEnv`` with ``num_envs`` sub-envs. Observations (N, *O) in the sub-env's dtype (uint8
@@ -217,8 +235,13 @@ def make_env(spec: EnvSpec, seed: int | None, render_mode: str | None = None,
         venv = gym.wrappers.vector.TransformReward(venv, np.sign)
     elif reward_scale is not None and reward_scale != 1:
         venv = gym.wrappers.vector.TransformReward(venv, functools.partial(np.multiply, float(reward_scale)))
-    if spec.normalize_state:  # outermost, so ``env.obs_rms`` / ``env.update_running_mean`` reach it
-        venv = NormalizeObservation(venv)
+    if spec.normalize_reward:
+        venv = gym.wrappers.vector.NormalizeReward(venv, gamma=gamma)
+        if spec.clip_reward is not None:
+            venv = gym.wrappers.vector.TransformReward(venv, functools.partial(_clip, bound=float(spec.clip_reward)))
+    if spec.normalize_state or spec.normalize_obs:  # outermost, so ``env.obs_rms`` / ``update_running_mean`` reach it
+        clip = spec.clip_obs if spec.normalize_obs else None
+        venv = NormalizeObservation(venv, clip=None if clip is None else float(clip))
     venv.action_space.seed(seed)
     return venv
 
@@ -333,11 +356,12 @@ class NormalizeObservation(VectorWrapper):
     would leave ``info["final_obs"]`` unnormalized; this one normalizes the returned observations
     (N, *O) and the final observations in ``info`` with the same statistics. ``obs_rms`` holds the
     statistics (updated from every returned batch while ``update_running_mean`` is true); the
-    wrapper pickles with them.
+    wrapper pickles with them. ``clip`` (SLM-Lab's ``clip_obs``) bounds the normalized values.
     """
 
-    def __init__(self, env: VectorEnv, epsilon: float = 1e-8) -> None:
+    def __init__(self, env: VectorEnv, epsilon: float = 1e-8, clip: float | None = None) -> None:
         super().__init__(env)
+        self.clip = clip
         shape = env.single_observation_space.shape
         self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, shape, np.float32)
         self.observation_space = batch_space(self.single_observation_space, env.num_envs)
@@ -346,8 +370,10 @@ class NormalizeObservation(VectorWrapper):
         self.epsilon = epsilon
 
     def normalize(self, obs: np.ndarray) -> np.ndarray:
-        """``(obs - mean) / sqrt(var + epsilon)`` as float32, any leading dims."""
-        return ((obs - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)).astype(np.float32)
+        """``(obs - mean) / sqrt(var + epsilon)`` as float32, clipped to ``[-clip, clip]`` when set."""
+        out = ((obs - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)).astype(np.float32)
+        clip = getattr(self, "clip", None)  # checkpoints pickled before clip existed have none
+        return out if clip is None else np.clip(out, -clip, clip)
 
     def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
         obs, info = self.env.reset(seed=seed, options=options)

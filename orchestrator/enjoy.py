@@ -133,7 +133,7 @@ def make_eval_env(session: Any, render_mode: str | None, video_dir: str | None) 
         env = make_env(spec, None, render_mode=render_mode, video_folder=video_dir)
     except gym.error.DependencyNotInstalled as err:
         raise UsageError(f"--render/--record: a package is missing: {err}") from None
-    if es.normalize_state:
+    if es.normalize_state or es.normalize_obs:
         env.obs_rms = session.env.obs_rms
         env.update_running_mean = False
     return env

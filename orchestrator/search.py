@@ -82,15 +82,11 @@ TUNE_DIR = "tune"
 # ---------------------------------------------------------------- search space and Tune config
 
 def tune_domain(var: SearchVar) -> Any:
-    """The Ray Tune domain of one searched variable."""
-    if var.kind == "grid_search":
-        return tune.grid_search(list(var.arg))
-    if var.kind == "choice":
-        return tune.choice(list(var.arg))
-    if var.kind == "normal":
-        return tune.randn(float(var.arg[0]), float(var.arg[1]))
-    sampler = {"uniform": tune.uniform, "loguniform": tune.loguniform, "randint": tune.randint}[var.kind]
-    return sampler(*var.arg)
+    """The Ray Tune domain of one searched variable (``normal`` is ``tune.randn``; ``choice`` takes the list)."""
+    if var.kind in ("grid_search", "choice"):
+        return getattr(tune, var.kind)(list(var.arg))
+    kind = "randn" if var.kind == "normal" else var.kind
+    return getattr(tune, kind)(*var.arg)
 
 
 def param_space(spec: dict[str, Any]) -> dict[str, Any]:
@@ -108,10 +104,15 @@ def param_space(spec: dict[str, Any]) -> dict[str, Any]:
     return {v.path: tune_domain(v) for v in variables}
 
 
+# Types Optuna cannot sample as written: a grid, normal distributions, quantized log-uniform (Tune's Optuna
+# bridge drops the quantization there).
+OPTUNA_UNSUPPORTED = ("grid_search", "normal", "randn", "qrandn", "qloguniform")
+
+
 def optuna_unsupported(spec: dict[str, Any]) -> list[str]:
-    """Searched variables Optuna cannot sample: grid_search, normal, choices of lists or dicts."""
+    """Searched variables Optuna cannot sample: ``OPTUNA_UNSUPPORTED`` types, choices of lists or dicts."""
     return [f"search.{v.path}__{v.kind}" for v in parse_search(spec)[0]
-            if v.kind in ("grid_search", "normal")
+            if v.kind in OPTUNA_UNSUPPORTED
             or (v.kind == "choice" and any(isinstance(x, (list, dict)) for x in v.arg))]
 
 
@@ -152,7 +153,7 @@ def make_search_alg(name: str, seed: int, max_concurrent: int | None) -> Any:
 
 
 def make_scheduler(spec: dict[str, Any]) -> Any:
-    """ASHA on ``frame`` from ``meta.search_scheduler`` (None without one).
+    """ASHA on ``frame`` from ``meta.search_scheduler`` (None without one; its ``name`` may be left out).
 
     ``max_t`` is one frame past ``max_frame``, so ASHA never stops a trial at its end: the trial
     finishes by itself and records ``done``.
@@ -162,8 +163,9 @@ def make_scheduler(spec: dict[str, Any]) -> Any:
         return None
     from ray.tune.schedulers import ASHAScheduler
     max_t = int(spec["env"]["max_frame"]) + 1
-    return ASHAScheduler(time_attr="frame", max_t=max_t, grace_period=min(int(sched["grace_period"]), max_t),
-                         reduction_factor=float(sched.get("reduction_factor", 2)))
+    return ASHAScheduler(time_attr="frame", max_t=max_t, grace_period=min(int(sched.get("grace_period", 1)), max_t),
+                         reduction_factor=float(sched.get("reduction_factor", 2)),
+                         brackets=int(sched.get("brackets", 1)))
 
 
 class TrialNamer:

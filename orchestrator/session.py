@@ -87,7 +87,8 @@ class Session:
         self.seed, self.trial, self.session = int(seed), trial, session
         seed_globals(self.seed)
         env_spec, meta = self.spec.env, self.spec.meta
-        self.env = make_env(resolve_vec(env_spec, float(meta.resources.get("num_cpus", 1))), self.seed)
+        self.env = make_env(resolve_vec(env_spec, float(meta.resources.get("num_cpus", 1))), self.seed,
+                            gamma=self.spec.agent.algorithm.gamma)
         self.clock = Clock(env_spec.max_frame, env_spec.num_envs)
         algo_cls = ALGORITHMS[self.spec.agent.algorithm.name]
         self.algorithm: Algorithm = algo_cls(self.spec.agent, self.env.single_observation_space,
@@ -195,7 +196,7 @@ class Session:
         """The evaluation env (``rigorous_eval`` sync sub-envs, no reward scaling, whole games), built once."""
         if self._eval_env is None:
             self._eval_env = make_env(eval_spec(self.spec.env, self.spec.meta.rigorous_eval), None)
-        if self.spec.env.normalize_state:  # evaluate with the training statistics, frozen
+        if self.spec.env.normalize_state or self.spec.env.normalize_obs:  # the training statistics, frozen
             self._eval_env.obs_rms = self.env.obs_rms
             self._eval_env.update_running_mean = False
         return self._eval_env

@@ -20,6 +20,7 @@ import difflib
 import hashlib
 import json
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ from agents.schedules import DECAYS, LR_SCHEDULERS, VarSchedule, make_lr_schedul
 from envs.make import EnvSpec, is_atari, resolve_env_id
 from orchestrator import storage
 from orchestrator.search_space import search_problems
+from orchestrator.slm_lab import SLM_LAB_KEYS, slm_lab_key_problem, slm_lab_name_problem
 from orchestrator.tracking import tracking_problems
 
 
@@ -88,11 +90,18 @@ class MetaSpec:
         resources: per-session Ray resources ``{"num_cpus": float, "num_gpus": float}``.
         max_restarts: replacements of a dead session actor before it is marked failed.
         shutdown_grace_s: seconds sessions get to commit a final checkpoint on SIGTERM/SIGINT.
-        distributed: SLM-Lab Hogwild mode; only ``false`` is supported.
+        distributed: SLM-Lab's asynchronous training (``"synced"``, ``"shared"``: Hogwild sessions on one
+            global net); only ``false`` is supported, the others are refused by name (``distributed_problems``).
         search_scheduler: optional Ray Tune scheduler for ``search`` mode.
         tensorboard: write TensorBoard event files under ``t{T}/s{S}/tb/`` (orchestrator/tracking.py).
         tracking: one run per session in ``none``, ``wandb`` or ``mlflow`` (orchestrator/tracking.py).
         tracking_options: ``wandb.init`` keyword arguments, or MLflow ``tracking_uri``/``experiment``.
+        search: SLM-Lab v4's search algorithm name: only ``"RandomSearch"`` (Tune's generator sampling
+            at random, which is what the lab's ``--search-alg basic`` does), or null.
+        search_resources: SLM-Lab's per-trial resources of a search, ``{"cpu": n, "gpu": m}``; when
+            ``meta.resources`` is not given, each of the trial's ``max_session`` sessions gets
+            ``{"num_cpus": n / max_session, "num_gpus": m / max_session}`` (the GPU part only where CUDA
+            is available, as in SLM-Lab), in every mode.
     """
 
     max_session: int = field(default=1, metadata={"gt": 0})
@@ -107,11 +116,13 @@ class MetaSpec:
     resources: dict = field(default_factory=lambda: {"num_cpus": 1, "num_gpus": 0})
     max_restarts: int = field(default=3, metadata={"ge": 0})
     shutdown_grace_s: float = field(default=30.0, metadata={"gt": 0})
-    distributed: bool = field(default=False, metadata={"choices": (False,)})
+    distributed: bool | str = False
     search_scheduler: dict | None = None
     tensorboard: bool = True
     tracking: str = field(default="none", metadata={"choices": ("none", "wandb", "mlflow")})
     tracking_options: dict = field(default_factory=dict)
+    search: str | None = None
+    search_resources: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -129,16 +140,6 @@ class RunSpec:
 RUNTIME_META_KEYS = ("trial", "session", "session_seed", "session_dir")
 TOP_KEYS = ("name", "agent", "env", "meta", "search")
 AGENT_KEYS = ("name", "algorithm", "memory", "net")
-
-# SLM-Lab keys this lab does not implement: accepted only with their neutral values.
-INERT_KEYS: dict[str, tuple[Any, ...]] = {
-    "agent.algorithm.clip_val_loss": (False, None),  # in SLM-Lab's PPO specs, but its code reads clip_vloss
-    "agent.algorithm.num_step_returns": (None,),
-    "agent.algorithm.policy_loss_coef": (1.0, 1),
-    "agent.net.batch_norm": (False, None),
-    "agent.net.use_same_optim": (False, None),
-}
-
 
 # ---------------------------------------------------------------- reading files
 
@@ -165,11 +166,57 @@ def _strip_trailing_commas(text: str) -> str:
     return "".join(out)
 
 
-def read_spec_file(uri: str) -> dict[str, Any]:
+TEMPLATE_VAR = re.compile(r"\$\{(\w+)\}")
+
+
+class _SpecYamlLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2 floats: ``1e7`` and ``10e6`` (no dot) are numbers, not strings."""
+
+
+_SpecYamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(\d[\d_]*)?\.?\d*[eE][-+]?\d+$"), list("-+0123456789."))
+
+
+def _is_anchor_entry(uri: str, name: Any) -> bool:
+    """Whether a top-level entry of a YAML file is SLM-Lab's ``_name`` holder of anchors, not a spec."""
+    return uri.endswith((".yml", ".yaml")) and isinstance(name, str) and name.startswith("_")
+
+
+def fill_templates(text: str, variables: dict[str, str]) -> str:
+    """Fill ``${var}`` placeholders of a spec file's text, as SLM-Lab's ``-s var=value`` does.
+
+    A numeric value is written as a number, also in place of a quoted ``"${var}"`` (so
+    ``-s max_frame=3e6`` makes ``"max_frame": 3000000``); any other value replaces ``${var}`` as text.
+    """
+    for key, value in variables.items():
+        try:
+            num = float(value)
+        except ValueError:
+            text = text.replace(f"${{{key}}}", value)
+            continue
+        canonical = str(int(num)) if math.isfinite(num) and num == int(num) else str(num)
+        text = text.replace(f'"${{{key}}}"', canonical).replace(f"${{{key}}}", canonical)
+    return text
+
+
+def template_vars(uri: str) -> set[str]:
+    """The ``${var}`` placeholder names in a spec file's text (empty when it cannot be read)."""
+    try:
+        return set(TEMPLATE_VAR.findall(storage.read_text(uri)))
+    except (FileNotFoundError, storage.StorageError, UnicodeDecodeError):
+        return set()
+
+
+def read_spec_file(uri: str, variables: dict[str, str] | None = None) -> dict[str, Any]:
     """Parse a spec file (JSON, JSON with trailing commas, or YAML by extension).
 
     A file holding one bare spec (with ``agent`` and ``env`` keys, as saved in a run directory)
-    is returned as ``{its name: spec}``.
+    is returned as ``{its name: spec}``. In a YAML file, top-level entries named ``_...`` only hold
+    anchors for the specs (SLM-Lab v5): they may be any value and are not specs (see ``spec_names``).
+
+    Args:
+        uri: path or URI.
+        variables: ``${var}`` placeholders filled in the text before parsing (``fill_templates``).
 
     Raises:
         SpecError: file missing, unreadable, not valid JSON/YAML (with line and column), or not a
@@ -181,9 +228,10 @@ def read_spec_file(uri: str) -> dict[str, Any]:
         raise SpecError(f"spec file '{uri}' does not exist") from None
     except (storage.StorageError, UnicodeDecodeError) as err:
         raise SpecError(f"spec file '{uri}' cannot be read: {err}") from None
+    text = fill_templates(text, variables or {})
     if uri.endswith((".yml", ".yaml")):
         try:
-            data = yaml.safe_load(text)
+            data = yaml.load(text, Loader=_SpecYamlLoader)  # noqa: S506 - a SafeLoader subclass
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -196,15 +244,41 @@ def read_spec_file(uri: str) -> dict[str, Any]:
                             f"column {err.colno}") from None
     if isinstance(data, dict) and "agent" in data and "env" in data:  # a saved spec file of a run
         return {data.get("name") or storage.basename(uri).removesuffix("_spec.json"): data}
-    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for k, v in data.items()
+                                             if not _is_anchor_entry(uri, k)):
         raise SpecError(f"spec file '{uri}' must map spec names to spec objects")
     return data
 
 
+def spec_names(uri: str) -> list[str]:
+    """The names of the specs in a spec file, in file order.
+
+    Raises:
+        SpecError: the file cannot be read (see ``read_spec_file``).
+    """
+    return [name for name in read_spec_file(uri) if not _is_anchor_entry(uri, name)]
+
+
 # ---------------------------------------------------------------- shape and overrides
 
+def _unwrap_v4_search(search: Any) -> None:
+    """SLM-Lab v4's list-shaped search sections (``"agent": [{...}]``, one element per agent/env), in place.
+
+    Raises:
+        SpecError: a list other than one object.
+    """
+    for key in ("agent", "env"):
+        value = search.get(key) if isinstance(search, dict) else None
+        if isinstance(value, list):
+            if len(value) != 1 or not isinstance(value[0], dict):
+                raise SpecError(f"search.{key}: SLM-Lab v4's list-shaped search section needs one object (one "
+                                f"{key}), got {value!r}")
+            search[key] = value[0]
+
+
 def normalize(raw: dict[str, Any]) -> dict[str, Any]:
-    """SLM-Lab v4 shape -> flat shape: unwrap one-element ``agent``/``env`` lists, drop ``body``.
+    """SLM-Lab v4 shape -> flat shape: unwrap one-element ``agent``/``env`` lists (also in ``search``), drop
+    ``body``.
 
     Raises:
         SpecError: a list with other than one element (multi-agent/multi-env is not supported).
@@ -218,8 +292,11 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
         value = spec.get(key)
         if isinstance(value, list):
             if len(value) != 1:
-                raise SpecError(f"{key}: expected one {key} (a dict or a one-element list), got {len(value)}")
+                hydra = " (SLM-Lab's multi-agent / multi-env hydra specs are not supported: one agent, one env)"
+                raise SpecError(f"{key}: expected one {key} (a dict or a one-element list), got {len(value)}"
+                                + (hydra if len(value) > 1 else ""))
             spec[key] = value[0]
+    _unwrap_v4_search(spec.get("search"))
     meta = spec.get("meta")
     if isinstance(meta, dict):  # SLM-Lab per-session resource keys
         for old, new in (("num_cpus", "num_cpus"), ("num_gpus", "num_gpus")):
@@ -293,6 +370,18 @@ def _get(spec: dict[str, Any], path: str) -> Any:
     return node
 
 
+def _resources_from_search_resources(meta: Any) -> None:
+    """Per-session ``meta.resources`` from SLM-Lab's per-trial ``meta.search_resources`` when only that is given
+    (the GPU share only where CUDA is available, as SLM-Lab does); a bad value is left for validation."""
+    if not isinstance(meta, dict) or "resources" in meta or not isinstance(meta.get("search_resources"), dict):
+        return
+    trial, sessions = meta["search_resources"], meta.get("max_session", 1)
+    cpu, gpu = trial.get("cpu", 1), trial.get("gpu", 0)
+    if not all(_type_ok(v, float) and v >= 0 for v in (cpu, gpu)) or not _type_ok(sessions, int) or sessions < 1:
+        return
+    meta["resources"] = {"num_cpus": cpu / sessions, "num_gpus": gpu / sessions if torch.cuda.is_available() else 0}
+
+
 def fill_defaults(spec: dict[str, Any]) -> dict[str, Any]:
     """Fill every missing key from the section dataclasses (sections must be dicts)."""
     spec = copy.deepcopy(spec)
@@ -301,6 +390,7 @@ def fill_defaults(spec: dict[str, Any]) -> dict[str, Any]:
     if isinstance(spec.get("agent"), dict):
         spec["agent"].setdefault("memory", {})
         spec["agent"].setdefault("net", {})
+    _resources_from_search_resources(spec.get("meta"))
     algo_cls, memory = _registered(ALGORITHMS, _get(spec, "agent.algorithm.name")), _get(spec, "agent.memory")
     if algo_cls is not None and isinstance(memory, dict):  # the algorithm's own memory, not always Replay
         memory.setdefault("name", algo_cls.memory_names[0])
@@ -347,10 +437,9 @@ def _check_section(section: Any, cls: type, path: str, problems: list[str]) -> N
     for key, value in section.items():
         dotted = f"{path}.{key}"
         if key not in fields:
-            if dotted in INERT_KEYS:
-                if value not in INERT_KEYS[dotted]:
-                    problems.append(f"{dotted}: SLM-Lab key not supported here; allowed only as "
-                                    f"{INERT_KEYS[dotted]}, got {value!r}")
+            if dotted in SLM_LAB_KEYS:
+                problem = slm_lab_key_problem(dotted, value)
+                problems.extend([problem] if problem else [])
                 continue
             close = difflib.get_close_matches(key, list(fields), n=1)
             hint = f"; did you mean '{close[0]}'?" if close else f"; valid keys: {sorted(fields)}"
@@ -380,7 +469,8 @@ def _name_checker(problems: list[str]) -> Any:
     """``check(path, value, registry)``: record an unknown registry name with the valid ones."""
     def check(path: str, value: Any, valid: Any) -> None:
         if _registered(valid, value) is None:
-            problems.append(f"{path}: unknown name {value!r}; expected one of {sorted(valid)}")
+            problems.append(slm_lab_name_problem(path, value, sorted(valid))
+                            or f"{path}: unknown name {value!r}; expected one of {sorted(valid)}")
     return check
 
 
@@ -496,6 +586,7 @@ def _check_sizes(spec: dict[str, Any], problems: list[str]) -> None:
 
 
 RESOURCE_KEYS = ("num_cpus", "num_gpus")
+NET_FIELDS = {f.name for f in dataclasses.fields(NetSpec)}
 MAX_RESOURCE = 2**20  # CPUs or GPUs per session: more than any machine has (torch threads overflow at 2**31)
 
 
@@ -513,6 +604,37 @@ def _check_resources(spec: dict[str, Any], problems: list[str]) -> None:
         elif not _type_ok(value, float) or not 0 <= value <= MAX_RESOURCE:
             unit = "CPUs" if key == "num_cpus" else "GPUs"
             problems.append(f"{path}: expected a number in [0, {MAX_RESOURCE}] ({unit} per session), got {value!r}")
+
+
+SEARCH_RESOURCE_KEYS = ("cpu", "gpu")
+
+
+def _check_slm_lab_meta(spec: dict[str, Any], problems: list[str]) -> None:
+    """SLM-Lab meta keys with a meaning of their own: ``distributed``, v4's ``search``, ``search_resources``."""
+    meta = spec.get("meta") if isinstance(spec.get("meta"), dict) else {}
+    dist = meta.get("distributed", False)
+    if dist in ("synced", "shared"):
+        problems.append(f"meta.distributed: SLM-Lab's asynchronous (Hogwild) training {dist!r}, where the sessions of "
+                        "a trial train one global net (A3C, DPPO, async SAC), is not supported here; use false "
+                        "(each session trains its own net)")
+    elif dist is not False:
+        problems.append(f"meta.distributed: expected false, 'synced' or 'shared' (only false is supported), "
+                        f"got {dist!r}")
+    if meta.get("search") not in (None, "RandomSearch"):
+        problems.append(f"meta.search: SLM-Lab v4's search algorithm {meta['search']!r} is not supported; expected "
+                        "'RandomSearch' (or leave it out; --search-alg picks the sampler)")
+    res = meta.get("search_resources")
+    for key, value in (res.items() if isinstance(res, dict) else ()):
+        if key not in SEARCH_RESOURCE_KEYS:
+            problems.append(f"meta.search_resources.{key}: unknown key; valid keys: {list(SEARCH_RESOURCE_KEYS)}")
+        elif not _type_ok(value, float) or not 0 <= value <= MAX_RESOURCE:
+            problems.append(f"meta.search_resources.{key}: expected a number in [0, {MAX_RESOURCE}] per trial, "
+                            f"got {value!r}")
+    net = _get(spec, "agent.net") if isinstance(_get(spec, "agent.net"), dict) else {}
+    for key in ("actor_init_std", "critic_init_std"):
+        if net.get(key) is not None and net.get("init_fn") != "orthogonal_" and key not in NET_FIELDS:
+            problems.append(f"agent.net.{key}: SLM-Lab's head init std applies only with init_fn 'orthogonal_' here "
+                            f"(the lab's gains 0.01 policy / 1 value), got init_fn {net.get('init_fn')!r}")
 
 
 def _check_finite(tree: Any, path: str, problems: list[str]) -> None:
@@ -588,6 +710,17 @@ def _check_build_args(spec: dict[str, Any], problems: list[str]) -> None:
         _try_build(problems, "agent.net.lr_scheduler_spec", make_lr_scheduler, optim, sched)
 
 
+def _check_agent_keys(agent: dict[str, Any], problems: list[str]) -> None:
+    """Keys of the ``agent`` section: its sections, ``name``, and SLM-Lab's agent-level keys (``critic_net``)."""
+    for key in agent:
+        if f"agent.{key}" in SLM_LAB_KEYS:
+            problem = slm_lab_key_problem(f"agent.{key}", agent[key])
+            problems.extend([problem] if problem else [])
+        elif key not in AGENT_KEYS:
+            close = difflib.get_close_matches(key, AGENT_KEYS, n=1)
+            problems.append(f"agent.{key}: unknown key" + (f"; did you mean '{close[0]}'?" if close else ""))
+
+
 def validate(spec: dict[str, Any]) -> list[str]:
     """Every problem of a defaults-filled flat spec, each prefixed by its dotted path."""
     problems: list[str] = []
@@ -598,10 +731,7 @@ def validate(spec: dict[str, Any]) -> list[str]:
     agent = spec.get("agent")
     if not isinstance(agent, dict):
         return problems + [f"agent: expected an object with {list(AGENT_KEYS[1:])}, got {agent!r}"]
-    for key in agent:
-        if key not in AGENT_KEYS:
-            close = difflib.get_close_matches(key, AGENT_KEYS, n=1)
-            problems.append(f"agent.{key}: unknown key" + (f"; did you mean '{close[0]}'?" if close else ""))
+    _check_agent_keys(agent, problems)
     if not isinstance(spec.get("env"), dict):
         return problems + [f"env: expected an object, got {spec.get('env')!r}"]
     known_algo = _registered(ALGORITHMS, _get(spec, "agent.algorithm.name")) is not None
@@ -612,6 +742,7 @@ def validate(spec: dict[str, Any]) -> list[str]:
     _check_build_args(spec, problems)
     _check_sizes(spec, problems)
     _check_resources(spec, problems)
+    _check_slm_lab_meta(spec, problems)
     _check_finite(spec, "", problems)
     if not isinstance(spec.get("search"), dict):
         problems.append(f"search: expected an object, got {spec.get('search')!r}")
@@ -623,13 +754,42 @@ def validate(spec: dict[str, Any]) -> list[str]:
 
 # ---------------------------------------------------------------- entry points
 
+def split_overrides(uri: str, overrides: list[str]) -> tuple[dict[str, str], list[str]]:
+    """``-s`` items -> (template variables, ``key.path=value`` overrides).
+
+    An item ``var=value`` whose ``var`` is a ``${var}`` placeholder of the file fills it (SLM-Lab's
+    ``-s``); every other item is an override of a spec leaf.
+    """
+    names = template_vars(uri) if any("=" in item for item in overrides) else set()
+    variables, rest = {}, []
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if sep and key.strip() in names:
+            variables[key.strip()] = value
+        else:
+            rest.append(item)
+    return variables, rest
+
+
+def _unfilled(tree: Any, path: str = "") -> list[tuple[str, str]]:
+    """``(dotted path, var)`` for every ``${var}`` placeholder left in a parsed spec."""
+    if isinstance(tree, str):
+        return [(path, var) for var in TEMPLATE_VAR.findall(tree)]
+    if isinstance(tree, dict):
+        return [hit for key, value in tree.items() for hit in _unfilled(value, f"{path}.{key}" if path else str(key))]
+    if isinstance(tree, list):
+        return [hit for i, value in enumerate(tree) for hit in _unfilled(value, f"{path}[{i}]")]
+    return []
+
+
 def load_spec(uri: str, name: str, overrides: list[str] | None = None) -> dict[str, Any]:
-    """Read, normalise, override, default and validate one spec.
+    """Read, fill templates, normalise, override, default and validate one spec.
 
     Args:
         uri: spec file path or URI.
         name: spec name inside the file.
-        overrides: ``key.path=value`` strings applied after normalisation.
+        overrides: ``-s`` strings: ``var=value`` fills the file's ``${var}`` placeholders (SLM-Lab v5),
+            any other ``key.path=value`` is applied after normalisation.
 
     Returns:
         The full flat spec as run (defaults filled), with ``name`` set and a relative local
@@ -638,16 +798,63 @@ def load_spec(uri: str, name: str, overrides: list[str] | None = None) -> dict[s
     Raises:
         SpecError: listing every problem found.
     """
-    specs = read_spec_file(uri)
+    variables, overrides = split_overrides(uri, overrides or [])
+    specs = read_spec_file(uri, variables)
+    if _is_anchor_entry(uri, name) and name in specs:
+        raise SpecError(f"spec name '{name}': in SLM-Lab YAML files, top-level '_' entries only hold anchors for "
+                        f"the specs, they are not specs; the specs are: {', '.join(spec_names(uri))}")
     if name not in specs:
-        close = difflib.get_close_matches(name, list(specs), n=1)
+        names = [n for n in specs if not _is_anchor_entry(uri, n)]
+        close = difflib.get_close_matches(name, names, n=1)
         hint = f" Did you mean '{close[0]}'?" if close else ""
-        raise SpecError(f"spec name '{name}' is not in '{uri}'; it has: {', '.join(sorted(specs))}.{hint}")
-    spec = apply_overrides(normalize(specs[name]), overrides or [])
+        raise SpecError(f"spec name '{name}' is not in '{uri}'; it has: {', '.join(sorted(names))}.{hint}")
+    unfilled = _unfilled(specs[name])
+    if unfilled:
+        raise SpecError([f"{path}: '${{{var}}}' is a template variable of the spec file (SLM-Lab v5); fill it on "
+                         f"the command line with -s {var}=VALUE" for path, var in unfilled])
+    spec = apply_overrides(normalize(specs[name]), overrides)
     spec["name"] = name
     spec = check(spec)
     if isinstance(spec["agent"]["net"].get("init_from"), str):  # actors may run in another directory
         spec["agent"]["net"]["init_from"] = storage.absolute(spec["agent"]["net"]["init_from"])
+    return spec
+
+
+def coerce_integral_floats(spec: dict[str, Any]) -> dict[str, Any]:
+    """A copy with integral floats made ints in int-typed keys (``"max_frame": 1e6``, ASHA's
+    ``grace_period``), as SLM-Lab's spec check casts them; a fractional float there stays and is reported."""
+    spec = copy.deepcopy(spec)
+    for path, cls in _section_classes(spec).items():
+        section = _get(spec, path)
+        if not isinstance(section, dict):
+            continue
+        hints = typing.get_type_hints(cls)
+        for key, value in section.items():
+            hint = hints.get(key)
+            int_only = hint is not None and _type_ok(1, hint) and not _type_ok(0.5, hint)
+            if int_only and isinstance(value, float) and value.is_integer():
+                section[key] = int(value)
+    sched = _get(spec, "meta.search_scheduler")
+    for key in ("grace_period", "brackets", "max_t") if isinstance(sched, dict) else ():
+        if isinstance(sched.get(key), float) and sched[key].is_integer():
+            sched[key] = int(sched[key])
+    return spec
+
+
+def apply_use_same_optim(spec: dict[str, Any]) -> dict[str, Any]:
+    """SLM-Lab's ``agent.net.use_same_optim: true``: an unshared ActorCritic builds its critic from the actor's
+    net spec, so the critic's optimizer spec is the actor's (``actor_optim_spec``, else ``optim_spec``). Here that
+    is written into ``critic_optim_spec``; with a shared net, or an algorithm without a critic optimizer, the key
+    has no effect (as in SLM-Lab). Returns a copy."""
+    spec = copy.deepcopy(spec)
+    net, algo_cls = _get(spec, "agent.net"), _algo_cls(spec)
+    if not isinstance(net, dict) or net.get("use_same_optim") is not True or net.get("shared", False) is not False:
+        return spec
+    if algo_cls is None or "net.critic_optim_spec" not in algo_cls.optim_keys:
+        return spec
+    source = net.get("actor_optim_spec") or net.get("optim_spec")
+    if isinstance(source, dict):
+        net["critic_optim_spec"] = copy.deepcopy(source)
     return spec
 
 
@@ -657,7 +864,7 @@ def check(spec: dict[str, Any]) -> dict[str, Any]:
     Raises:
         SpecError: listing every problem found.
     """
-    spec = fill_defaults(spec)
+    spec = fill_defaults(apply_use_same_optim(coerce_integral_floats(spec)))
     problems = validate(spec)
     if problems:
         raise SpecError(problems)

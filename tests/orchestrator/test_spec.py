@@ -236,7 +236,7 @@ def test_out_of_range():
     assert only(problems_of(['env.vectorization="threads"'])) == \
         "env.vectorization: expected one of ['sync', 'async', 'auto'], got 'threads'"
     assert only(problems_of(["meta.distributed=true"])) == \
-        "meta.distributed: expected one of [False], got True"
+        "meta.distributed: expected false, 'synced' or 'shared' (only false is supported), got True"
 
 
 @pytest.mark.parametrize("value", [0, -5])
@@ -257,8 +257,8 @@ def test_unknown_net_type():
 
 
 def test_unknown_memory():
-    assert only(problems_of(["agent.memory.name=PrioritizedReplay"])) == (
-        "agent.memory.name: unknown name 'PrioritizedReplay'; "
+    assert only(problems_of(["agent.memory.name=FancyReplay"])) == (
+        "agent.memory.name: unknown name 'FancyReplay'; "
         "expected one of ['OnPolicyBatchReplay', 'OnPolicyReplay', 'Replay']")
 
 

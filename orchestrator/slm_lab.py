@@ -1,0 +1,120 @@
+"""SLM-Lab compatibility tables: the keys and names SLM-Lab's spec files use that this lab does not implement.
+
+Every key SLM-Lab defines either works here with SLM-Lab's meaning (an ordinary field of a section dataclass)
+or is listed in ``SLM_LAB_KEYS`` with the feature it belongs to: it is accepted with one of its neutral values
+(the ones that mean "feature off", or that match what the lab does anyway) and otherwise refused with exit 2
+naming the feature, never as an "unknown key". The table is consulted only for keys that are not fields of
+their section, so a key becomes an ordinary field once its feature is built (and its row can go).
+``SLM_LAB_NAMES`` does the same for registry names (algorithms, nets, memories, optimizers, losses).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+_RNN = "SLM-Lab's RecurrentNet (net.type RecurrentNet), which this lab does not have (yet)"
+_CONV = "SLM-Lab's ConvNet (net.type ConvNet), which this lab does not have (yet)"
+_ARC = "SLM-Lab's TorchArc nets (net.type TorchArcNet), which this lab does not have"
+_PER = "SLM-Lab's PrioritizedReplay memory, which this lab does not have (yet)"
+_SIL = "SLM-Lab's self-imitation learning (SIL / PPOSIL), which this lab does not have (yet)"
+ANY = object()  # in a key's neutral values: every value is accepted (SLM-Lab's own code does not read the key)
+SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
+    "agent.algorithm.training_batch_iter": ((ANY,), "batch iterations of off-policy algorithms (SLM-Lab's PPO and "
+                                                    "ActorCritic do not read it either)"),
+    "agent.algorithm.clip_val_loss": ((False, None), "a clipped value loss (in SLM-Lab's PPO specs; its code reads "
+                                                     "clip_vloss, never clip_val_loss)"),
+    "agent.algorithm.clip_vloss": ((False, None), "PPO's clipped value loss"),
+    "agent.algorithm.num_step_returns": ((None,), "n-step returns (read by ActorCritic and PPO only)"),
+    "agent.algorithm.policy_loss_coef": ((1.0, 1), "a policy-loss coefficient (read by ActorCritic and PPO only)"),
+    "agent.algorithm.clip_eps": ((None,), "SLM-Lab v4's fixed clip range (v5 and the lab: clip_eps_spec)"),
+    "agent.algorithm.entropy_coef": ((None,), "SLM-Lab v4's fixed entropy coefficient (v5 and the lab: "
+                                              "entropy_coef_spec)"),
+    "agent.algorithm.sil_policy_loss_coef": ((), _SIL),
+    "agent.algorithm.sil_val_loss_coef": ((), _SIL),
+    "agent.algorithm.normalize_v_targets": ((False, None), "running normalization of value targets"),
+    "agent.algorithm.normalize_advantages": (("standardize",), "advantage normalization by percentiles "
+                                                               "(DreamerV3); this lab standardizes"),
+    "agent.algorithm.symlog": ((False, None), "symlog value targets"),
+    "agent.algorithm.spectral_norm": ((False, None), "spectral normalization of the nets"),
+    "agent.net.batch_norm": ((False, None), "batch normalization layers"),
+    "agent.net.layer_norm": ((False, None), "layer normalization layers"),
+    "agent.net.use_same_optim": ((False, None, True), "the critic net built with the actor's optimizer spec "
+                                                      "(applied by spec.apply_use_same_optim)"),
+    "agent.net.actor_init_std": ((None, 0.01), "a policy-head init std other than 0.01 (with init_fn "
+                                               "orthogonal_ the lab uses 0.01 on policy heads)"),
+    "agent.net.critic_init_std": ((None, 1.0, 1), "a value-head init std other than 1 (with init_fn orthogonal_ "
+                                                  "the lab uses 1 on value heads)"),
+    "agent.net.log_std_init": ((None,), "a state-independent log-std parameter (CleanRL style); the lab's Gaussian "
+                                        "policy takes its log-std from the policy head"),
+    "agent.net.cell_type": ((), _RNN),
+    "agent.net.rnn_hidden_size": ((), _RNN),
+    "agent.net.rnn_num_layers": ((), _RNN),
+    "agent.net.seq_len": ((), _RNN),
+    "agent.net.bidirectional": ((), _RNN),
+    "agent.net.fc_hid_layers": ((), "SLM-Lab's ConvNet / RecurrentNet (net.type), which this lab does not have (yet)"),
+    "agent.net.conv_hid_layers": ((), _CONV),
+    "agent.net.arc": ((), _ARC),
+    "agent.net.actor_arc": ((), _ARC),
+    "agent.net.critic_arc": ((), _ARC),
+    "agent.net.lr_decay": ((None,), "SLM-Lab v3's lr decay (use lr_scheduler_spec)"),
+    "agent.net.lr_decay_frequency": ((None,), "SLM-Lab v3's lr decay (use lr_scheduler_spec)"),
+    "agent.net.lr_decay_min_timestep": ((None,), "SLM-Lab v3's lr decay (use lr_scheduler_spec)"),
+    "agent.net.lr_anneal_timestep": ((None,), "SLM-Lab v3's lr decay (use lr_scheduler_spec)"),
+    "agent.memory.alpha": ((), _PER),
+    "agent.memory.epsilon": ((), _PER),
+    "agent.memory.sil_replay_name": ((), _SIL),
+    "agent.memory.cross_entropy": ((), "SLM-Lab's OnPolicyCrossEntropy memory, which this lab does not have"),
+    "agent.critic_net": ((), "a separate critic net spec (SLM-Lab's SAC / CrossQ agent.critic_net), which this "
+                             "lab does not read (yet)"),
+    "env.frame_op": ((None,), "frame stacking / concatenation (env.frame_op)"),
+    "env.frame_op_len": ((None,), "frame stacking / concatenation (env.frame_op)"),
+    "env.life_loss_info": ((False, None), "Atari life-loss episode signals"),
+    "env.repeat_action_probability": ((None,), "ALE sticky actions (an Atari env kwarg)"),
+    "env.continuous": ((False, None), "gymnasium env kwargs such as LunarLander's continuous=True"),
+    "meta.train_mode": ((), "SLM-Lab's meta.train_mode (here the mode is the MODE argument: dev, train, search)"),
+}
+_DIST = "shared-state optimizer of SLM-Lab's meta.distributed (Hogwild) training, which this lab does not support"
+SLM_LAB_NAMES: dict[str, dict[str, str]] = {
+    "agent.algorithm.name": {
+        "SoftActorCritic": "SLM-Lab's SAC", "CrossQ": "SLM-Lab's CrossQ", "SIL": _SIL, "PPOSIL": _SIL,
+        "HydraDQN": "SLM-Lab's multi-env hydra DQN (several envs per agent); this lab runs one env per agent",
+        "DuelingDQN": "an old SLM-Lab name (v5 writes DQN with net.type DuelingMLPNet)",
+        "DuelingDoubleDQN": "an old SLM-Lab name (v5 writes DoubleDQN with net.type DuelingMLPNet)",
+        "DRQN": "an old SLM-Lab recurrent DQN (v5: DQN with net.type RecurrentNet)",
+        "DDRQN": "an old SLM-Lab recurrent double DQN (v5: DoubleDQN with net.type RecurrentNet)",
+    },
+    "agent.net.type": {
+        "ConvNet": _CONV, "DuelingConvNet": _CONV, "RecurrentNet": _RNN, "TorchArcNet": _ARC,
+        "HydraMLPNet": "SLM-Lab's multi-env hydra net; this lab runs one env per agent",
+    },
+    "agent.memory.name": {
+        "PrioritizedReplay": _PER, "OnPolicyCrossEntropy": "SLM-Lab's OnPolicyCrossEntropy memory",
+    },
+    "optimizer": {
+        "GlobalAdam": "GlobalAdam, the " + _DIST, "GlobalRMSprop": "GlobalRMSprop, the " + _DIST,
+        "Lookahead": "the Lookahead optimizer wrapper", "RAdam": "the RAdam optimizer",
+    },
+    "agent.net.loss_spec.name": {
+        "CrossEntropyLoss": "a classification loss (SLM-Lab's cross-entropy experiments); value and Q regression "
+                            "here use MSELoss, SmoothL1Loss or HuberLoss",
+    },
+}
+
+
+def slm_lab_key_problem(dotted: str, value: Any) -> str | None:
+    """Why an SLM-Lab key this lab does not implement cannot take ``value`` (None when it is neutral)."""
+    values, feature = SLM_LAB_KEYS[dotted]
+    if ANY in values or any(value is v if bool in (type(value), type(v)) or v is None else value == v for v in values):
+        return None
+    allowed = f"; allowed only as {' or '.join(json.dumps(v) for v in values)}" if values else ""
+    got = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    return f"{dotted}: SLM-Lab key not supported here: {feature}{allowed}, got {got}"
+
+
+def slm_lab_name_problem(path: str, name: Any, valid: list[str]) -> str | None:
+    """An SLM-Lab registry name this lab does not have, with the feature it is (None for other names)."""
+    table = SLM_LAB_NAMES.get("optimizer" if path.endswith("optim_spec.name") else path, {})
+    if not isinstance(name, str) or name not in table:
+        return None
+    return f"{path}: {name!r} ({table[name]}) is not available here; expected one of {valid}"
