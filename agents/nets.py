@@ -67,7 +67,8 @@ class NetSpec:
             ``[[32, 8, 4, 0, 1], [64, 4, 2, 0, 1], [64, 3, 1, 0, 1]]``.
         fc_hid_layers: conv nets: widths of the fully connected layers after the convolutions (default [512]).
         normalize: conv nets: scale observations by 1/255 (SLM-Lab's key); None: only when the observation
-            space is uint8 (pixels); MLP nets accept only None/False.
+            space is uint8 (pixels). MLP nets ignore it, as SLM-Lab's MLPNet does (so its MLP specs with
+            ``normalize: true`` run unmodified).
         hid_layers_activation / out_layer_activation: keys of ``ACTIVATIONS``.
         init_fn: key of ``INIT_FNS`` or None (torch default init).
         clip_grad_val: max global grad norm per optimizer step, None for no clipping.
@@ -80,8 +81,6 @@ class NetSpec:
         update_frequency: frames between target-net updates.
         polyak_coef: weight of the old target in a polyak update (SLM-Lab semantics).
         shared: one body with actor and critic heads (actor-critic algorithms).
-        normalize: SLM-Lab's "divide image input by 255", which its conv nets apply and its MLPNet
-            ignores; MLP nets here ignore it too (accepted so SLM-Lab MLP specs run unmodified).
         gpu: use CUDA when visible: true, false or ``"auto"``.
         init_from: initialize the nets (only: not optimizers, not the clock) of a fresh session from
             another run's checkpoint: a session spec file ``{spec_name}_t{T}_s{S}_spec.json`` (its best
@@ -107,7 +106,6 @@ class NetSpec:
     update_frequency: int = field(default=1, metadata={"gt": 0})
     polyak_coef: float = field(default=0.0, metadata={"ge": 0, "le": 1})
     shared: bool = False
-    normalize: bool | None = False
     gpu: bool | str = field(default=False, metadata={"choices": (True, False, "auto")})
     init_from: str | None = None
 
@@ -223,10 +221,9 @@ class MLPNet(nn.Module):
         """The net of ``net_spec`` for a flattened ``obs_space`` (O = prod of its shape) plus E extra inputs.
 
         Raises:
-            ValueError: as the constructor, an unsupported space, or ``net_spec.normalize`` true.
+            ValueError: as the constructor, or an unsupported space. ``net_spec.normalize`` is ignored,
+                as SLM-Lab's MLPNet ignores it (its conv nets divide pixels by 255).
         """
-        if net_spec.normalize:
-            raise ValueError(f"agent.net.normalize applies to conv nets only, not {cls.__name__}")
         return cls(obs_in_dim(obs_space) + extra_in_dim, out_dims, net_spec.hid_layers,
                    net_spec.hid_layers_activation, net_spec.init_fn, net_spec.out_layer_activation, head_gains)
 

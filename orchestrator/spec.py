@@ -37,7 +37,6 @@ from agents.nets import (
     LOSSES,
     NETS,
     OPTIMIZERS,
-    ConvNet,
     NetSpec,
     conv_layer_args,
     make_loss,
@@ -667,14 +666,11 @@ def _try_build(problems: list[str], path: str, build_fn: Any, *args: Any) -> Non
 
 def _check_layers(net: dict[str, Any], problems: list[str]) -> None:
     """``hid_layers`` / ``fc_hid_layers``: positive ints; ``conv_hid_layers``: [out, kernel, stride, padding,
-    dilation] lists (``agents.nets.conv_layer_args``); ``normalize`` only on conv nets."""
+    dilation] lists (``agents.nets.conv_layer_args``)."""
     for key in ("hid_layers", "fc_hid_layers"):
         hid = net.get(key)
         if isinstance(hid, list) and not all(_type_ok(h, int) and h > 0 for h in hid):
             problems.append(f"agent.net.{key}: expected a list of positive ints, got {hid!r}")
-    net_cls = _registered(NETS, net.get("type"))
-    if net.get("normalize") and net_cls is not None and not issubclass(net_cls, ConvNet):
-        problems.append(f"agent.net.normalize: applies to conv nets only (scales pixels by 1/255), not {net['type']}")
     for i, layer in enumerate(net.get("conv_hid_layers") or []):
         try:
             conv_layer_args(layer if isinstance(layer, list) else [layer])

@@ -342,7 +342,7 @@ def test_inert_slm_lab_keys_only_with_neutral_values():
 
 
 def test_conv_net_keys_are_checked():
-    """ConvNet keys validate at the edge: conv layer lists, fc widths, normalize only on conv nets; frame ops
+    """ConvNet keys validate at the edge: conv layer lists, fc widths (normalize is ignored by MLP nets); frame ops
     and Atari env keys are fields now."""
     check({**apply_overrides(FLAT, ["agent.net.type=ConvNet", "agent.net.normalize=true", "env.frame_op=concat",
                                     "env.frame_op_len=4"]), "name": "s"})
@@ -350,7 +350,7 @@ def test_conv_net_keys_are_checked():
         "agent.net.conv_hid_layers[0]: conv layer [32, 8]: expected [out, kernel, stride, padding, dilation]")
     assert only(problems_of(["agent.net.fc_hid_layers=[0]"])) == \
         "agent.net.fc_hid_layers: expected a list of positive ints, got [0]"
-    assert only(problems_of(["agent.net.normalize=true"])).startswith("agent.net.normalize: applies to conv nets")
+    check({**apply_overrides(FLAT, ["agent.net.normalize=true"]), "name": "s"})  # MLPNet ignores it, as SLM-Lab's
     assert only(problems_of(["env.life_loss_info=true"])) == \
         "env.life_loss_info: applies to Atari (ALE) envs only, not 'CartPole-v1'"
     assert only(problems_of(['env.frame_op="glue"'])) == \
