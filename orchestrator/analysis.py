@@ -503,8 +503,9 @@ def across_sessions(sessions: dict[int, SessionResult], finals: list[float | Non
 def _run_record(predir: str, t: int) -> dict[str, Any]:
     """``t{T}/run.json`` if it exists, else the predir's ``run.json``, else {}."""
     for uri in (storage.join(predir, f"t{t}", "run.json"), storage.join(predir, "run.json")):
-        if storage.exists(uri):
-            return storage.read_json(uri)
+        record = storage.read_json_or_none(uri, "graphs without resume marks (train@ rebuilds it)")
+        if isinstance(record, dict):
+            return record
     return {}
 
 

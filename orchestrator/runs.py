@@ -100,9 +100,12 @@ def run_info(predir: str) -> RunInfo | None:
     spec_uri = predir_mod.spec_file(predir, spec_name)
     if not storage.exists(spec_uri):
         return None
-    spec = storage.read_json(spec_uri)
-    run_uri = storage.join(predir, "run.json")
-    run = storage.read_json(run_uri) if storage.exists(run_uri) else {}
+    spec = storage.read_json_or_none(spec_uri, "run left out of the listing")
+    if not isinstance(spec, dict) or not isinstance(spec.get("env"), dict) or not isinstance(spec.get("meta"), dict):
+        return None
+    run = storage.read_json_or_none(storage.join(predir, "run.json"),
+                                    "status from the checkpoints only (train@ rebuilds it)")
+    run = run if isinstance(run, dict) else {}
     keys = set(run.get("sessions", {}))
     keys |= {f"t0_s{s}" for s in range(int(spec["meta"].get("max_session", 1)))}
     keys |= {f"t{t}_s{s}" for t, s in session_keys(predir)}

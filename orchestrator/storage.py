@@ -224,8 +224,26 @@ def write_text(uri: str, text: str) -> None:
 
 
 def read_json(uri: str) -> Any:
-    """Parse a JSON file."""
+    """Parse a JSON file.
+
+    Raises:
+        FileNotFoundError: no such file; ValueError / UnicodeDecodeError: not valid JSON (damaged).
+    """
     return json.loads(read_text(uri))
+
+
+def read_json_or_none(uri: str, what: str = "") -> Any:
+    """Parse a JSON file for a reader that can do without it: None when it is missing, and None with a
+    warning on stderr naming ``uri`` when it is damaged (truncated, not UTF-8, not JSON)."""
+    import sys
+
+    try:
+        return read_json(uri)
+    except FileNotFoundError:
+        return None
+    except (ValueError, UnicodeDecodeError) as err:
+        print(f"warning: {uri} is damaged ({type(err).__name__}: {err}); {what or 'ignored'}", file=sys.stderr)
+        return None
 
 
 def write_json(uri: str, obj: Any) -> None:
