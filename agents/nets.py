@@ -67,6 +67,8 @@ class NetSpec:
         update_frequency: frames between target-net updates.
         polyak_coef: weight of the old target in a polyak update (SLM-Lab semantics).
         shared: one body with actor and critic heads (actor-critic algorithms).
+        log_std_init: for Box actions, a state-independent log-std parameter (A,) initialized to this
+            value (nats), instead of a log-std head; None: the policy head outputs mean and log-std.
         normalize: SLM-Lab's "divide image input by 255", which its conv nets apply and its MLPNet
             ignores; MLP nets here ignore it too (accepted so SLM-Lab MLP specs run unmodified).
         gpu: use CUDA when visible: true, false or ``"auto"``.
@@ -91,6 +93,7 @@ class NetSpec:
     update_frequency: int = field(default=1, metadata={"gt": 0})
     polyak_coef: float = field(default=0.0, metadata={"ge": 0, "le": 1})
     shared: bool = False
+    log_std_init: float | None = None
     normalize: bool | None = False
     gpu: bool | str = field(default=False, metadata={"choices": (True, False, "auto")})
     init_from: str | None = None

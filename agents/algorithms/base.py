@@ -45,6 +45,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from agents import policy
 from agents.memory import MEMORIES, MemorySpec
 from agents.nets import NetSpec, make_net, make_optim
 from agents.schedules import FrameLR, VarSchedule, make_lr_scheduler
@@ -219,6 +220,47 @@ class Algorithm:
         """Register optimizer ``name`` and its frame-driven LR scheduler."""
         self.optims[name] = make_optim(params, optim_spec)
         self.lr_scheds[name] = make_lr_scheduler(self.optims[name], self.net_spec.lr_scheduler_spec)
+
+    # ---- policy heads (policy-gradient algorithms) ----
+    @property
+    def std_param(self) -> bool:
+        """True when a Box policy uses a state-independent log-std (``net.log_std_init`` set)."""
+        return not self.discrete and self.net_spec.log_std_init is not None
+
+    def policy_out_dim(self) -> int:
+        """Width of the policy head: ``policy.pdparam_dim`` (A logits, or 2A mean and log-std), or A
+        (mean only) when ``std_param``.
+
+        Raises:
+            ValueError: an action space other than Discrete and 1-D Box.
+        """
+        dim = policy.pdparam_dim(self.action_space)
+        return dim // 2 if self.std_param else dim
+
+    def add_log_std(self) -> list[nn.Parameter]:
+        """With ``std_param``: declare the tensor ``log_std`` (A,) = ``net.log_std_init`` (nats, transferred
+        with the policy) and return ``[it]`` to add to the actor's optimizer; else ``[]``."""
+        if not self.std_param:
+            return []
+        a = self.action_space.shape[0]
+        return [self.add_tensor("log_std", torch.full((a,), float(self.net_spec.log_std_init)))]
+
+    def pdparam(self, head: torch.Tensor) -> torch.Tensor:
+        """Policy parameters from the policy head's output: (B, A) means -> (B, 2A) ``[mean, log_std]``
+        when ``std_param`` (gradients reach ``log_std``); otherwise ``head`` as is."""
+        if not self.std_param:
+            return head
+        return torch.cat([head, self.nets["log_std"].value.expand_as(head)], dim=-1)
+
+    def env_action(self, act: np.ndarray) -> np.ndarray:
+        """What the env is sent: Box actions (N, A) clipped to the space's bounds; others unchanged.
+
+        The unclipped sample is what memory stores and the losses train on (its log-prob is the
+        policy's); only the env sees the clipped one.
+        """
+        if isinstance(self.action_space, gym.spaces.Box):
+            return np.clip(act, self.action_space.low, self.action_space.high)
+        return act
 
     # ---- acting and learning (subclasses) ----
     def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:
