@@ -7,6 +7,7 @@ from agents.algorithms.dqn import DQN
 from agents.algorithms.ppo import PPO
 from agents.algorithms.random import Random
 from agents.algorithms.reinforce import Reinforce
+from agents.algorithms.sac import SoftActorCritic
 from agents.algorithms.sarsa import SARSA
 from agents.algorithms.vanilla_dqn import VanillaDQN
 
@@ -20,6 +21,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "ActorCritic": ActorCritic,
     "Random": Random,
     "SARSA": SARSA,
+    "SoftActorCritic": SoftActorCritic,
 }
 
 __all__ = ["ALGORITHMS", "AgentSpec", "Algorithm", "AlgorithmSpec", "LossStats"]

@@ -120,6 +120,29 @@ def pick_device(gpu: bool | str) -> torch.device:
     return torch.device("cuda" if gpu in (True, "auto") and torch.cuda.is_available() else "cpu")
 
 
+class ReplayCadence:
+    """Training cadence of replay-based algorithms (DQN family, SAC), mixed in before ``Algorithm``.
+
+    Needs ``self.algo.training_start_step`` (transitions), ``self.algo.training_frequency`` (frames),
+    ``self.memory`` and an int ``self.last_train_frame`` (frame of the last update, in ``extra_state``).
+    Once the replay holds ``training_start_step`` transitions, each multiple of ``training_frequency``
+    frames crossed since ``last_train_frame`` earns one training round; frames that pass while the replay
+    is short earn none, so a resume that refills its replay makes no catch-up burst (the refill gate).
+    """
+
+    def train_ready(self, clock: Clock) -> bool:
+        """Replay holds ``training_start_step`` transitions and a round is due (once per vector step)."""
+        if len(self.memory) < self.algo.training_start_step:
+            self.last_train_frame = clock.frame
+            return False
+        return self.train_rounds(clock) > 0
+
+    def train_rounds(self, clock: Clock) -> int:
+        """Training rounds due: multiples of ``training_frequency`` frames crossed since ``last_train_frame``."""
+        tf = self.algo.training_frequency
+        return clock.frame // tf - self.last_train_frame // tf
+
+
 class Algorithm:
     """Base of every algorithm.
 
@@ -291,8 +314,10 @@ class Algorithm:
         """numpy -> tensor on the algorithm's device (no copy on CPU when dtypes match)."""
         return torch.as_tensor(x, dtype=dtype, device=self.device)
 
-    def optim_step(self, loss: torch.Tensor, optim_names: tuple[str, ...], clock: Clock) -> float:
-        """One optimizer step: zero-grad, backward, clip, step, count ``opt_step``.
+    def optim_step(self, loss: torch.Tensor, optim_names: tuple[str, ...], clock: Clock,
+                   count: bool = True) -> float:
+        """One optimizer step: zero-grad, backward, clip, step, count ``opt_step`` (unless ``count`` is
+        false: the secondary losses of a multi-loss update, e.g. SAC's actor and temperature).
 
         Sets each optimizer's lr for ``clock.frame`` first (frame-driven schedules).
 
@@ -320,7 +345,8 @@ class Algorithm:
             torch._foreach_mul_(grads, (max_norm / (grad_norm + 1e-6)).clamp(max=1.0))
         for optim in optims:
             optim.step()
-        clock.tick_opt_step()
+        if count:
+            clock.tick_opt_step()
         return float(grad_norm)
 
     def current_lr(self) -> float:

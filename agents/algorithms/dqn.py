@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from agents import policy
-from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats, mean_metrics
+from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats, ReplayCadence, mean_metrics
 from agents.memory import MemorySpec, PrioritizedReplay, Replay
 from agents.nets import make_loss, polyak_update
 from envs.clock import Clock
@@ -73,8 +73,9 @@ def sample_batch(algo: Algorithm, clock: Clock) -> dict[str, torch.Tensor]:
     return batch
 
 
-class DQN(Algorithm):
-    """Deep Q-network; see module docstring. Nets: ``net`` (online) and ``target_net``."""
+class DQN(ReplayCadence, Algorithm):
+    """Deep Q-network; see module docstring. Nets: ``net`` (online) and ``target_net``. Cadence
+    (``train_ready``, ``train_rounds``): ``ReplayCadence``."""
 
     spec_cls = DQNSpec
     memory_names = ("Replay", "PrioritizedReplay")
@@ -104,23 +105,6 @@ class DQN(Algorithm):
         q = self.nets["net"](self.to_tensor(obs_NO))
         return policy.q_act(q, self.algo.action_policy, self.explore_var(clock.frame), self.rng, self.gen,
                             deterministic)
-
-    def train_ready(self, clock: Clock) -> bool:
-        """Replay holds ``training_start_step`` transitions and a multiple of ``training_frequency`` frames
-        was crossed since the last update.
-
-        While the replay is short of ``training_start_step``, ``last_train_frame`` follows the clock, so
-        those frames earn no gradient steps later (called once per vector step by the session loop).
-        """
-        if len(self.memory) < self.algo.training_start_step:
-            self.last_train_frame = clock.frame
-            return False
-        return self.train_rounds(clock) > 0
-
-    def train_rounds(self, clock: Clock) -> int:
-        """Training rounds due: multiples of ``training_frequency`` frames crossed since ``last_train_frame``."""
-        tf = self.algo.training_frequency
-        return clock.frame // tf - self.last_train_frame // tf
 
     @torch.no_grad()
     def q_target(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
