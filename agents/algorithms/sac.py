@@ -150,18 +150,41 @@ class SoftActorCritic(ReplayCadence, Algorithm):
         return self.nets[k](obs) if self.discrete else self.nets[k](obs, act).squeeze(-1)
 
     @torch.no_grad()
-    def soft_target(self, batch: dict[str, torch.Tensor], alpha: torch.Tensor) -> torch.Tensor:
-        """``y = r + gamma * (1 - terminated) * V'(s')``, (B,); see module docstring."""
-        next_obs, pdparam = batch["next_obs"], self.nets["net"](batch["next_obs"])
+    def next_action(self, next_obs: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """a' ~ pi(.|s') (B, A) and log pi(a'|s') (B,) for Box; (None, log pi(.|s') (B, A)) for Discrete."""
+        pdparam = self.nets["net"](next_obs)
         if self.discrete:
-            logp = F.log_softmax(pdparam, dim=-1)
-            q = 0.5 * (self.q_values("target_q1_net", next_obs) + self.q_values("target_q2_net", next_obs))
-            v_next = (logp.exp() * (q - alpha * logp)).sum(-1)
-        else:
-            act, logp = policy.tanh_gaussian_sample(pdparam, self.gen)
-            q = torch.min(self.q_values("target_q1_net", next_obs, act), self.q_values("target_q2_net", next_obs, act))
-            v_next = q - alpha * logp
-        return batch["reward"] + self.algo.gamma * (1.0 - batch["terminated"]) * v_next
+            return None, F.log_softmax(pdparam, dim=-1)
+        return policy.tanh_gaussian_sample(pdparam, self.gen)
+
+    def soft_value(self, q1_next: torch.Tensor, q2_next: torch.Tensor, next_logp: torch.Tensor,
+                   alpha: torch.Tensor) -> torch.Tensor:
+        """V'(s') (B,): ``min(q1, q2) - alpha * logp`` from (B,) values, or, Discrete, ``sum_a pi (mean(q1, q2) -
+        alpha log pi)`` from (B, A) values and log-probs."""
+        if self.discrete:
+            return (next_logp.exp() * (0.5 * (q1_next + q2_next) - alpha * next_logp)).sum(-1)
+        return torch.min(q1_next, q2_next) - alpha * next_logp
+
+    @torch.no_grad()
+    def soft_target(self, batch: dict[str, torch.Tensor], alpha: torch.Tensor) -> torch.Tensor:
+        """``y = r + gamma * (1 - terminated) * V'(s')``, (B,), from the target critics; see module docstring."""
+        next_obs = batch["next_obs"]
+        next_act, next_logp = self.next_action(next_obs)
+        q1n, q2n = (self.q_values(k, next_obs, next_act) for k in ("target_q1_net", "target_q2_net"))
+        return batch["reward"] + self.algo.gamma * (1.0 - batch["terminated"]) * self.soft_value(q1n, q2n, next_logp,
+                                                                                                 alpha)
+
+    def critic_preds(self, batch: dict[str, torch.Tensor],
+                     alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Any, torch.Tensor]:
+        """Q_1(s, a), Q_2(s, a) (B,) with grad, both critics' detached Q(s, .) (B, A) for Discrete (else None),
+        and the target y (B,)."""
+        y = self.soft_target(batch, alpha)
+        obs, act = batch["obs"], batch["act"]
+        if not self.discrete:
+            return self.q_values("q1_net", obs, act), self.q_values("q2_net", obs, act), None, y
+        q_all = (self.q_values("q1_net", obs), self.q_values("q2_net", obs))
+        q1, q2 = (q.gather(-1, act.unsqueeze(-1)).squeeze(-1) for q in q_all)
+        return q1, q2, (q_all[0].detach(), q_all[1].detach()), y
 
     def actor_losses(self, obs: torch.Tensor, alpha: torch.Tensor,
                      q_all: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -180,17 +203,11 @@ class SoftActorCritic(ReplayCadence, Algorithm):
         policy_loss = (alpha * logp - q).mean()
         return policy_loss, -(exp_log_alpha * (logp.detach() + self.target_entropy)).mean()
 
-    def critic_loss(self, batch: dict[str, torch.Tensor], y: torch.Tensor,
+    def critic_loss(self, batch: dict[str, torch.Tensor], alpha: torch.Tensor,
                     metrics: dict[str, list[Any]]) -> tuple[torch.Tensor, Any]:
-        """Summed critic loss (scalar) and, for Discrete, both critics' detached Q(s, .) (B, A); updates PER
-        priorities from |y - min_k Q_k(s, a)|."""
-        obs, act = batch["obs"], batch["act"]
-        if self.discrete:
-            q_all = (self.q_values("q1_net", obs), self.q_values("q2_net", obs))
-            q1, q2 = (q.gather(-1, act.unsqueeze(-1)).squeeze(-1) for q in q_all)
-            q_all = (q_all[0].detach(), q_all[1].detach())
-        else:
-            q_all, q1, q2 = None, self.q_values("q1_net", obs, act), self.q_values("q2_net", obs, act)
+        """Summed critic loss (scalar; PER: weighted per sample) and ``critic_preds``' discrete Q(s, .); updates
+        PER priorities from |y - min_k Q_k(s, a)|."""
+        q1, q2, q_all, y = self.critic_preds(batch, alpha)
         elem = self.loss_fn(q1, y) + self.loss_fn(q2, y)
         loss = (batch["weight"] * elem).mean() if "weight" in batch else elem.mean()
         if isinstance(self.memory, PrioritizedReplay):
@@ -207,8 +224,7 @@ class SoftActorCritic(ReplayCadence, Algorithm):
         for _ in range(rounds * self.algo.training_iter):
             batch = sample_batch(self, clock)
             alpha = self.alpha
-            y = self.soft_target(batch, alpha)
-            q_loss, q_all = self.critic_loss(batch, y, metrics)
+            q_loss, q_all = self.critic_loss(batch, alpha, metrics)
             grad_norms.append(self.optim_step(q_loss, ("q1_net", "q2_net"), clock))
             policy_loss, alpha_loss = self.actor_losses(batch["obs"], alpha, q_all)
             self.optim_step(policy_loss, ("net",), clock, count=False)
