@@ -2,6 +2,7 @@
 
 from agents.algorithms.actor_critic import ActorCritic
 from agents.algorithms.base import AgentSpec, Algorithm, AlgorithmSpec, LossStats
+from agents.algorithms.crossq import CrossQ
 from agents.algorithms.double_dqn import DoubleDQN
 from agents.algorithms.dqn import DQN
 from agents.algorithms.ppo import PPO
@@ -22,6 +23,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "Random": Random,
     "SARSA": SARSA,
     "SoftActorCritic": SoftActorCritic,
+    "CrossQ": CrossQ,
 }
 
 __all__ = ["ALGORITHMS", "AgentSpec", "Algorithm", "AlgorithmSpec", "LossStats"]
