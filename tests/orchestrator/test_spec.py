@@ -257,9 +257,9 @@ def test_unknown_net_type():
 
 
 def test_unknown_memory():
-    assert only(problems_of(["agent.memory.name=PrioritizedReplay"])) == (
-        "agent.memory.name: unknown name 'PrioritizedReplay'; "
-        "expected one of ['OnPolicyBatchReplay', 'OnPolicyReplay', 'Replay']")
+    assert only(problems_of(["agent.memory.name=PrioritisedReplay"])) == (
+        "agent.memory.name: unknown name 'PrioritisedReplay'; "
+        "expected one of ['OnPolicyBatchReplay', 'OnPolicyReplay', 'PrioritizedReplay', 'Replay']")
 
 
 def test_memory_not_allowed_for_algorithm():
