@@ -32,6 +32,8 @@ class MemorySpec:
     ``checkpoint`` (store the replay buffer in checkpoints so a resume continues training at once),
     ``optimize_memory_usage`` (store each observation once, the next one found by index: ``FrameOnceReplay``;
     SB3's key name; the sampled batches are the same).
+    ``PrioritizedReplay`` only: ``alpha`` (priority exponent), ``epsilon`` (added to |TD error|),
+    ``beta_start`` (importance-weight exponent at frame 0), ``beta_end_step`` (frame at which beta reaches 1).
     """
 
     name: str = "Replay"
@@ -40,6 +42,12 @@ class MemorySpec:
     use_cer: bool = False
     checkpoint: bool = False
     optimize_memory_usage: bool = False
+    alpha: float = field(default=0.6, metadata={"ge": 0})
+    epsilon: float = field(default=1e-4, metadata={"ge": 0})
+    beta_start: float = field(default=0.4, metadata={"ge": 0, "le": 1})
+    beta_end_step: int = field(default=100000, metadata={"gt": 0})
+
+
 FIELDS = ("obs", "act", "reward", "next_obs", "terminated", "truncated")
 
 
@@ -90,14 +98,20 @@ class Replay:
 
     @staticmethod
     def from_spec(spec: MemorySpec, obs_space: Any, act_shape: tuple[int, ...], act_dtype: Any) -> Replay:
-        """A ``Replay`` (or a ``FrameOnceReplay`` with ``spec.optimize_memory_usage``) for ``obs_space``
+        """A ``Replay`` (a ``FrameOnceReplay`` with ``spec.optimize_memory_usage``, a ``PrioritizedReplay``
+        when ``spec.name`` says so) for ``obs_space``
         (a gymnasium space with ``shape`` and ``dtype``: observations stored in its dtype, see ``storage_dtype``).
 
         Raises:
             ValueError: as the constructor.
         """
-        cls = FrameOnceReplay if spec.optimize_memory_usage else Replay
-        return cls(spec.max_size, obs_space.shape, act_shape, act_dtype, spec.batch_size, spec.use_cer, obs_space.dtype)
+        args = (spec.max_size, obs_space.shape, act_shape, act_dtype, spec.batch_size, spec.use_cer, obs_space.dtype)
+        if spec.name == "PrioritizedReplay":
+            if spec.optimize_memory_usage:
+                raise ValueError("agent.memory.optimize_memory_usage is not available with PrioritizedReplay")
+            return PrioritizedReplay(*args, alpha=spec.alpha, epsilon=spec.epsilon, beta_start=spec.beta_start,
+                                     beta_end_step=spec.beta_end_step)
+        return (FrameOnceReplay if spec.optimize_memory_usage else Replay)(*args)
 
     def add(self, obs_NO: np.ndarray, act_NA: np.ndarray, reward_N: np.ndarray, next_obs_NO: np.ndarray,
             terminated_N: np.ndarray, truncated_N: np.ndarray) -> None:
@@ -407,4 +421,144 @@ class OnPolicyReplay:
         self.current = [[] for _ in range(self.num_envs)]
 
 
-MEMORIES = {"Replay": Replay, "OnPolicyReplay": OnPolicyReplay, "OnPolicyBatchReplay": OnPolicyBatchReplay}
+class SumTree:
+    """Binary sum tree over P leaves (P = the power of two >= capacity) in one float64 array (2P,): the
+    root is node 1, node i has children 2i and 2i + 1, leaf j is node P + j. Each parent is recomputed as
+    the sum of its children (never updated by deltas), so the tree is a pure function of its leaves.
+
+    Args:
+        capacity: number of leaves used (> 0).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.leaves = 1 << max(int(capacity) - 1, 0).bit_length()
+        self.tree = np.zeros(2 * self.leaves, np.float64)
+
+    @property
+    def total(self) -> float:
+        """Sum of all leaves."""
+        return float(self.tree[1])
+
+    def get(self, idx: np.ndarray) -> np.ndarray:
+        """Leaf values (B,) at leaf indices (B,)."""
+        return self.tree[self.leaves + np.asarray(idx)]
+
+    def set(self, idx: np.ndarray, value: np.ndarray) -> None:
+        """Set leaves ``idx`` (B,) to ``value`` (B,) (the last write wins on repeats), then their ancestors."""
+        node = self.leaves + np.asarray(idx, np.int64)
+        self.tree[node] = value
+        node = np.unique(node // 2)
+        while node[0] >= 1:
+            self.tree[node] = self.tree[2 * node] + self.tree[2 * node + 1]
+            node = np.unique(node // 2)
+
+    def find(self, value: np.ndarray) -> np.ndarray:
+        """Leaf indices (B,) whose prefix-sum interval holds each of ``value`` (B,) in [0, total).
+
+        Descends from the root, going right when the value is at least the left subtree's sum and the
+        right subtree is non-empty, so a zero leaf is never returned while the tree is non-empty.
+        """
+        value = np.array(value, np.float64)
+        node = np.ones(len(value), np.int64)
+        while node[0] < self.leaves:
+            left = 2 * node
+            left_sum = self.tree[left]
+            right = (value >= left_sum) & (self.tree[left + 1] > 0)
+            value = np.where(right, value - left_sum, value)
+            node = np.where(right, left + 1, left)
+        return node - self.leaves
+
+
+class PrioritizedReplay(Replay):
+    """Proportional prioritized replay (Schaul et al. 2016, arXiv:1511.05952) over ``Replay``'s ring buffer.
+
+    Transition i is sampled with probability ``P(i) = p_i / sum_j p_j`` where ``p_i = (|delta_i| +
+    epsilon) ** alpha`` from its latest TD error (``update_priorities``); new transitions get the largest
+    priority seen so far (1 at first). ``sample`` draws one value per equal slice of the total (stratified,
+    as in the paper) from ``rng`` and returns importance weights ``w_i = (size * P(i)) ** -beta`` divided
+    by the batch's largest, with ``beta`` linear in the frame from ``beta_start`` (frame 0) to 1
+    (``beta_end_step`` frames and after).
+
+    Args:
+        max_size, obs_shape, act_shape, act_dtype, batch_size, use_cer: as ``Replay``.
+        alpha: priority exponent >= 0 (0 is uniform).
+        epsilon: added to |TD error| (>= 0) so no transition gets priority 0.
+        beta_start: beta at frame 0, in [0, 1].
+        beta_end_step: frame at which beta reaches 1 (> 0).
+
+    Raises:
+        ValueError: as ``Replay``; a negative ``alpha`` / ``epsilon`` or ``beta_end_step`` <= 0.
+    """
+
+    def __init__(self, max_size: int, obs_shape: tuple[int, ...], act_shape: tuple[int, ...], act_dtype: np.dtype,
+                 batch_size: int, use_cer: bool = False, obs_dtype: Any = np.float32, alpha: float = 0.6,
+                 epsilon: float = 1e-4, beta_start: float = 0.4, beta_end_step: int = 100000) -> None:
+        super().__init__(max_size, obs_shape, act_shape, act_dtype, batch_size, use_cer, obs_dtype)
+        if alpha < 0 or epsilon < 0 or beta_end_step <= 0:
+            raise ValueError(f"alpha ({alpha}) and epsilon ({epsilon}) must be >= 0, beta_end_step "
+                             f"({beta_end_step}) > 0 frames")
+        self.alpha, self.epsilon = float(alpha), float(epsilon)
+        self.beta_start, self.beta_end_step = float(beta_start), int(beta_end_step)
+        self.sum_tree = SumTree(self.max_size)
+        self.max_priority = 1.0
+
+    def add(self, obs_NO: np.ndarray, act_NA: np.ndarray, reward_N: np.ndarray, next_obs_NO: np.ndarray,
+            terminated_N: np.ndarray, truncated_N: np.ndarray) -> None:
+        """``Replay.add``; the N new rows get priority ``max_priority``."""
+        rows = (self.head + np.arange(len(reward_N))) % self.max_size
+        super().add(obs_NO, act_NA, reward_N, next_obs_NO, terminated_N, truncated_N)
+        self.sum_tree.set(rows, np.full(len(rows), self.max_priority))
+
+    def beta(self, frame: int) -> float:
+        """Importance-weight exponent at ``frame``: linear from ``beta_start`` to 1 at ``beta_end_step``."""
+        return min(1.0, self.beta_start + (1.0 - self.beta_start) * frame / self.beta_end_step)
+
+    def sample(self, rng: np.random.Generator, frame: int = 0) -> Batch:
+        """Prioritized sample of ``batch_size`` rows at ``frame`` (for beta).
+
+        Returns:
+            ``Replay.sample``'s arrays plus ``idx`` (B,) int64 rows (for ``update_priorities``) and
+            ``weight`` (B,) float32 importance weights in (0, 1].
+
+        Raises:
+            ValueError: if the buffer is empty.
+        """
+        if self.size == 0:
+            raise ValueError("cannot sample from an empty PrioritizedReplay")
+        b, total = self.batch_size, self.sum_tree.total
+        idx = self.sum_tree.find((np.arange(b) + rng.random(b)) * (total / b))
+        idx = np.minimum(idx, self.size - 1)
+        if self.use_cer:
+            idx[-1] = (self.head - 1) % self.max_size
+        prob = self.sum_tree.get(idx) / total
+        weight = (self.size * prob) ** -self.beta(frame)
+        batch = {k: v[idx] for k, v in self.data.items()}
+        batch["idx"], batch["weight"] = idx, (weight / weight.max()).astype(np.float32)
+        return batch
+
+    def update_priorities(self, idx: np.ndarray, td_error: np.ndarray) -> None:
+        """Set rows ``idx`` (B,) to priority ``(|td_error| + epsilon) ** alpha`` (B,); raises ``max_priority``."""
+        priority = (np.abs(np.asarray(td_error, np.float64)) + self.epsilon) ** self.alpha
+        self.sum_tree.set(idx, priority)
+        self.max_priority = max(self.max_priority, float(priority.max()))
+
+    def state_dict(self) -> dict[str, Any]:
+        """``Replay.state_dict`` plus the sum tree (2P,) float64 and ``max_priority``."""
+        return {**super().state_dict(), "sum_tree": self.sum_tree.tree.copy(), "max_priority": self.max_priority}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore rows, pointer, sum tree and ``max_priority``.
+
+        Raises:
+            ValueError: as ``Replay``, or a sum tree of another capacity.
+        """
+        super().load_state_dict(state)
+        tree = np.asarray(state["sum_tree"], np.float64)
+        if tree.shape != self.sum_tree.tree.shape:
+            raise ValueError(f"saved sum tree {tree.shape} != {self.sum_tree.tree.shape}")
+        self.sum_tree.tree[:] = tree
+        self.max_priority = float(state["max_priority"])
+
+
+MEMORIES = {"Replay": Replay, "PrioritizedReplay": PrioritizedReplay, "OnPolicyReplay": OnPolicyReplay,
+            "OnPolicyBatchReplay": OnPolicyBatchReplay}

@@ -81,6 +81,8 @@ class NetSpec:
         update_frequency: frames between target-net updates.
         polyak_coef: weight of the old target in a polyak update (SLM-Lab semantics).
         shared: one body with actor and critic heads (actor-critic algorithms).
+        log_std_init: for Box actions, a state-independent log-std parameter (A,) initialized to this
+            value (nats), instead of a log-std head; None: the policy head outputs mean and log-std.
         gpu: use CUDA when visible: true, false or ``"auto"``.
         init_from: initialize the nets (only: not optimizers, not the clock) of a fresh session from
             another run's checkpoint: a session spec file ``{spec_name}_t{T}_s{S}_spec.json`` (its best
@@ -106,6 +108,7 @@ class NetSpec:
     update_frequency: int = field(default=1, metadata={"gt": 0})
     polyak_coef: float = field(default=0.0, metadata={"ge": 0, "le": 1})
     shared: bool = False
+    log_std_init: float | None = None
     gpu: bool | str = field(default=False, metadata={"choices": (True, False, "auto")})
     init_from: str | None = None
 

@@ -10,6 +10,8 @@ Value-based policies (``epsilon_greedy``, ``boltzmann``) follow SLM-Lab ``policy
 
 from __future__ import annotations
 
+import math
+
 import gymnasium as gym
 import numpy as np
 import torch
@@ -71,6 +73,33 @@ def log_prob_entropy(pdparam: torch.Tensor, act: torch.Tensor,
         return logp, -p_log_p.sum(-1)
     dist = _gaussian(pdparam)
     return dist.log_prob(act).sum(-1), dist.entropy().sum(-1)
+
+
+def tanh_gaussian_sample(pdparam: torch.Tensor, gen: torch.Generator,
+                         deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reparameterized tanh-squashed Gaussian sample and its log-probability (SAC, Haarnoja et al. 2018,
+    arXiv:1801.01290, appendix C).
+
+    ``u = mean + std * eps`` (eps ~ N(0, 1) from ``gen``; ``u = mean`` when ``deterministic``), ``a = tanh(u)``
+    and ``log pi(a) = sum_A [log N(u; mean, std) - log(1 - tanh(u)^2)]``, the correction computed stably as
+    ``2 * (log 2 - u - softplus(-2u))``. Gradients flow to ``pdparam`` through ``u``.
+
+    Args:
+        pdparam: (B, 2A) mean then log-std (clamped to [LOG_STD_MIN, LOG_STD_MAX]).
+        gen: generator for eps.
+        deterministic: use the mean.
+
+    Returns:
+        a (B, A) in (-1, 1) and log pi(a) (B,) in nats.
+    """
+    mean, log_std = pdparam.chunk(2, dim=-1)
+    log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+    eps = torch.zeros_like(mean) if deterministic else \
+        torch.randn(mean.shape, generator=gen, device=mean.device, dtype=mean.dtype)
+    u = mean + log_std.exp() * eps
+    gauss_logp = -0.5 * eps.pow(2) - log_std - 0.5 * math.log(2 * math.pi)
+    correction = 2.0 * (math.log(2.0) - u - torch.nn.functional.softplus(-2.0 * u))
+    return torch.tanh(u), (gauss_logp - correction).sum(-1)
 
 
 def epsilon_greedy(q_BA: torch.Tensor, epsilon: float, rng: np.random.Generator) -> np.ndarray:

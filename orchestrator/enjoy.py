@@ -162,7 +162,7 @@ def run_episodes(session: Any, env: Any, episodes: int, seed: int) -> list[dict[
         raise UsageError(f"--render/--record: a package is missing: {err}") from None
     rows: list[dict[str, Any]] = []
     while len(rows) < episodes:
-        obs, _, terminated, truncated, info = env.step(algo.act(obs, clock))
+        obs, _, terminated, truncated, info = env.step(algo.env_action(algo.act(obs, clock)))
         if (terminated | truncated).any():
             rows.append({"episode": len(rows), "total_reward": float(np.asarray(info["episode"]["r"])[0]),
                          "t": int(np.asarray(info["episode"]["l"])[0])})

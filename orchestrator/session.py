@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 import torch
 
 from agents.algorithms import ALGORITHMS, Algorithm, LossStats
+from agents.memory import Replay
 from envs.clock import Clock
 from envs.make import (
     EVAL_STREAM,
@@ -119,7 +120,7 @@ class Session:
         clock.start_timer()
         while clock.frame < stop and not self.stop_requested:
             act = algo.act(obs, clock)
-            next_obs, reward, terminated, truncated, info = env.step(act)
+            next_obs, reward, terminated, truncated, info = env.step(algo.env_action(act))
             done = terminated | truncated
             algo.memory.add(obs, act, reward, final_obs(next_obs, done, info), terminated, truncated)
             prev_frame = clock.frame
@@ -217,7 +218,8 @@ class Session:
         finished = np.zeros(n, bool)
         returns = np.zeros(n)
         while not finished.all():
-            obs, _, terminated, truncated, info = env.step(self.algorithm.act(obs, self.clock, deterministic=True))
+            act = self.algorithm.act(obs, self.clock, deterministic=True)
+            obs, _, terminated, truncated, info = env.step(self.algorithm.env_action(act))
             done = (terminated | truncated) & ~finished
             if done.any():
                 returns[done] = np.asarray(info["episode"]["r"])[done]
@@ -234,7 +236,7 @@ class Session:
     @property
     def memory_in_checkpoint(self) -> bool:
         """On-policy memories (small) are always checkpointed; a replay buffer only on request."""
-        return self.spec.agent.memory.name != "Replay" or self.spec.agent.memory.checkpoint
+        return not isinstance(self.algorithm.memory, Replay) or self.spec.agent.memory.checkpoint
 
     @property
     def refill_size(self) -> int:

@@ -2,11 +2,13 @@
 
 from agents.algorithms.actor_critic import ActorCritic
 from agents.algorithms.base import AgentSpec, Algorithm, AlgorithmSpec, LossStats
+from agents.algorithms.crossq import CrossQ
 from agents.algorithms.double_dqn import DoubleDQN
 from agents.algorithms.dqn import DQN
 from agents.algorithms.ppo import PPO
 from agents.algorithms.random import Random
 from agents.algorithms.reinforce import Reinforce
+from agents.algorithms.sac import SoftActorCritic
 from agents.algorithms.sarsa import SARSA
 from agents.algorithms.vanilla_dqn import VanillaDQN
 
@@ -20,6 +22,8 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "ActorCritic": ActorCritic,
     "Random": Random,
     "SARSA": SARSA,
+    "SoftActorCritic": SoftActorCritic,
+    "CrossQ": CrossQ,
 }
 
 __all__ = ["ALGORITHMS", "AgentSpec", "Algorithm", "AlgorithmSpec", "LossStats"]

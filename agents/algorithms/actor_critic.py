@@ -58,7 +58,9 @@ class ActorCriticSpec(AlgorithmSpec):
 
 class ActorCritic(Algorithm):
     """Synchronous advantage actor-critic; see module docstring. Nets: ``net`` (shared, heads
-    ``[pd_dim, 1]``) or ``actor`` (B, *O) -> (B, pd_dim) and ``critic`` -> (B, 1)."""
+    ``[pd_dim, 1]``) or ``actor`` (B, *O) -> (B, pd_dim) and ``critic`` -> (B, 1); pd_dim is
+    ``policy_out_dim()``. With ``net.log_std_init`` (Box actions) the tensor ``log_std`` (A,) joins the
+    actor's optimizer (``Algorithm.add_log_std``)."""
 
     spec_cls = ActorCriticSpec
     memory_names = ("OnPolicyBatchReplay", "OnPolicyReplay")
@@ -67,22 +69,25 @@ class ActorCritic(Algorithm):
 
     def init_nets(self) -> None:
         """Actor and critic, shared or separate, and their optimizers (see module docstring)."""
-        pd_dim = policy.pdparam_dim(self.action_space)
+        pd_dim = self.policy_out_dim()
         ns = self.net_spec
         if ns.shared:
             self.nets["net"] = self.make_net([pd_dim, 1], [POLICY_GAIN, VALUE_GAIN])
             # SLM-Lab builds a shared net from the actor's keys: actor_optim_spec when given
-            self.add_optim("net", self.nets["net"].parameters(), ns.actor_optim_spec or ns.optim_spec)
+            self.add_optim("net", [*self.nets["net"].parameters(), *self.add_log_std()],
+                           ns.actor_optim_spec or ns.optim_spec)
         else:
             self.nets["actor"] = self.make_net(pd_dim, [POLICY_GAIN])
             self.nets["critic"] = self.make_net(1, [VALUE_GAIN])
+            log_std = self.add_log_std()
             if ns.actor_optim_spec is None and ns.critic_optim_spec is None:
                 # One optimizer over both nets (as SB3 does): the same per-parameter updates as two
                 # optimizers of one spec, in one step call instead of two.
-                self.add_optim("net", [*self.nets["actor"].parameters(), *self.nets["critic"].parameters()],
-                               ns.optim_spec)
+                self.add_optim("net", [*self.nets["actor"].parameters(), *log_std,
+                                       *self.nets["critic"].parameters()], ns.optim_spec)
             else:
-                self.add_optim("actor", self.nets["actor"].parameters(), ns.actor_optim_spec or ns.optim_spec)
+                self.add_optim("actor", [*self.nets["actor"].parameters(), *log_std],
+                               ns.actor_optim_spec or ns.optim_spec)
                 self.add_optim("critic", self.nets["critic"].parameters(),
                                ns.critic_optim_spec or ns.optim_spec)
         self.value_loss = make_loss(ns.loss_spec)
@@ -104,13 +109,13 @@ class ActorCritic(Algorithm):
             pdparam, value = self.nets["net"](obs)
         else:
             pdparam, value = self.nets["actor"](obs), self.nets["critic"](obs)
-        return pdparam, value.squeeze(-1)
+        return self.pdparam(pdparam), value.squeeze(-1)
 
     @torch.no_grad()
     def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:
         """Sample actions (N,) or (N, A) from the policy; its mode when ``deterministic``."""
         obs = self.to_tensor(obs_NO)
-        pdparam = self.nets["net"](obs)[0] if self.net_spec.shared else self.nets["actor"](obs)
+        pdparam = self.pdparam(self.nets["net"](obs)[0] if self.net_spec.shared else self.nets["actor"](obs))
         return policy.sample(pdparam, self.discrete, self.gen, deterministic).cpu().numpy()
 
     def train_ready(self, clock: Clock) -> bool:

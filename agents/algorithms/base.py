@@ -45,6 +45,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from agents import policy
 from agents.memory import MEMORIES, MemorySpec
 from agents.nets import NetSpec, make_net, make_optim
 from agents.schedules import FrameLR, VarSchedule, make_lr_scheduler
@@ -117,6 +118,29 @@ class TensorHolder(nn.Module):
 def pick_device(gpu: bool | str) -> torch.device:
     """``cuda`` when ``gpu`` is true or ``"auto"`` and CUDA is visible, else ``cpu``."""
     return torch.device("cuda" if gpu in (True, "auto") and torch.cuda.is_available() else "cpu")
+
+
+class ReplayCadence:
+    """Training cadence of replay-based algorithms (DQN family, SAC), mixed in before ``Algorithm``.
+
+    Needs ``self.algo.training_start_step`` (transitions), ``self.algo.training_frequency`` (frames),
+    ``self.memory`` and an int ``self.last_train_frame`` (frame of the last update, in ``extra_state``).
+    Once the replay holds ``training_start_step`` transitions, each multiple of ``training_frequency``
+    frames crossed since ``last_train_frame`` earns one training round; frames that pass while the replay
+    is short earn none, so a resume that refills its replay makes no catch-up burst (the refill gate).
+    """
+
+    def train_ready(self, clock: Clock) -> bool:
+        """Replay holds ``training_start_step`` transitions and a round is due (once per vector step)."""
+        if len(self.memory) < self.algo.training_start_step:
+            self.last_train_frame = clock.frame
+            return False
+        return self.train_rounds(clock) > 0
+
+    def train_rounds(self, clock: Clock) -> int:
+        """Training rounds due: multiples of ``training_frequency`` frames crossed since ``last_train_frame``."""
+        tf = self.algo.training_frequency
+        return clock.frame // tf - self.last_train_frame // tf
 
 
 class Algorithm:
@@ -220,6 +244,47 @@ class Algorithm:
         self.optims[name] = make_optim(params, optim_spec)
         self.lr_scheds[name] = make_lr_scheduler(self.optims[name], self.net_spec.lr_scheduler_spec)
 
+    # ---- policy heads (policy-gradient algorithms) ----
+    @property
+    def std_param(self) -> bool:
+        """True when a Box policy uses a state-independent log-std (``net.log_std_init`` set)."""
+        return not self.discrete and self.net_spec.log_std_init is not None
+
+    def policy_out_dim(self) -> int:
+        """Width of the policy head: ``policy.pdparam_dim`` (A logits, or 2A mean and log-std), or A
+        (mean only) when ``std_param``.
+
+        Raises:
+            ValueError: an action space other than Discrete and 1-D Box.
+        """
+        dim = policy.pdparam_dim(self.action_space)
+        return dim // 2 if self.std_param else dim
+
+    def add_log_std(self) -> list[nn.Parameter]:
+        """With ``std_param``: declare the tensor ``log_std`` (A,) = ``net.log_std_init`` (nats, transferred
+        with the policy) and return ``[it]`` to add to the actor's optimizer; else ``[]``."""
+        if not self.std_param:
+            return []
+        a = self.action_space.shape[0]
+        return [self.add_tensor("log_std", torch.full((a,), float(self.net_spec.log_std_init)))]
+
+    def pdparam(self, head: torch.Tensor) -> torch.Tensor:
+        """Policy parameters from the policy head's output: (B, A) means -> (B, 2A) ``[mean, log_std]``
+        when ``std_param`` (gradients reach ``log_std``); otherwise ``head`` as is."""
+        if not self.std_param:
+            return head
+        return torch.cat([head, self.nets["log_std"].value.expand_as(head)], dim=-1)
+
+    def env_action(self, act: np.ndarray) -> np.ndarray:
+        """What the env is sent: Box actions (N, A) clipped to the space's bounds; others unchanged.
+
+        The unclipped sample is what memory stores and the losses train on (its log-prob is the
+        policy's); only the env sees the clipped one.
+        """
+        if isinstance(self.action_space, gym.spaces.Box):
+            return np.clip(act, self.action_space.low, self.action_space.high)
+        return act
+
     # ---- acting and learning (subclasses) ----
     def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:
         """Actions for a vector of observations (N, *O) -> (N,) int or (N, A) float, no grad."""
@@ -249,8 +314,10 @@ class Algorithm:
         """numpy -> tensor on the algorithm's device (no copy on CPU when dtypes match)."""
         return torch.as_tensor(x, dtype=dtype, device=self.device)
 
-    def optim_step(self, loss: torch.Tensor, optim_names: tuple[str, ...], clock: Clock) -> float:
-        """One optimizer step: zero-grad, backward, clip, step, count ``opt_step``.
+    def optim_step(self, loss: torch.Tensor, optim_names: tuple[str, ...], clock: Clock,
+                   count: bool = True) -> float:
+        """One optimizer step: zero-grad, backward, clip, step, count ``opt_step`` (unless ``count`` is
+        false: the secondary losses of a multi-loss update, e.g. SAC's actor and temperature).
 
         Sets each optimizer's lr for ``clock.frame`` first (frame-driven schedules).
 
@@ -278,7 +345,8 @@ class Algorithm:
             torch._foreach_mul_(grads, (max_norm / (grad_norm + 1e-6)).clamp(max=1.0))
         for optim in optims:
             optim.step()
-        clock.tick_opt_step()
+        if count:
+            clock.tick_opt_step()
         return float(grad_norm)
 
     def current_lr(self) -> float:

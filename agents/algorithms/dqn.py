@@ -13,6 +13,10 @@ closed-form lerp). Frames that pass while the replay holds fewer than ``training
 transitions earn nothing, so a resumed session that refills its replay makes no gradient step until
 the buffer is full again, and then makes no catch-up burst.
 
+Memory: ``Replay``, or ``PrioritizedReplay`` (Schaul et al. 2016): each sample then carries importance
+weights ``w`` (B,), the loss is ``mean(w * L(Q, target))`` elementwise, and each gradient step sets the
+sampled rows' priorities from its |TD error|.
+
 train_df columns of its own (means over the update's gradient steps): ``q_mean`` (mean Q(s, a) of the
 sampled actions) and ``td_error`` (mean |Q target - Q(s, a)|).
 """
@@ -27,8 +31,8 @@ import numpy as np
 import torch
 
 from agents import policy
-from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats, mean_metrics
-from agents.memory import Replay
+from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats, ReplayCadence, mean_metrics
+from agents.memory import PrioritizedReplay, Replay
 from agents.nets import make_loss, polyak_update
 from envs.clock import Clock
 
@@ -46,11 +50,25 @@ class DQNSpec(AlgorithmSpec):
     training_batch_iter: int = field(default=1, metadata={"gt": 0})
 
 
-class DQN(Algorithm):
-    """Deep Q-network; see module docstring. Nets: ``net`` (online) and ``target_net``."""
+def sample_batch(algo: Algorithm, clock: Clock) -> dict[str, torch.Tensor]:
+    """One replay sample as tensors on ``algo.device``: act int64 for Discrete (else float32), the rest
+    float32; a ``PrioritizedReplay`` sample (beta at ``clock.frame``) adds ``weight`` (B,) and keeps ``idx``
+    (B,) as a numpy array (for ``update_priorities``)."""
+    memory = algo.memory
+    raw = memory.sample(algo.rng, clock.frame) if isinstance(memory, PrioritizedReplay) else memory.sample(algo.rng)
+    act_dtype = torch.int64 if algo.discrete else torch.float32
+    batch = {k: algo.to_tensor(v, act_dtype if k == "act" else torch.float32) for k, v in raw.items() if k != "idx"}
+    if "idx" in raw:
+        batch["idx"] = raw["idx"]
+    return batch
+
+
+class DQN(ReplayCadence, Algorithm):
+    """Deep Q-network; see module docstring. Nets: ``net`` (online) and ``target_net``. Cadence
+    (``train_ready``, ``train_rounds``): ``ReplayCadence``."""
 
     spec_cls = DQNSpec
-    memory_names = ("Replay",)
+    memory_names = ("Replay", "PrioritizedReplay")
     metric_names = ("q_mean", "td_error")
     use_target_net: ClassVar[bool] = True  # False: bootstrap from the online net (VanillaDQN)
 
@@ -63,13 +81,13 @@ class DQN(Algorithm):
             self.nets["target_net"] = copy.deepcopy(self.nets["net"]).requires_grad_(False)
         self.add_optim("net", self.nets["net"].parameters(), self.net_spec.optim_spec)
         self.loss_fn = make_loss(self.net_spec.loss_spec)
+        self.elem_loss_fn = make_loss({**self.net_spec.loss_spec, "reduction": "none"})  # PER: weighted per sample
         self.last_train_frame = 0
         self.last_target_frame = 0
 
     def init_memory(self) -> Replay:
-        """A ``Replay`` ring buffer of ``memory.max_size`` transitions."""
-        ms = self.spec.memory
-        return Replay.from_spec(ms, self.obs_space, (), np.int64)
+        """A ``Replay`` (``FrameOnceReplay``, ``PrioritizedReplay``) of ``memory.max_size`` transitions."""
+        return Replay.from_spec(self.spec.memory, self.obs_space, (), np.int64)
 
     @torch.no_grad()
     def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:
@@ -77,23 +95,6 @@ class DQN(Algorithm):
         q = self.nets["net"](self.to_tensor(obs_NO))
         return policy.q_act(q, self.algo.action_policy, self.explore_var(clock.frame), self.rng, self.gen,
                             deterministic)
-
-    def train_ready(self, clock: Clock) -> bool:
-        """Replay holds ``training_start_step`` transitions and a multiple of ``training_frequency`` frames
-        was crossed since the last update.
-
-        While the replay is short of ``training_start_step``, ``last_train_frame`` follows the clock, so
-        those frames earn no gradient steps later (called once per vector step by the session loop).
-        """
-        if len(self.memory) < self.algo.training_start_step:
-            self.last_train_frame = clock.frame
-            return False
-        return self.train_rounds(clock) > 0
-
-    def train_rounds(self, clock: Clock) -> int:
-        """Training rounds due: multiples of ``training_frequency`` frames crossed since ``last_train_frame``."""
-        tf = self.algo.training_frequency
-        return clock.frame // tf - self.last_train_frame // tf
 
     @torch.no_grad()
     def q_target(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -112,12 +113,15 @@ class DQN(Algorithm):
         self.last_train_frame = clock.frame
         losses, grad_norms, metrics = [], [], {"q_mean": [], "td_error": []}
         for _ in range(rounds * self.algo.training_iter):
-            batch = {k: self.to_tensor(v, torch.int64 if k == "act" else torch.float32)
-                     for k, v in self.memory.sample(self.rng).items()}
+            batch = sample_batch(self, clock)
             target = self.q_target(batch)
             for _ in range(self.algo.training_batch_iter):
                 q = self.nets["net"](batch["obs"]).gather(-1, batch["act"].unsqueeze(-1)).squeeze(-1)
-                loss = self.loss_fn(q, target)
+                if "weight" in batch:
+                    loss = (batch["weight"] * self.elem_loss_fn(q, target)).mean()
+                    self.memory.update_priorities(batch["idx"], (target - q.detach()).cpu().numpy())
+                else:
+                    loss = self.loss_fn(q, target)
                 grad_norms.append(self.optim_step(loss, ("net",), clock))
                 losses.append(loss.detach())
                 metrics["q_mean"].append(q.detach().mean())

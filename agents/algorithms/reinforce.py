@@ -37,9 +37,10 @@ class Reinforce(Algorithm):
     metric_names = ("policy_loss",)
 
     def init_nets(self) -> None:
-        """Policy net (B, *O) -> (B, pd_dim) and its optimizer."""
-        self.nets["net"] = self.make_net(policy.pdparam_dim(self.action_space), [POLICY_GAIN])
-        self.add_optim("net", self.nets["net"].parameters(), self.net_spec.optim_spec)
+        """Policy net (B, *O) -> (B, ``policy_out_dim()``), the ``log_std`` tensor when
+        ``net.log_std_init`` is set (Box actions), and one optimizer over both."""
+        self.nets["net"] = self.make_net(self.policy_out_dim(), [POLICY_GAIN])
+        self.add_optim("net", [*self.nets["net"].parameters(), *self.add_log_std()], self.net_spec.optim_spec)
 
     def init_memory(self) -> OnPolicyReplay | OnPolicyBatchReplay:
         """``OnPolicyReplay`` (episodes) or ``OnPolicyBatchReplay`` (vector steps), per the spec."""
@@ -50,7 +51,7 @@ class Reinforce(Algorithm):
     @torch.no_grad()
     def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:
         """Sample actions (N,) or (N, A) from the policy; its mode when ``deterministic``."""
-        pdparam = self.nets["net"](self.to_tensor(obs_NO))
+        pdparam = self.pdparam(self.nets["net"](self.to_tensor(obs_NO)))
         return policy.sample(pdparam, self.discrete, self.gen, deterministic).cpu().numpy()
 
     def train_ready(self, clock: Clock) -> bool:
@@ -68,7 +69,7 @@ class Reinforce(Algorithm):
         obs = self.to_tensor(batch["obs"]).reshape(-1, *self.obs_space.shape)
         act_dtype = torch.int64 if self.discrete else torch.float32
         act = self.to_tensor(batch["act"], act_dtype).reshape(len(obs), *self.action_space.shape)
-        logp, entropy = policy.log_prob_entropy(self.nets["net"](obs), act, self.discrete)
+        logp, entropy = policy.log_prob_entropy(self.pdparam(self.nets["net"](obs)), act, self.discrete)
         policy_loss = -(logp * ret).mean()
         loss = policy_loss - self.entropy_coef(clock.frame) * entropy.mean()
         grad_norm = self.optim_step(loss, ("net",), clock)

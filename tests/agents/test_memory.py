@@ -19,7 +19,7 @@ def vec_step(start: int, n: int, terminated=None, truncated=None):
 
 
 def test_registry_names():
-    assert set(MEMORIES) == {"Replay", "OnPolicyReplay", "OnPolicyBatchReplay"}
+    assert set(MEMORIES) == {"Replay", "PrioritizedReplay", "OnPolicyReplay", "OnPolicyBatchReplay"}
 
 
 # ---------------------------------------------------------------- Replay

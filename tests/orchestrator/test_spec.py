@@ -259,7 +259,7 @@ def test_unknown_net_type():
 def test_unknown_memory():
     assert only(problems_of(["agent.memory.name=FancyReplay"])) == (
         "agent.memory.name: unknown name 'FancyReplay'; "
-        "expected one of ['OnPolicyBatchReplay', 'OnPolicyReplay', 'Replay']")
+        "expected one of ['OnPolicyBatchReplay', 'OnPolicyReplay', 'PrioritizedReplay', 'Replay']")
 
 
 def test_memory_not_allowed_for_algorithm():

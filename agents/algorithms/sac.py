@@ -1,0 +1,265 @@
+"""Soft actor-critic (Haarnoja et al. 2018, arXiv:1801.01290 and arXiv:1812.05905), continuous and discrete.
+
+Continuous (Box) actions: a tanh-squashed Gaussian policy (``policy.tanh_gaussian_sample``, log-prob with
+the tanh correction), twin critics Q_k(s, a) fed ``[obs, a]`` with ``a`` in [-1, 1]; the env is sent ``a``
+rescaled to the Box bounds (``env_action``), memory stores ``a``. Discrete actions (as SLM-Lab has it,
+Christodoulou 2019, arXiv:1910.07207): a categorical policy, critics Q_k(s) -> (B, A), expectations over
+actions taken exactly, and the mean (not the min) of the two critics in the target and the policy loss.
+
+Per gradient step, on a replay batch (``Replay`` or ``PrioritizedReplay``), with ``alpha = exp(log_alpha)``:
+
+    y = r + gamma * (1 - terminated) * V'(s')        V'(s') = min_k Q'_k(s', a') - alpha * log pi(a'|s'), a' ~ pi
+                                                      (discrete: sum_a pi(a|s') [mean_k Q'_k(s', a) - alpha log pi])
+    critic: L(Q_1(s, a), y) + L(Q_2(s, a), y)         (PER: each term weighted per sample; priorities |y - min_k Q_k|)
+    actor:  mean(alpha * log pi(a~|s) - min_k Q_k(s, a~)), a~ reparameterized
+            (discrete: mean(sum_a pi (alpha log pi - mean_k Q_k(s, a))), Q detached)
+    alpha:  -mean(exp(log_alpha) * (log pi(a~|s) + H_target))   (discrete: -exp(log_alpha) * (H_target - H))
+
+then ``log_alpha`` is clamped to [LOG_ALPHA_MIN, LOG_ALPHA_MAX] (as SLM-Lab v5.3) and the target critics
+move by polyak averaging, ``Q' <- polyak_coef * Q + (1 - polyak_coef) * Q'`` after every step (SLM-Lab v5.3's
+``polyak_update``: ``polyak_coef`` is the weight of the online net, the paper's tau), or, with
+``update_type: replace``, are copied once per ``net.update_frequency`` frames crossed. ``H_target`` is
+``target_entropy``, by default -A (continuous) or 0.6 ln A (discrete, SLM-Lab's ``start_ratio``).
+
+Cadence (``ReplayCadence``): uniform random actions while ``clock.frame < training_start_step``; once the
+replay holds ``training_start_step`` transitions, each multiple of ``training_frequency`` frames crossed
+earns ``training_iter`` gradient steps. ``opt_step`` counts critic steps (one per gradient step; both
+critics are stepped on their summed loss, one ``optim_step``, clipping over their joint norm); actor and
+temperature steps are not counted.
+
+Nets: ``net`` (actor), ``q1_net``, ``q2_net``, ``target_q1_net``, ``target_q2_net`` and the tensor
+``log_alpha`` (1,) (``add_tensor``, not transferred), each critic, the actor and ``log_alpha`` with its own
+optimizer: ``net.actor_optim_spec`` / ``net.critic_optim_spec`` / ``algorithm.alpha_optim_spec``, each
+falling back to ``net.optim_spec``.
+
+train_df columns of its own (means over the update's gradient steps): ``q_loss`` (critic loss, both
+critics), ``policy_loss``, ``alpha_loss``, ``alpha`` (temperature after the update) and ``td_error``
+(mean |y - Q_1|).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from agents import policy
+from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats, ReplayCadence, mean_metrics
+from agents.algorithms.dqn import sample_batch
+from agents.memory import PrioritizedReplay, Replay
+from agents.nets import POLICY_GAIN, make_loss, polyak_update
+from envs.clock import Clock
+
+LOG_ALPHA_MIN, LOG_ALPHA_MAX = -5.0, 2.0
+
+
+@dataclass(frozen=True)
+class SoftActorCriticSpec(AlgorithmSpec):
+    """SAC keys (SLM-Lab names).
+
+    Fields: ``action_pdtype`` (``Normal`` for Box, ``Categorical`` for Discrete, or ``default``),
+    ``training_iter`` (gradient steps per training round), ``training_frequency`` (frames per round),
+    ``training_start_step`` (frames of random actions, and replay transitions needed before training),
+    ``target_entropy`` (nats; None: -A for Box, 0.6 ln A for Discrete), ``alpha_optim_spec`` (optimizer of
+    ``log_alpha``; None: ``net.optim_spec``).
+    """
+
+    action_pdtype: str = field(default="default", metadata={"choices": ("default", "Normal", "Categorical")})
+    training_iter: int = field(default=1, metadata={"gt": 0})
+    training_frequency: int = field(default=1, metadata={"gt": 0})
+    training_start_step: int = field(default=1000, metadata={"gt": 0})
+    target_entropy: float | None = None
+    alpha_optim_spec: dict | None = None
+
+
+class SoftActorCritic(ReplayCadence, Algorithm):
+    """Soft actor-critic with twin critics and automatic temperature; see module docstring."""
+
+    spec_cls = SoftActorCriticSpec
+    memory_names = ("Replay", "PrioritizedReplay")
+    optim_keys = ("net.optim_spec", "net.actor_optim_spec", "net.critic_optim_spec", "algorithm.alpha_optim_spec")
+    metric_names = ("q_loss", "policy_loss", "alpha_loss", "alpha", "td_error")
+
+    def init_nets(self) -> None:
+        """Actor (B, *O) -> (B, 2A) or (B, A) logits; critics Q(s, a) -> (B, 1) (Box) or Q(s) -> (B, A)
+        (Discrete) with frozen target copies; ``log_alpha`` = 0; four optimizers.
+
+        Raises:
+            ValueError: an action space other than Discrete and 1-D Box.
+        """
+        ns = self.net_spec
+        self.nets["net"] = self.make_net(policy.pdparam_dim(self.action_space), [POLICY_GAIN])
+        act_dim = 0 if self.discrete else self.action_space.shape[0]
+        q_out = int(self.action_space.n) if self.discrete else 1
+        for k in ("q1_net", "q2_net"):
+            self.nets[k] = self.make_net(q_out, extra_in_dim=act_dim)
+            self.nets[f"target_{k}"] = copy.deepcopy(self.nets[k]).requires_grad_(False)
+        log_alpha = self.add_tensor("log_alpha", torch.zeros(1), transfer=False)
+        self.add_optim("net", self.nets["net"].parameters(), ns.actor_optim_spec or ns.optim_spec)
+        for k in ("q1_net", "q2_net"):
+            self.add_optim(k, self.nets[k].parameters(), ns.critic_optim_spec or ns.optim_spec)
+        self.add_optim("log_alpha", [log_alpha], self.algo.alpha_optim_spec or ns.optim_spec)
+        if self.algo.target_entropy is not None:
+            self.target_entropy = float(self.algo.target_entropy)
+        else:
+            self.target_entropy = 0.6 * math.log(self.action_space.n) if self.discrete else -float(act_dim)
+        self.loss_fn = make_loss({**ns.loss_spec, "reduction": "none"})
+        self.last_train_frame = 0
+        self.last_target_frame = 0
+
+    def init_memory(self) -> Replay:
+        """A ``Replay`` or ``PrioritizedReplay`` of ``memory.max_size`` transitions (Box actions float32)."""
+        act_shape, act_dtype = ((), np.int64) if self.discrete else (self.action_space.shape, np.float32)
+        return Replay.from_spec(self.spec.memory, self.obs_space, act_shape, act_dtype)
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        """Temperature ``exp(log_alpha)``, (1,), detached."""
+        return self.nets["log_alpha"].value.detach().exp()
+
+    @torch.no_grad()
+    def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:
+        """Actions (N,) int or (N, A) in [-1, 1]: uniform from ``self.rng`` while ``clock.frame <
+        training_start_step`` (not when ``deterministic``), else sampled from the policy (its mode when
+        ``deterministic``)."""
+        n = len(obs_NO)
+        if not deterministic and clock.frame < self.algo.training_start_step:
+            if self.discrete:
+                return self.rng.integers(0, self.action_space.n, size=n)
+            return self.rng.uniform(-1.0, 1.0, size=(n, *self.action_space.shape)).astype(np.float32)
+        pdparam = self.nets["net"](self.to_tensor(obs_NO))
+        if self.discrete:
+            return policy.sample(pdparam, True, self.gen, deterministic).cpu().numpy()
+        return policy.tanh_gaussian_sample(pdparam, self.gen, deterministic)[0].cpu().numpy()
+
+    def env_action(self, act: np.ndarray) -> np.ndarray:
+        """Box actions (N, A) in [-1, 1] rescaled to ``[low, high]`` (SLM-Lab's ``RescaleAction``); discrete
+        unchanged."""
+        if self.discrete:
+            return act
+        low, high = self.action_space.low, self.action_space.high
+        return low + (np.clip(act, -1.0, 1.0) + 1.0) * 0.5 * (high - low)
+
+    def q_values(self, k: str, obs: torch.Tensor, act: torch.Tensor | None = None) -> torch.Tensor:
+        """Critic ``k``: Q(s, a) (B,) for Box actions (B, A); all Q(s, .) (B, A) for Discrete."""
+        return self.nets[k](obs) if self.discrete else self.nets[k](obs, act).squeeze(-1)
+
+    @torch.no_grad()
+    def next_action(self, next_obs: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """a' ~ pi(.|s') (B, A) and log pi(a'|s') (B,) for Box; (None, log pi(.|s') (B, A)) for Discrete."""
+        pdparam = self.nets["net"](next_obs)
+        if self.discrete:
+            return None, F.log_softmax(pdparam, dim=-1)
+        return policy.tanh_gaussian_sample(pdparam, self.gen)
+
+    def soft_value(self, q1_next: torch.Tensor, q2_next: torch.Tensor, next_logp: torch.Tensor,
+                   alpha: torch.Tensor) -> torch.Tensor:
+        """V'(s') (B,): ``min(q1, q2) - alpha * logp`` from (B,) values, or, Discrete, ``sum_a pi (mean(q1, q2) -
+        alpha log pi)`` from (B, A) values and log-probs."""
+        if self.discrete:
+            return (next_logp.exp() * (0.5 * (q1_next + q2_next) - alpha * next_logp)).sum(-1)
+        return torch.min(q1_next, q2_next) - alpha * next_logp
+
+    @torch.no_grad()
+    def soft_target(self, batch: dict[str, torch.Tensor], alpha: torch.Tensor) -> torch.Tensor:
+        """``y = r + gamma * (1 - terminated) * V'(s')``, (B,), from the target critics; see module docstring."""
+        next_obs = batch["next_obs"]
+        next_act, next_logp = self.next_action(next_obs)
+        q1n, q2n = (self.q_values(k, next_obs, next_act) for k in ("target_q1_net", "target_q2_net"))
+        return batch["reward"] + self.algo.gamma * (1.0 - batch["terminated"]) * self.soft_value(q1n, q2n, next_logp,
+                                                                                                 alpha)
+
+    def critic_preds(self, batch: dict[str, torch.Tensor],
+                     alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Any, torch.Tensor]:
+        """Q_1(s, a), Q_2(s, a) (B,) with grad, both critics' detached Q(s, .) (B, A) for Discrete (else None),
+        and the target y (B,)."""
+        y = self.soft_target(batch, alpha)
+        obs, act = batch["obs"], batch["act"]
+        if not self.discrete:
+            return self.q_values("q1_net", obs, act), self.q_values("q2_net", obs, act), None, y
+        q_all = (self.q_values("q1_net", obs), self.q_values("q2_net", obs))
+        q1, q2 = (q.gather(-1, act.unsqueeze(-1)).squeeze(-1) for q in q_all)
+        return q1, q2, (q_all[0].detach(), q_all[1].detach()), y
+
+    def actor_losses(self, obs: torch.Tensor, alpha: torch.Tensor,
+                     q_all: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Policy loss and temperature loss (scalars) on observations (B, *O); ``q_all`` are the critics'
+        (B, A) Q-values of the discrete case (detached), None for Box."""
+        pdparam = self.nets["net"](obs)
+        exp_log_alpha = self.nets["log_alpha"].value.exp()
+        if self.discrete:
+            logp = F.log_softmax(pdparam, dim=-1)
+            prob = logp.exp()
+            policy_loss = (prob * (alpha * logp - 0.5 * (q_all[0] + q_all[1]))).sum(-1).mean()
+            entropy = -(prob * logp).sum(-1).mean().detach()
+            return policy_loss, -(exp_log_alpha * (self.target_entropy - entropy)).sum()
+        act, logp = policy.tanh_gaussian_sample(pdparam, self.gen)
+        q = torch.min(self.q_values("q1_net", obs, act), self.q_values("q2_net", obs, act))
+        policy_loss = (alpha * logp - q).mean()
+        return policy_loss, -(exp_log_alpha * (logp.detach() + self.target_entropy)).mean()
+
+    def critic_loss(self, batch: dict[str, torch.Tensor], alpha: torch.Tensor,
+                    metrics: dict[str, list[Any]]) -> tuple[torch.Tensor, Any]:
+        """Summed critic loss (scalar; PER: weighted per sample) and ``critic_preds``' discrete Q(s, .); updates
+        PER priorities from |y - min_k Q_k(s, a)|."""
+        q1, q2, q_all, y = self.critic_preds(batch, alpha)
+        elem = self.loss_fn(q1, y) + self.loss_fn(q2, y)
+        loss = (batch["weight"] * elem).mean() if "weight" in batch else elem.mean()
+        if isinstance(self.memory, PrioritizedReplay):
+            self.memory.update_priorities(batch["idx"], (y - torch.min(q1, q2).detach()).cpu().numpy())
+        metrics["td_error"].append((y - q1.detach()).abs().mean())
+        return loss, q_all
+
+    def update(self, clock: Clock) -> LossStats:
+        """``train_rounds(clock) * training_iter`` gradient steps (critics, actor, temperature, targets)."""
+        rounds = self.train_rounds(clock)
+        self.last_train_frame = clock.frame
+        metrics: dict[str, list[Any]] = {name: [] for name in self.metric_names}
+        losses, grad_norms = [], []
+        for _ in range(rounds * self.algo.training_iter):
+            batch = sample_batch(self, clock)
+            alpha = self.alpha
+            q_loss, q_all = self.critic_loss(batch, alpha, metrics)
+            grad_norms.append(self.optim_step(q_loss, ("q1_net", "q2_net"), clock))
+            policy_loss, alpha_loss = self.actor_losses(batch["obs"], alpha, q_all)
+            self.optim_step(policy_loss, ("net",), clock, count=False)
+            self.optim_step(alpha_loss, ("log_alpha",), clock, count=False)
+            with torch.no_grad():
+                self.nets["log_alpha"].value.clamp_(LOG_ALPHA_MIN, LOG_ALPHA_MAX)
+            self.polyak_targets()
+            losses.append((q_loss + policy_loss + alpha_loss).detach())
+            for name, value in (("q_loss", q_loss), ("policy_loss", policy_loss), ("alpha_loss", alpha_loss)):
+                metrics[name].append(value.detach())
+            metrics["alpha"].append(self.alpha.squeeze())
+        self.replace_targets(clock)
+        return LossStats(float(torch.stack(losses).mean()), math.nan, float(np.mean(grad_norms)),
+                         mean_metrics(metrics))
+
+    def polyak_targets(self) -> None:
+        """With ``update_type: polyak``: ``Q'_k <- polyak_coef * Q_k + (1 - polyak_coef) * Q'_k`` (per step)."""
+        if self.net_spec.update_type == "polyak":
+            for k in ("q1_net", "q2_net"):
+                polyak_update(self.nets[k], self.nets[f"target_{k}"], self.net_spec.polyak_coef)
+
+    def replace_targets(self, clock: Clock) -> None:
+        """With ``update_type: replace``: copy the critics once any multiple of ``net.update_frequency``
+        frames was crossed since the last copy."""
+        uf = self.net_spec.update_frequency
+        if self.net_spec.update_type == "replace" and clock.frame // uf > self.last_target_frame // uf:
+            self.last_target_frame = clock.frame
+            for k in ("q1_net", "q2_net"):
+                polyak_update(self.nets[k], self.nets[f"target_{k}"], 1.0)
+
+    def extra_state(self) -> dict[str, Any]:
+        """Frames of the last update and of the last target copy."""
+        return {"last_train_frame": self.last_train_frame, "last_target_frame": self.last_target_frame}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore ``extra_state``."""
+        self.last_train_frame = int(state["last_train_frame"])
+        self.last_target_frame = int(state["last_target_frame"])

@@ -1,0 +1,146 @@
+"""SoftActorCritic (Haarnoja et al. 2018): tanh log-prob correction, soft targets and temperature losses by
+hand (continuous and discrete), exact resume with log_alpha and its optimizer, the refill gate, SLM-Lab's
+SAC specs."""
+
+import math
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch.distributions import Normal
+
+from agents import policy
+from agents.algorithms import sac
+from tests.agents.algorithms.helpers import assert_resume_exact, make_algo, run_slm_dev
+from tests.orchestrator.test_resume_exact import SessionRunner, load_spec
+
+PENDULUM = str(Path(__file__).resolve().parents[3] / "specs" / "benchmark" / "pendulum.json")
+PEND_OBS = gym.spaces.Box(-8.0, 8.0, (3,), np.float32)
+PEND_ACT = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
+SMALL = ["agent.net.hid_layers=[16]", "agent.memory.batch_size=16", "agent.algorithm.training_iter=1",
+         "agent.algorithm.training_frequency=4", "agent.algorithm.training_start_step=200"]
+CARTPOLE = ["env.name=CartPole-v1", "agent.algorithm.action_pdtype=Categorical"]
+
+
+def sac_algo(overrides, discrete=False):
+    spaces = {} if discrete else {"obs_space": PEND_OBS, "action_space": PEND_ACT}
+    return make_algo("sac_pendulum", [*SMALL, *overrides], spec_file=PENDULUM, **spaces)
+
+
+def zero_critics(algo, q1_bias, q2_bias):
+    with torch.no_grad():
+        for k, bias in (("q1_net", q1_bias), ("q2_net", q2_bias)):
+            for name in (k, f"target_{k}"):
+                for p in algo.nets[name].parameters():
+                    p.zero_()
+                algo.nets[name].heads[0][0].bias.copy_(torch.tensor(bias))
+
+
+def test_tanh_log_prob_correction_hand_computed():
+    """mean 1, std 0.5, the mode: u = 1, a = tanh 1 = 0.76159; log N(1; 1, 0.5) = ln 2 - 0.5 ln(2 pi) =
+    -0.22579; log(1 - tanh(1)^2) = -0.86756; log pi(a) = -0.22579 + 0.86756 = 0.64177."""
+    pdparam = torch.tensor([[1.0, math.log(0.5)]])
+    act, logp = policy.tanh_gaussian_sample(pdparam, torch.Generator(), deterministic=True)
+    assert act.item() == pytest.approx(math.tanh(1.0))
+    expected = math.log(2) - 0.5 * math.log(2 * math.pi) - math.log(1 - math.tanh(1.0) ** 2)
+    assert logp.item() == pytest.approx(expected, rel=1e-6) and expected == pytest.approx(0.64177, abs=1e-5)
+    # sampled: the change of variables, checked against torch's Normal at u = atanh(a), summed over A = 2
+    pdparam = torch.tensor([[0.3, -0.2, -0.5, 0.1]]).repeat(64, 1)
+    act, logp = policy.tanh_gaussian_sample(pdparam, torch.Generator().manual_seed(0))
+    u = torch.atanh(act.double())
+    ref = Normal(pdparam[:, :2].double(), pdparam[:, 2:].double().exp()).log_prob(u) - torch.log1p(-act.double() ** 2)
+    torch.testing.assert_close(logp.double(), ref.sum(-1), rtol=1e-4, atol=1e-4)
+
+
+def test_continuous_soft_target_and_losses_hand_computed(monkeypatch):
+    """Target critics 1 and 2 (min 1), alpha 0.5, a' sampled with log pi = 0.5: V' = 1 - 0.25 = 0.75, y = 1 + 0.9 *
+    0.75 = 1.675 (0 bootstrap when terminated: y = 1). Temperature loss with log pi = 0.2, -0.4 and H_target = -1:
+    -0.5 * mean(-0.8, -1.4) = 0.55, also its gradient in log_alpha."""
+    algo = sac_algo(["agent.algorithm.gamma=0.9"])
+    assert algo.target_entropy == -1.0 and set(algo.optims) == {"net", "q1_net", "q2_net", "log_alpha"}
+    zero_critics(algo, [1.0], [2.0])
+    with torch.no_grad():
+        algo.nets["log_alpha"].value.fill_(math.log(0.5))
+    fixed = {"logp": torch.tensor([0.5, 0.5])}
+    monkeypatch.setattr(sac.policy, "tanh_gaussian_sample", lambda pdparam, gen, det=False: (
+        torch.zeros(len(pdparam), 1), fixed["logp"]))
+    batch = {"next_obs": torch.zeros(2, 3), "reward": torch.ones(2), "terminated": torch.tensor([0.0, 1.0])}
+    torch.testing.assert_close(algo.soft_target(batch, algo.alpha), torch.tensor([1.675, 1.0]))
+    fixed["logp"] = torch.tensor([0.2, -0.4], requires_grad=True)
+    policy_loss, alpha_loss = algo.actor_losses(torch.zeros(2, 3), algo.alpha, None)
+    assert alpha_loss.item() == pytest.approx(0.55, rel=1e-6)
+    assert policy_loss.item() == pytest.approx(0.5 * -0.1 - 1.0, rel=1e-6)  # alpha * mean(logp) - min Q
+    alpha_loss.backward()
+    assert algo.nets["log_alpha"].value.grad.item() == pytest.approx(0.55, rel=1e-6)
+
+
+def test_discrete_soft_target_and_temperature_loss_hand_computed():
+    """CartPole, uniform policy (zero actor: pi = 1/2), target critics (1, 3) and (3, 1): mean Q = 2 for both
+    actions, alpha 1: V' = sum_a 0.5 (2 + ln 2) = 2.69315, y = 1 + 0.5 V' = 2.34657. H = ln 2,
+    H_target = 0.6 ln 2: temperature loss -(1 * (0.6 ln 2 - ln 2)) = 0.4 ln 2."""
+    algo = make_algo("sac_pendulum", [*SMALL, *CARTPOLE, "agent.algorithm.gamma=0.5"], spec_file=PENDULUM)
+    assert algo.discrete and algo.target_entropy == pytest.approx(0.6 * math.log(2))
+    zero_critics(algo, [1.0, 3.0], [3.0, 1.0])
+    with torch.no_grad():
+        for p in algo.nets["net"].parameters():
+            p.zero_()
+    batch = {"next_obs": torch.zeros(1, 4), "reward": torch.ones(1), "terminated": torch.zeros(1)}
+    assert algo.soft_target(batch, algo.alpha).item() == pytest.approx(1 + 0.5 * (2 + math.log(2)), rel=1e-6)
+    q_all = (torch.tensor([[1.0, 3.0]]), torch.tensor([[3.0, 1.0]]))
+    policy_loss, alpha_loss = algo.actor_losses(torch.zeros(1, 4), algo.alpha, q_all)
+    assert policy_loss.item() == pytest.approx(-math.log(2) - 2.0, rel=1e-6)  # sum_a 0.5 (ln 0.5 - 2)
+    assert alpha_loss.item() == pytest.approx(0.4 * math.log(2), rel=1e-6)
+
+
+def test_env_gets_rescaled_actions_and_random_warmup():
+    """Box actions in [-1, 1] map to Pendulum's [-2, 2]; uniform random actions before training_start_step."""
+    algo = sac_algo([])
+    np.testing.assert_allclose(algo.env_action(np.array([[-1.0], [0.0], [0.5], [1.0]])), [[-2], [0], [1], [2]])
+    from envs.clock import Clock
+    clock = Clock(1000, 4)
+    warm = algo.act(np.zeros((4, 3), np.float32), clock)
+    assert warm.shape == (4, 1) and (np.abs(warm) <= 1).all()
+
+
+RESUME = ["env.max_frame=800", "meta.log_frequency=200"]
+
+
+@pytest.mark.parametrize("extra, stop_frame", [
+    (["agent.memory.checkpoint=true"], 536),
+    (["agent.memory.checkpoint=true", "agent.memory.name=PrioritizedReplay", "agent.net.update_type=replace",
+      "agent.net.update_frequency=40"], 452),
+    (["agent.memory.checkpoint=true", *CARTPOLE], 336),
+])
+def test_resume_is_exact(tmp_path, extra, stop_frame):
+    straight = assert_resume_exact(tmp_path, "sac_pendulum", [*SMALL, *RESUME, *extra], stop_frame, spec_file=PENDULUM)
+    df = straight.train_df
+    assert straight.clock.opt_step > 0 and df.alpha.iloc[-1] != 1.0 and not df.q_loss.isna().all()
+
+
+def test_refill_gate_after_resume_without_the_replay(tmp_path):
+    spec = load_spec(PENDULUM, "sac_pendulum", [*SMALL, "env.max_frame=800", "meta.log_frequency=40"])
+    predir = str(tmp_path / "sac_pendulum_2026_01_01_000000")
+    first = SessionRunner(spec, predir, 0, 0, 5, resume=False)
+    for event in first.events():
+        if event["kind"] == "started":
+            first.session.run_rl(until_frame=400)
+            first.session.stop_requested = True
+    opt_step_at_stop = first.session.clock.opt_step
+    assert opt_step_at_stop > 0
+    second = SessionRunner(spec, predir, 0, 0, 5, resume=True)
+    list(second.events())
+    after = second.session.train_df[second.session.train_df.frame > 400]
+    refill = after[after.refill]
+    assert len(refill) > 0 and refill.frame.max() <= 400 + 200
+    assert (refill.opt_step == opt_step_at_stop).all() and after.opt_step.iloc[-1] > opt_step_at_stop
+
+
+@pytest.mark.parametrize("rel_file, name", [
+    ("benchmark/sac/sac_pendulum.json", "sac_pendulum"),
+    ("benchmark/sac/sac_cartpole.json", "sac_cartpole"),
+    ("benchmark/sac/sac_acrobot.json", "sac_acrobot"),
+])
+def test_slm_lab_spec_runs_unmodified(tmp_path, rel_file, name):
+    run_slm_dev(tmp_path, rel_file, name)
