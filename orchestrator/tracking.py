@@ -85,7 +85,7 @@ def tracking_problems(meta: Any) -> list[str]:
     if isinstance(options, dict) and backend == "mlflow":
         problems += [f"meta.tracking_options.{k}: unknown MLflow option (expected one of {list(MLFLOW_OPTIONS)})"
                      for k in options if k not in MLFLOW_OPTIONS]
-    elif isinstance(options, dict) and not problems:
+    elif isinstance(options, dict) and backend == "wandb" and not problems:
         problems += wandb_option_problems(options)
     return problems
 

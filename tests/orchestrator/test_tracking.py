@@ -132,6 +132,19 @@ def test_tracking_spec_errors():
         load_spec(SPECS, "ppo_cartpole", ["meta.tracking=wandb", 'meta.tracking_options={"id": "x"}'])
 
 
+def test_specs_load_without_the_optional_trackers_installed(monkeypatch):
+    """wandb and mlflow are optional extras: a spec that does not name them never imports them (a fresh
+    `pip install -e .` has neither), and naming one that is missing is a spec error with the extra."""
+    import sys
+
+    for package in ("wandb", "mlflow"):
+        for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
+            monkeypatch.delitem(sys.modules, name)
+        monkeypatch.setitem(sys.modules, package, None)  # None in sys.modules: importing it raises ImportError
+    assert load_spec(SPECS, "ppo_cartpole", [])["meta"]["tracking"] == "none"
+    assert load_spec(SPECS, "ppo_cartpole", ['meta.tracking_options={"project": "x"}'])["meta"]["tracking"] == "none"
+
+
 def test_flat_spec():
     assert flat_spec({"a": {"b": 1, "c": [1, 2]}, "d": None, "e": {}}) == {"a.b": 1, "a.c": "[1, 2]",
                                                                              "d": "null", "e": "{}"}
