@@ -15,7 +15,7 @@ Per gradient step, on a replay batch (``Replay`` or ``PrioritizedReplay``), with
             (discrete: mean(sum_a pi (alpha log pi - mean_k Q_k(s, a))), Q detached)
     alpha:  -mean(exp(log_alpha) * (log pi(a~|s) + H_target))   (discrete: -exp(log_alpha) * (H_target - H))
 
-then ``log_alpha`` is clamped to [LOG_ALPHA_MIN, LOG_ALPHA_MAX] (as SLM-Lab v5.3) and the target critics
+then ``log_alpha`` is clamped to [log_alpha_min, log_alpha_max] (default -5, 2 as SLM-Lab v5.3) and the target critics
 move by polyak averaging, ``Q' <- polyak_coef * Q + (1 - polyak_coef) * Q'`` after every step (SLM-Lab v5.3's
 ``polyak_update``: ``polyak_coef`` is the weight of the online net, the paper's tau), or, with
 ``update_type: replace``, are copied once per ``net.update_frequency`` frames crossed. ``H_target`` is
@@ -66,7 +66,12 @@ class SoftActorCriticSpec(AlgorithmSpec):
     ``training_iter`` (gradient steps per training round), ``training_frequency`` (frames per round),
     ``training_start_step`` (frames of random actions, and replay transitions needed before training),
     ``target_entropy`` (nats; None: -A for Box, 0.6 ln A for Discrete), ``alpha_optim_spec`` (optimizer of
-    ``log_alpha``; None: ``net.optim_spec``).
+    ``log_alpha``; None: ``net.optim_spec``), ``policy_delay`` (actor and temperature step once per this many
+    critic steps, on the critic step count ``opt_step``, so a resume keeps the phase: TD3's delayed policy
+    updates, Fujimoto et al. 2018, as SLM-Lab's CrossQ specs use; 1: every step), ``log_alpha_min`` /
+    ``log_alpha_max`` (the clamp of ``log_alpha`` after each temperature step; SLM-Lab v5.3's -5 and 2),
+    ``alpha_lr`` (SLM-Lab's learning rate of the temperature optimizer, replacing the ``lr`` of
+    ``alpha_optim_spec`` / ``net.optim_spec``; None: theirs).
     """
 
     action_pdtype: str = field(default="default", metadata={"choices": ("default", "Normal", "Categorical")})
@@ -75,6 +80,10 @@ class SoftActorCriticSpec(AlgorithmSpec):
     training_start_step: int = field(default=1000, metadata={"gt": 0})
     target_entropy: float | None = None
     alpha_optim_spec: dict | None = None
+    policy_delay: int = field(default=1, metadata={"gt": 0})
+    log_alpha_min: float = LOG_ALPHA_MIN
+    log_alpha_max: float = LOG_ALPHA_MAX
+    alpha_lr: float | None = field(default=None, metadata={"gt": 0, "le": 10})
 
 
 class SoftActorCritic(ReplayCadence, Algorithm):
@@ -103,7 +112,10 @@ class SoftActorCritic(ReplayCadence, Algorithm):
         self.add_optim("net", self.nets["net"].parameters(), ns.actor_optim_spec or ns.optim_spec)
         for k in ("q1_net", "q2_net"):
             self.add_optim(k, self.nets[k].parameters(), ns.critic_optim_spec or ns.optim_spec)
-        self.add_optim("log_alpha", [log_alpha], self.algo.alpha_optim_spec or ns.optim_spec)
+        alpha_optim = dict(self.algo.alpha_optim_spec or ns.optim_spec)
+        if self.algo.alpha_lr is not None:
+            alpha_optim["lr"] = self.algo.alpha_lr
+        self.add_optim("log_alpha", [log_alpha], alpha_optim)
         if self.algo.target_entropy is not None:
             self.target_entropy = float(self.algo.target_entropy)
         else:
@@ -226,15 +238,19 @@ class SoftActorCritic(ReplayCadence, Algorithm):
             alpha = self.alpha
             q_loss, q_all = self.critic_loss(batch, alpha, metrics)
             grad_norms.append(self.optim_step(q_loss, ("q1_net", "q2_net"), clock))
-            policy_loss, alpha_loss = self.actor_losses(batch["obs"], alpha, q_all)
-            self.optim_step(policy_loss, ("net",), clock, count=False)
-            self.optim_step(alpha_loss, ("log_alpha",), clock, count=False)
-            with torch.no_grad():
-                self.nets["log_alpha"].value.clamp_(LOG_ALPHA_MIN, LOG_ALPHA_MAX)
+            metrics["q_loss"].append(q_loss.detach())
+            loss = q_loss.detach()
+            if clock.opt_step % self.algo.policy_delay == 0:  # delayed policy updates (policy_delay critic steps)
+                policy_loss, alpha_loss = self.actor_losses(batch["obs"], alpha, q_all)
+                self.optim_step(policy_loss, ("net",), clock, count=False)
+                self.optim_step(alpha_loss, ("log_alpha",), clock, count=False)
+                with torch.no_grad():
+                    self.nets["log_alpha"].value.clamp_(self.algo.log_alpha_min, self.algo.log_alpha_max)
+                loss = loss + (policy_loss + alpha_loss).detach()
+                metrics["policy_loss"].append(policy_loss.detach())
+                metrics["alpha_loss"].append(alpha_loss.detach())
             self.polyak_targets()
-            losses.append((q_loss + policy_loss + alpha_loss).detach())
-            for name, value in (("q_loss", q_loss), ("policy_loss", policy_loss), ("alpha_loss", alpha_loss)):
-                metrics[name].append(value.detach())
+            losses.append(loss)
             metrics["alpha"].append(self.alpha.squeeze())
         self.replace_targets(clock)
         return LossStats(float(torch.stack(losses).mean()), math.nan, float(np.mean(grad_norms)),

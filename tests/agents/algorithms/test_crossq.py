@@ -64,6 +64,7 @@ def test_one_critic_forward_over_both_halves_and_no_targets():
 @pytest.mark.parametrize("extra, stop_frame", [
     ([], 536),
     (["env.name=CartPole-v1", "agent.algorithm.action_pdtype=Categorical", "env.max_frame=520"], 336),
+    (["agent.algorithm.policy_delay=3"], 452),
 ])
 def test_resume_is_exact(tmp_path, extra, stop_frame):
     overrides = [*SMALL, "env.max_frame=800", "meta.log_frequency=200", "agent.memory.checkpoint=true", *extra]
@@ -71,3 +72,18 @@ def test_resume_is_exact(tmp_path, extra, stop_frame):
     straight = assert_resume_exact(tmp_path, "crossq_pendulum", overrides, stop_frame, spec_file=PENDULUM)
     assert straight.clock.opt_step > 0 and straight.train_df.alpha.iloc[-1] != 1.0
     assert int(straight.algorithm.nets["q1_net"].body[1].steps) == straight.clock.opt_step
+
+
+def test_policy_delay_steps_the_actor_once_per_three_critic_steps(tmp_path):
+    """SLM-Lab's CrossQ specs' ``policy_delay: 3``: Adam's step count of the actor and of log_alpha is
+    opt_step // 3 (critic steps 3, 6, ...), the critics' is opt_step."""
+    from orchestrator.session import Session
+    from orchestrator.spec import load_spec
+
+    spec = load_spec(PENDULUM, "crossq_pendulum", [*SMALL, "env.max_frame=600", "agent.algorithm.policy_delay=3"])
+    session = Session(spec, 3)
+    session.run_rl()
+    algo, n = session.algorithm, session.clock.opt_step
+    assert n >= 6
+    steps = {name: int(next(iter(opt.state.values()))["step"]) for name, opt in algo.optims.items()}
+    assert steps == {k: n if k.startswith("q") else n // 3 for k in steps}

@@ -144,3 +144,18 @@ def test_refill_gate_after_resume_without_the_replay(tmp_path):
 ])
 def test_slm_lab_spec_runs_unmodified(tmp_path, rel_file, name):
     run_slm_dev(tmp_path, rel_file, name)
+
+
+def test_slm_lab_temperature_keys_alpha_lr_and_log_alpha_bounds():
+    """SLM-Lab v5.3's ``alpha_lr`` sets the temperature optimizer's lr; ``log_alpha_max`` clamps log_alpha."""
+    from orchestrator.session import Session
+    from orchestrator.spec import load_spec
+
+    spec = load_spec(PENDULUM, "sac_pendulum", ["env.max_frame=300", "agent.algorithm.training_start_step=100",
+                                                "agent.memory.batch_size=16", "agent.algorithm.alpha_lr=3e-5",
+                                                "agent.algorithm.log_alpha_max=-1.0"])
+    session = Session(spec, 1)
+    assert session.algorithm.optims["log_alpha"].param_groups[0]["lr"] == 3e-5
+    session.run_rl()
+    # from 0, at lr 3e-5 it would stay near 0: the clamp at the first step put it at -1
+    assert session.clock.opt_step > 0 and -1.1 < float(session.algorithm.nets["log_alpha"].value) <= -1.0
