@@ -12,6 +12,7 @@ import torch
 from orchestrator.session import Session
 from orchestrator.session_actor import SessionRunner
 from orchestrator.spec import load_spec
+from tests.agents.algorithms.helpers import stop_then_resume
 
 SPECS = "specs/benchmark/cartpole.json"
 COMPARED = lambda df: df.drop(columns=["wall_t", "fps"]).reset_index(drop=True)  # noqa: E731
@@ -76,16 +77,8 @@ def test_dqn_refills_replay_before_training(tmp_path):
     spec = load_spec(SPECS, "dqn_cartpole", ["env.max_frame=3000", "meta.log_frequency=100",
                                              f"agent.algorithm.training_start_step={start}"])
     predir = str(tmp_path / "dqn_cartpole_2026_01_01_000000")
-    first = SessionRunner(spec, predir, 0, 0, 5, resume=False)
-    for event in first.events():
-        if event["kind"] == "started":
-            first.session.run_rl(until_frame=1500)
-            first.session.stop_requested = True
-    opt_step_at_stop = first.session.clock.opt_step
+    opt_step_at_stop, df = stop_then_resume(spec, predir, 1500)
     assert opt_step_at_stop > 0
-    second = SessionRunner(spec, predir, 0, 0, 5, resume=True)
-    list(second.events())
-    df = second.session.train_df
     after = df[df.frame > 1500]
     refill = after[after.refill]
     # every refill row is before the buffer could hold training_start_step transitions again

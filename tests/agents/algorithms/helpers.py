@@ -81,3 +81,18 @@ def run_slm_dev(tmp_path: Path, rel_file: str, name: str, max_frame: int = 300) 
     df = pd.read_parquet(df_file)
     assert df.frame.iloc[-1] == max_frame
     return df
+
+
+def stop_then_resume(spec: dict, predir: str, stop_frame: int, seed: int = 5) -> tuple[int, pd.DataFrame]:
+    """Run a SessionRunner until ``stop_frame``, stop it as SIGTERM does (final checkpoint), then run a
+    resumed SessionRunner to the end. Returns (opt_step at the stop, the resumed session's train_df)."""
+    from orchestrator.session_actor import SessionRunner
+
+    first = SessionRunner(spec, predir, 0, 0, seed, resume=False)
+    for event in first.events():
+        if event["kind"] == "started":
+            first.session.run_rl(until_frame=stop_frame)
+            first.session.stop_requested = True
+    second = SessionRunner(spec, predir, 0, 0, seed, resume=True)
+    list(second.events())
+    return first.session.clock.opt_step, second.session.train_df

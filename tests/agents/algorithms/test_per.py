@@ -8,8 +8,8 @@ import torch
 
 from agents.memory import PrioritizedReplay, SumTree
 from envs.clock import Clock
-from tests.agents.algorithms.helpers import assert_resume_exact, make_algo, run_slm_dev
-from tests.orchestrator.test_resume_exact import SessionRunner, load_spec
+from tests.agents.algorithms.helpers import assert_resume_exact, make_algo, run_slm_dev, stop_then_resume
+from tests.orchestrator.test_resume_exact import load_spec
 
 SPECS = "specs/benchmark/cartpole.json"
 
@@ -103,15 +103,8 @@ def test_refill_gate_after_resume_without_the_replay(tmp_path):
     sum tree) with no gradient step in between."""
     spec = load_spec(SPECS, "ddqn_per_cartpole", RESUME)
     predir = str(tmp_path / "ddqn_per_cartpole_2026_01_01_000000")
-    first = SessionRunner(spec, predir, 0, 0, 5, resume=False)
-    for event in first.events():
-        if event["kind"] == "started":
-            first.session.run_rl(until_frame=700)
-            first.session.stop_requested = True
-    opt_step_at_stop = first.session.clock.opt_step
-    second = SessionRunner(spec, predir, 0, 0, 5, resume=True)
-    list(second.events())
-    after = second.session.train_df[second.session.train_df.frame > 700]
+    opt_step_at_stop, df = stop_then_resume(spec, predir, 700)
+    after = df[df.frame > 700]
     refill = after[after.refill]
     assert len(refill) > 0 and refill.frame.max() <= 700 + 200
     assert (refill.opt_step == opt_step_at_stop).all()

@@ -13,8 +13,8 @@ from torch.distributions import Normal
 
 from agents import policy
 from agents.algorithms import sac
-from tests.agents.algorithms.helpers import assert_resume_exact, make_algo, run_slm_dev
-from tests.orchestrator.test_resume_exact import SessionRunner, load_spec
+from tests.agents.algorithms.helpers import assert_resume_exact, make_algo, run_slm_dev, stop_then_resume
+from tests.orchestrator.test_resume_exact import load_spec
 
 PENDULUM = str(Path(__file__).resolve().parents[3] / "specs" / "benchmark" / "pendulum.json")
 PEND_OBS = gym.spaces.Box(-8.0, 8.0, (3,), np.float32)
@@ -122,16 +122,9 @@ def test_resume_is_exact(tmp_path, extra, stop_frame):
 def test_refill_gate_after_resume_without_the_replay(tmp_path):
     spec = load_spec(PENDULUM, "sac_pendulum", [*SMALL, "env.max_frame=800", "meta.log_frequency=40"])
     predir = str(tmp_path / "sac_pendulum_2026_01_01_000000")
-    first = SessionRunner(spec, predir, 0, 0, 5, resume=False)
-    for event in first.events():
-        if event["kind"] == "started":
-            first.session.run_rl(until_frame=400)
-            first.session.stop_requested = True
-    opt_step_at_stop = first.session.clock.opt_step
+    opt_step_at_stop, df = stop_then_resume(spec, predir, 400)
     assert opt_step_at_stop > 0
-    second = SessionRunner(spec, predir, 0, 0, 5, resume=True)
-    list(second.events())
-    after = second.session.train_df[second.session.train_df.frame > 400]
+    after = df[df.frame > 400]
     refill = after[after.refill]
     assert len(refill) > 0 and refill.frame.max() <= 400 + 200
     assert (refill.opt_step == opt_step_at_stop).all() and after.opt_step.iloc[-1] > opt_step_at_stop
