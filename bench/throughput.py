@@ -9,6 +9,11 @@ both see the same machine load over time. Only the training loop is timed:
 ``Session.run_rl()`` for ours (the session, its envs and nets are built before the timer starts)
 and ``PPO.learn()`` for SB3 (the model and its vector env are built before).
 
+With ``--tracking`` a third run per round, ``ours+tb``, trains the same spec the way a session actor does:
+``SessionRunner`` in a temporary run directory, with its checkpoints at the default cadence and its
+TensorBoard event files (on by default), timed over the whole event stream (session build, training,
+every checkpoint and tracker write, close).
+
 fps = env frames / wall seconds of the loop. Because the box is shared, CPU seconds of this
 process over the loop are recorded too (``frames_per_cpu_s``), which is much less sensitive to
 other load than wall time. The frame budget is a multiple of 256 (one rollout of 8 x 32), so
@@ -16,7 +21,7 @@ both do the same number of rollouts and gradient steps.
 
 Usage:
     python bench/throughput.py [--frames 51200] [--rounds 2] [--seed 1]
-        [--out bench/results/throughput.json]
+        [--tracking] [--out bench/results/throughput.json]
 """
 
 from __future__ import annotations
@@ -60,6 +65,28 @@ def run_ours(frames: int, seed: int) -> dict[str, Any]:
             "frames_per_cpu_s": frame / cpu, "final_ma": final_ma}
 
 
+def run_ours_tracked(frames: int, seed: int) -> dict[str, Any]:
+    """``ppo_cartpole`` through ``SessionRunner``: checkpoints and TensorBoard on, as in a session actor."""
+    import tempfile
+
+    from orchestrator.session_actor import SessionRunner
+
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = ours_spec(frames)
+        assert spec["meta"].get("tensorboard", True), "TensorBoard is off in the spec"
+        w0, c0 = time.perf_counter(), time.process_time()
+        runner = SessionRunner(spec, f"{tmp}/ppo_cartpole_2026_01_01_000000", 0, 0, seed, resume=False)
+        kinds = [event["kind"] for event in runner.events()]
+        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+        clock = runner.session.clock
+        events = list(Path(tmp).rglob("events.out.tfevents.*"))
+        assert events, "no TensorBoard event file written"
+        final_ma = runner.session.train_rows[-1]["total_reward_ma"]
+    return {"frames": clock.frame, "opt_steps": clock.opt_step, "wall_s": wall, "cpu_s": cpu,
+            "fps": clock.frame / wall, "frames_per_cpu_s": clock.frame / cpu, "final_ma": final_ma,
+            "checkpoints": kinds.count("checkpoint"), "tensorboard_files": len(events)}
+
+
 def run_sb3(frames: int, seed: int) -> dict[str, Any]:
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
@@ -96,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frames", type=int, default=51_200, help="frame budget per run (multiple of 256)")
     ap.add_argument("--rounds", type=int, default=2, help="(ours, SB3) pairs, alternating")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--tracking", action="store_true",
+                    help="also time ours through SessionRunner with checkpoints and TensorBoard on")
     ap.add_argument("--out", default=str(ROOT / "bench/results/throughput.json"))
     args = ap.parse_args(argv)
     if args.frames % 256:
@@ -105,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     runs = []
     for r in range(args.rounds):
-        for name, fn in (("ours", run_ours), ("sb3", run_sb3)):
+        impls = [("ours", run_ours), ("sb3", run_sb3)] + ([("ours+tb", run_ours_tracked)] if args.tracking else [])
+        for name, fn in impls:
             load = os.getloadavg()
             rec = fn(args.frames, args.seed)
             rec.update(impl=name, round=r, load_start=load, load_end=os.getloadavg())
@@ -120,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
 
     summary = {k: {"ours": med("ours", k), "sb3": med("sb3", k), "ratio": med("ours", k) / med("sb3", k)}
                for k in ("fps", "frames_per_cpu_s")}
+    if args.tracking:
+        for k in ("fps", "frames_per_cpu_s"):
+            summary[k].update({"ours+tb": med("ours+tb", k), "ratio_tb": med("ours+tb", k) / med("sb3", k)})
     out = {"frames": args.frames, "rounds": args.rounds, "seed": args.seed, "torch_threads": 1,
            "versions": {"torch": torch.__version__, "stable_baselines3": stable_baselines3.__version__},
            "cpu_count": os.cpu_count(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -127,10 +160,13 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print("\n| impl | fps (median) | frames / CPU-s (median) |\n|---|---|---|")
-    for impl in ("ours", "sb3"):
+    for impl in ("ours", "sb3", *(["ours+tb"] if args.tracking else [])):
         print(f"| {impl} | {summary['fps'][impl]:,.0f} | {summary['frames_per_cpu_s'][impl]:,.0f} |")
     print(f"\nratio ours/SB3: fps {summary['fps']['ratio']:.2f}x, frames/CPU-s "
           f"{summary['frames_per_cpu_s']['ratio']:.2f}x")
+    if args.tracking:
+        print(f"ratio ours+tb/SB3: fps {summary['fps']['ratio_tb']:.2f}x, frames/CPU-s "
+              f"{summary['frames_per_cpu_s']['ratio_tb']:.2f}x")
     return 0
 
 
