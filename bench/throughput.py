@@ -115,8 +115,9 @@ def run_ours_tracked(algo: str, frames: int, seed: int) -> dict[str, Any]:
             "checkpoints": kinds.count("checkpoint"), "tensorboard_files": len(events)}
 
 
-def run_sb3(algo: str, frames: int, seed: int) -> dict[str, Any]:
-    """SB3's PPO, DQN or SAC with rl-zoo's settings (as ``ZOO``), ``learn(frames)`` timed."""
+def run_sb3(algo: str, frames: int, seed: int, algo_ftz: bool = False) -> dict[str, Any]:
+    """SB3's PPO, DQN or SAC with rl-zoo's settings (as ``ZOO``), ``learn(frames)`` timed; CPU denormals
+    flushed to zero only with ``algo_ftz`` (our sessions always flush them, see ``session.seed_globals``)."""
     import stable_baselines3 as sb3
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
@@ -131,6 +132,7 @@ def run_sb3(algo: str, frames: int, seed: int) -> dict[str, Any]:
             returns.extend(i["episode"]["r"] for i in self.locals["infos"] if "episode" in i)
             return True
 
+    torch.set_flush_denormal(algo_ftz)  # SB3 as its users run it (denormals on), unless --sb3-ftz
     zoo = ZOO[algo]
     env = make_vec_env(zoo["env"], n_envs=zoo["n_envs"], seed=seed)  # DummyVecEnv + Monitor
     common = {"seed": seed, "device": "cpu", "verbose": 0}
@@ -168,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="frame budget per run (default: ppo 51,200, a multiple of 256; dqn 50,000; sac 10,000)")
     ap.add_argument("--rounds", type=int, default=2, help="(ours, SB3) pairs, alternating")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--sb3-ftz", action="store_true",
+                    help="also time SB3 with CPU denormals flushed to zero, as our sessions run (sb3+ftz)")
     ap.add_argument("--tracking", action="store_true",
                     help="also time ours through SessionRunner with checkpoints and TensorBoard on")
     ap.add_argument("--out", default=None, help="default bench/results/throughput.json (ppo), "
@@ -183,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     runs = []
     for r in range(args.rounds):
-        impls = [("ours", run_ours), ("sb3", run_sb3)] + ([("ours+tb", run_ours_tracked)] if args.tracking else [])
+        impls = [("ours", run_ours), ("sb3", run_sb3)] + ([("ours+tb", run_ours_tracked)] if args.tracking else []) \
+            + ([("sb3+ftz", lambda *a: run_sb3(*a, algo_ftz=True))] if args.sb3_ftz else [])
         for name, fn in impls:
             load = os.getloadavg()
             rec = fn(args.algo, args.frames, args.seed)
@@ -199,9 +204,11 @@ def main(argv: list[str] | None = None) -> int:
 
     summary = {k: {"ours": med("ours", k), "sb3": med("sb3", k), "ratio": med("ours", k) / med("sb3", k)}
                for k in ("fps", "frames_per_cpu_s")}
-    if args.tracking:
+    for extra in [x for x in ("ours+tb", "sb3+ftz") if any(r["impl"] == x for r in runs)]:
         for k in ("fps", "frames_per_cpu_s"):
-            summary[k].update({"ours+tb": med("ours+tb", k), "ratio_tb": med("ours+tb", k) / med("sb3", k)})
+            summary[k].update({extra: med(extra, k), f"ratio_ours/{extra}" if extra.startswith("sb3")
+                               else f"ratio_{extra}/sb3": (med("ours", k) / med(extra, k)) if extra.startswith("sb3")
+                               else med(extra, k) / med("sb3", k)})
     out = {"algo": args.algo, "spec": ZOO[args.algo]["name"], "frames": args.frames, "rounds": args.rounds, "seed": args.seed, "torch_threads": 1,
            "versions": {"torch": torch.__version__, "stable_baselines3": stable_baselines3.__version__},
            "cpu_count": os.cpu_count(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -209,13 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print("\n| impl | fps (median) | frames / CPU-s (median) |\n|---|---|---|")
-    for impl in ("ours", "sb3", *(["ours+tb"] if args.tracking else [])):
+    for impl in [x for x in ("ours", "sb3", "ours+tb", "sb3+ftz") if x in summary["fps"]]:
         print(f"| {impl} | {summary['fps'][impl]:,.0f} | {summary['frames_per_cpu_s'][impl]:,.0f} |")
     print(f"\nratio ours/SB3: fps {summary['fps']['ratio']:.2f}x, frames/CPU-s "
           f"{summary['frames_per_cpu_s']['ratio']:.2f}x")
-    if args.tracking:
-        print(f"ratio ours+tb/SB3: fps {summary['fps']['ratio_tb']:.2f}x, frames/CPU-s "
-              f"{summary['frames_per_cpu_s']['ratio_tb']:.2f}x")
+    for key in [k for k in summary["fps"] if k.startswith("ratio_")]:
+        print(f"{key}: fps {summary['fps'][key]:.2f}x, frames/CPU-s {summary['frames_per_cpu_s'][key]:.2f}x")
     return 0
 
 
