@@ -72,7 +72,6 @@ SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
     "env.frame_op_len": ((None,), "frame stacking / concatenation (env.frame_op)"),
     "env.life_loss_info": ((False, None), "Atari life-loss episode signals"),
     "env.repeat_action_probability": ((None,), "ALE sticky actions (an Atari env kwarg)"),
-    "env.continuous": ((False, None), "gymnasium env kwargs such as LunarLander's continuous=True"),
     "meta.train_mode": ((), "SLM-Lab's meta.train_mode (here the mode is the MODE argument: dev, train, search)"),
 }
 _DIST = "shared-state optimizer of SLM-Lab's meta.distributed (Hogwild) training, which this lab does not support"
