@@ -11,6 +11,7 @@ object-store put is atomic by itself).
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -37,15 +38,28 @@ def is_remote(uri: str) -> bool:
 
 
 def _s3_filesystem(bucket_uri: str) -> pafs.FileSystem:
-    """An S3 filesystem that honours ``AWS_ENDPOINT_URL`` (e.g. a local test server)."""
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    """An S3 filesystem that honours ``AWS_ENDPOINT_URL`` (e.g. a local test server); one per bucket,
+    endpoint and credentials per process (``_cached_s3``), so a bucket's region is looked up once.
+
+    ``allow_delayed_open``: an object smaller than one upload part is written with a single PutObject
+    instead of a three-request multipart upload (measured by ``bench/checkpoint_traffic.py``: 18.5 instead of
+    33 requests per PPO checkpoint); a write error then surfaces when the stream is closed, which
+    ``write_bytes`` does inside its own error handling.
+    """
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
+    return _cached_s3(urlparse(bucket_uri).netloc, endpoint, os.environ.get("AWS_REGION", ""),
+                      os.environ.get("AWS_DEFAULT_REGION", ""), os.environ.get("AWS_ACCESS_KEY_ID", ""))
+
+
+@functools.lru_cache(maxsize=32)
+def _cached_s3(bucket: str, endpoint: str, region: str, default_region: str, key_id: str) -> pafs.FileSystem:
+    """The filesystem of ``_s3_filesystem`` (arguments are its cache key)."""
     if not endpoint:
-        return pafs.FileSystem.from_uri(bucket_uri)[0]
+        return pafs.S3FileSystem(region=region or pafs.resolve_s3_region(bucket), allow_delayed_open=True)
     parsed = urlparse(endpoint)
     return pafs.S3FileSystem(endpoint_override=parsed.netloc or parsed.path, scheme=parsed.scheme or "http",
-                             region=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
-                             connect_timeout=5, request_timeout=10,
-                             retry_strategy=pafs.AwsStandardS3RetryStrategy(2))
+                             region=region or default_region or "us-east-1", connect_timeout=5, request_timeout=10,
+                             retry_strategy=pafs.AwsStandardS3RetryStrategy(2), allow_delayed_open=True)
 
 
 def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
