@@ -38,6 +38,7 @@ from agents.nets import (
     NETS,
     OPTIMIZERS,
     NetSpec,
+    arc_problems,
     conv_layer_args,
     make_loss,
     make_optim,
@@ -687,6 +688,9 @@ def _check_build_args(spec: dict[str, Any], problems: list[str]) -> None:
         if net.get(key) is not None and _registered(valid, net[key]) is None:
             problems.append(f"agent.net.{key}: unknown name {net[key]!r}; expected one of {sorted(valid)}")
     _check_layers(net, problems)
+    if net.get("type") == "TorchArcNet":
+        problems += arc_problems(net["arc"]) if net.get("arc") is not None else [
+            "agent.net.arc: net.type TorchArcNet needs a torcharc spec {modules: ..., graph: ...}"]
     for path in _schedule_paths(spec):
         value = _get(spec, path)
         if isinstance(value, dict) and _registered(DECAYS, value.get("name", "no_decay")):
