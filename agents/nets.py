@@ -20,6 +20,7 @@ and Q heads. Biases start at 0.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -492,9 +493,12 @@ def build_arc(arc: Any) -> nn.Module:
     except ImportError:
         raise ValueError(f"TorchArcNet needs the torcharc package ({INSTALL_HINT})") from None
     try:
-        body = torcharc.build(arc)
+        body = torcharc.build(copy.deepcopy(arc))  # its validators rewrite the dict ({ReLU: null} -> {ReLU: {}})
     except Exception as err:  # pydantic's ValidationError, torch's TypeError, a KeyError of the graph, ...
-        raise ValueError(f"torcharc cannot build it: {type(err).__name__}: {err}") from None
+        lines = [ln.strip() for ln in str(err).splitlines() if ln.strip() and "errors.pydantic.dev" not in ln]
+        text = "; ".join(lines)
+        raise ValueError(f"torcharc cannot build it: {type(err).__name__}: "
+                         f"{text if len(text) <= 400 else text[:397] + '...'}") from None
     out = [n for n in body.graph.nodes if n.op == "output"][0].args[0]
     if isinstance(out, dict):
         raise ValueError(f"graph.output: expected one node name or a list (the first is used), got {out}")

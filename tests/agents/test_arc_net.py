@@ -2,6 +2,7 @@
 heads and orthogonal gains as MLPNet, uint8 scaling, Q(s, a) inputs, spec-time errors, SLM-Lab's
 ``benchmark_arc`` entries in dev, and an exact resume."""
 
+import copy
 import math
 
 import gymnasium as gym
@@ -88,6 +89,14 @@ def test_q_of_state_and_action_concatenates_before_the_body():
     torch.testing.assert_close(net(s, a), net.heads[0](net.body(torch.cat([s, a], -1))))
 
 
+def test_the_spec_dict_is_left_as_written():
+    """torcharc's validators rewrite the dict they get ({Tanh: null} -> {Tanh: {}}): the net passes a copy, so the
+    spec (its hash, the saved spec a resume compares) is unchanged."""
+    arc = copy.deepcopy(MLP_ARC)
+    make_net(NetSpec(type="TorchArcNet", arc=arc), BOX4, 2)
+    assert arc == MLP_ARC and arc["modules"]["body"]["Sequential"][1] == {"Tanh": None}
+
+
 def test_bad_arcs_are_refused_with_the_key():
     with pytest.raises(ValueError, match="does not fit observations of shape"):
         make_net(NetSpec(type="TorchArcNet", arc=arc_of({"LazyConv2d": {"out_channels": 2, "kernel_size": 30}})),
@@ -123,7 +132,8 @@ def test_separate_actor_critic_and_target_nets_are_materialized_before_optimizer
         assert isinstance(net, TorchArcNet)
         held = {id(p) for group in optim.param_groups for p in group["params"]}
         assert held == {id(p) for p in net.parameters()}
-    dqn = make_algo("dqn_boltzmann_cartpole_arc", [], spec_file=str(SLM_SPECS / "benchmark_arc/dqn/dqn_classic_arc.yaml"))
+    dqn = make_algo("dqn_boltzmann_cartpole_arc", [],
+                    spec_file=str(SLM_SPECS / "benchmark_arc/dqn/dqn_classic_arc.yaml"))
     online, target = dqn.nets["net"].state_dict(), dqn.nets["target_net"].state_dict()
     assert list(online) == list(target) and all(torch.equal(online[k], target[k]) for k in online)
 
