@@ -15,7 +15,8 @@ from typing import Any
 
 _RNN = "SLM-Lab's RecurrentNet (net.type RecurrentNet), which this lab does not have (yet)"
 _CONV = "SLM-Lab's ConvNet (net.type ConvNet), which this lab does not have (yet)"
-_ARC = "SLM-Lab's TorchArc nets (net.type TorchArcNet), which this lab does not have"
+_ARC = ("separate actor/critic torcharc specs, which SLM-Lab's TorchArcNet does not read (it builds every net "
+        "from agent.net.arc)")
 _PER = "SLM-Lab's PrioritizedReplay memory, which this lab does not have (yet)"
 _SIL = "SLM-Lab's self-imitation learning (SIL / PPOSIL), which this lab does not have (yet)"
 ANY = object()  # in a key's neutral values: every value is accepted (SLM-Lab's own code does not read the key)
@@ -55,7 +56,6 @@ SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
     "agent.net.bidirectional": ((), _RNN),
     "agent.net.fc_hid_layers": ((), "SLM-Lab's ConvNet / RecurrentNet (net.type), which this lab does not have (yet)"),
     "agent.net.conv_hid_layers": ((), _CONV),
-    "agent.net.arc": ((), _ARC),
     "agent.net.actor_arc": ((), _ARC),
     "agent.net.critic_arc": ((), _ARC),
     "agent.net.lr_decay": ((None,), "SLM-Lab v3's lr decay (use lr_scheduler_spec)"),
@@ -85,7 +85,7 @@ SLM_LAB_NAMES: dict[str, dict[str, str]] = {
         "DDRQN": "an old SLM-Lab recurrent double DQN (v5: DoubleDQN with net.type RecurrentNet)",
     },
     "agent.net.type": {
-        "ConvNet": _CONV, "DuelingConvNet": _CONV, "RecurrentNet": _RNN, "TorchArcNet": _ARC,
+        "ConvNet": _CONV, "DuelingConvNet": _CONV, "RecurrentNet": _RNN,
         "HydraMLPNet": "SLM-Lab's multi-env hydra net; this lab runs one env per agent",
     },
     "agent.memory.name": {

@@ -38,6 +38,7 @@ from agents.nets import (
     NETS,
     OPTIMIZERS,
     NetSpec,
+    arc_problems,
     conv_layer_args,
     make_loss,
     make_optim,
@@ -666,7 +667,7 @@ def _try_build(problems: list[str], path: str, build_fn: Any, *args: Any) -> Non
 
 def _check_layers(net: dict[str, Any], problems: list[str]) -> None:
     """``hid_layers`` / ``fc_hid_layers``: positive ints; ``conv_hid_layers``: [out, kernel, stride, padding,
-    dilation] lists (``agents.nets.conv_layer_args``)."""
+    dilation] lists (``agents.nets.conv_layer_args``); ``arc`` of a TorchArcNet: a spec torcharc builds."""
     for key in ("hid_layers", "fc_hid_layers"):
         hid = net.get(key)
         if isinstance(hid, list) and not all(_type_ok(h, int) and h > 0 for h in hid):
@@ -676,6 +677,11 @@ def _check_layers(net: dict[str, Any], problems: list[str]) -> None:
             conv_layer_args(layer if isinstance(layer, list) else [layer])
         except ValueError as err:
             problems.append(f"agent.net.conv_hid_layers[{i}]: {err}")
+    arc, is_arc = net.get("arc"), net.get("type") == "TorchArcNet"
+    if is_arc and arc is None:
+        problems.append("agent.net.arc: net.type TorchArcNet needs a torcharc spec {modules, graph}")
+    elif is_arc and isinstance(arc, dict):  # another type is reported by the section's type check
+        problems += arc_problems(arc)
 
 
 def _check_build_args(spec: dict[str, Any], problems: list[str]) -> None:
