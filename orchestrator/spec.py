@@ -687,6 +687,9 @@ def _check_build_args(spec: dict[str, Any], problems: list[str]) -> None:
         if net.get(key) is not None and _registered(valid, net[key]) is None:
             problems.append(f"agent.net.{key}: unknown name {net[key]!r}; expected one of {sorted(valid)}")
     _check_layers(net, problems)
+    for key in ("rnn_hidden_size", "seq_len") if net.get("type") == "RecurrentNet" else ():
+        if net.get(key) is None:
+            problems.append(f"agent.net.{key}: net.type RecurrentNet needs it (a positive int; SLM-Lab has no default)")
     for path in _schedule_paths(spec):
         value = _get(spec, path)
         if isinstance(value, dict) and _registered(DECAYS, value.get("name", "no_decay")):
