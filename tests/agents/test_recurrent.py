@@ -146,3 +146,15 @@ def test_windows_hold_normalized_observations_and_forward_the_statistics():
     env.update_running_mean = False
     assert inner.update_running_mean is False
     np.testing.assert_array_less(np.abs(w), 10.0 + 1e-6)
+
+
+def test_preflight_counts_replay_of_windows():
+    from pathlib import Path
+
+    from orchestrator.preflight import check_env, memory_needs, replay_bytes
+    specs = str(Path(__file__).resolve().parents[2] / "specs" / "recurrent.json")
+    spec = load_spec(specs, "drqn_cartpole")
+    shape = check_env(spec["env"])
+    needs = {key: size for key, size, _ in memory_needs(spec, shape)}
+    assert needs["agent.memory.max_size"] == replay_bytes(100_000, (4, 4), (), shape.act_dtype)
+    assert needs["agent.memory.max_size"] > replay_bytes(100_000, (4,), (), shape.act_dtype)
