@@ -6,7 +6,9 @@ inputs of E features (e.g. the action of a Q(s, a) critic), and maps a batch ``(
 logits and critic value of a shared actor-critic). Each class builds itself from the spec with
 ``from_spec(net_spec, obs_space, out_dims, head_gains, extra_in_dim)``: ``MLPNet`` / ``DuelingMLPNet`` flatten
 the observation, ``ConvNet`` / ``DuelingConvNet`` take image observations (C, H, W) (Mnih et al. 2015's
-"Nature CNN" by default; uint8 frames are scaled by 1/255 inside the net, so replay and rollouts keep uint8).
+"Nature CNN" by default; uint8 frames are scaled by 1/255 inside the net, so replay and rollouts keep uint8),
+``RecurrentNet`` takes windows (L, *O) of the last L observations (SLM-Lab's RecurrentNet; the env builds the
+windows, see ``seq_len_of``).
 
 Orthogonal init (``init_fn: orthogonal_``) uses the field's gains (Saxe et al. 2014 for the scheme;
 gains of OpenAI baselines / SB3 / CleanRL PPO, Huang et al. 2022 "The 37 implementation details of
