@@ -245,7 +245,7 @@ def make_env(spec: EnvSpec, seed: int | None, render_mode: str | None = None,
         venv = gym.wrappers.vector.NormalizeReward(venv, gamma=gamma)
         if spec.clip_reward is not None:
             venv = gym.wrappers.vector.TransformReward(venv, functools.partial(_clip, bound=float(spec.clip_reward)))
-    if spec.normalize_state or spec.normalize_obs:  # outermost, so ``env.obs_rms`` / ``update_running_mean`` reach it
+    if spec.normalize_state or spec.normalize_obs:  # outermost but ObsWindow (which forwards ``obs_rms``)
         clip = spec.clip_obs if spec.normalize_obs else None
         venv = NormalizeObservation(venv, clip=None if clip is None else float(clip))
     if seq_len is not None:
