@@ -245,13 +245,18 @@ def make_env(spec: EnvSpec, seed: int | None, render_mode: str | None = None,
         venv = gym.wrappers.vector.NormalizeReward(venv, gamma=gamma)
         if spec.clip_reward is not None:
             venv = gym.wrappers.vector.TransformReward(venv, functools.partial(_clip, bound=float(spec.clip_reward)))
-    if spec.normalize_state or spec.normalize_obs:  # outermost but ObsWindow (which forwards ``obs_rms``)
-        clip = spec.clip_obs if spec.normalize_obs else None
-        venv = NormalizeObservation(venv, clip=None if clip is None else float(clip))
-    if seq_len is not None:
-        venv = ObsWindow(venv, seq_len)
+    venv = observation_wrappers(venv, spec, seq_len)
     venv.action_space.seed(seed)
     return venv
+
+
+def observation_wrappers(venv: VectorEnv, spec: EnvSpec, seq_len: int | None) -> VectorEnv:
+    """The outermost wrappers: ``NormalizeObservation`` (``normalize_state`` / ``normalize_obs``), then ``ObsWindow``
+    (``seq_len``; it forwards ``obs_rms`` / ``update_running_mean``, so they reach the normalizer)."""
+    if spec.normalize_state or spec.normalize_obs:
+        clip = spec.clip_obs if spec.normalize_obs else None
+        venv = NormalizeObservation(venv, clip=None if clip is None else float(clip))
+    return venv if seq_len is None else ObsWindow(venv, seq_len)
 
 
 def make_sub_env(env_id: str, spec: EnvSpec, render_mode: str | None = None,

@@ -666,7 +666,7 @@ def _try_build(problems: list[str], path: str, build_fn: Any, *args: Any) -> Non
 
 def _check_layers(net: dict[str, Any], problems: list[str]) -> None:
     """``hid_layers`` / ``fc_hid_layers``: positive ints; ``conv_hid_layers``: [out, kernel, stride, padding,
-    dilation] lists (``agents.nets.conv_layer_args``)."""
+    dilation] lists (``agents.nets.conv_layer_args``); a ``RecurrentNet``'s ``rnn_hidden_size`` and ``seq_len``."""
     for key in ("hid_layers", "fc_hid_layers"):
         hid = net.get(key)
         if isinstance(hid, list) and not all(_type_ok(h, int) and h > 0 for h in hid):
@@ -676,6 +676,9 @@ def _check_layers(net: dict[str, Any], problems: list[str]) -> None:
             conv_layer_args(layer if isinstance(layer, list) else [layer])
         except ValueError as err:
             problems.append(f"agent.net.conv_hid_layers[{i}]: {err}")
+    for key in ("rnn_hidden_size", "seq_len") if net.get("type") == "RecurrentNet" else ():
+        if net.get(key) is None:
+            problems.append(f"agent.net.{key}: net.type RecurrentNet needs it (a positive int; SLM-Lab has no default)")
 
 
 def _check_build_args(spec: dict[str, Any], problems: list[str]) -> None:
@@ -687,9 +690,6 @@ def _check_build_args(spec: dict[str, Any], problems: list[str]) -> None:
         if net.get(key) is not None and _registered(valid, net[key]) is None:
             problems.append(f"agent.net.{key}: unknown name {net[key]!r}; expected one of {sorted(valid)}")
     _check_layers(net, problems)
-    for key in ("rnn_hidden_size", "seq_len") if net.get("type") == "RecurrentNet" else ():
-        if net.get(key) is None:
-            problems.append(f"agent.net.{key}: net.type RecurrentNet needs it (a positive int; SLM-Lab has no default)")
     for path in _schedule_paths(spec):
         value = _get(spec, path)
         if isinstance(value, dict) and _registered(DECAYS, value.get("name", "no_decay")):

@@ -5,7 +5,6 @@ test_slm_lab_specs.py)."""
 from pathlib import Path
 
 import pytest
-
 import torch
 
 from tests.agents.algorithms.helpers import assert_resume_exact
