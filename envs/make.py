@@ -42,7 +42,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 from gymnasium.vector.utils import batch_space
 from gymnasium.wrappers.utils import RunningMeanStd
 
-from envs.wrappers import LifeLossTermination, SimStatePickle, sim_kind
+from envs.wrappers import LifeLossTermination, ObsWindow, SimStatePickle, sim_kind
 
 try:  # ale-py registers the ALE/* ids (and its *NoFrameskip-v4 ids) with gymnasium
     import ale_py
@@ -198,7 +198,7 @@ def _clip(values: np.ndarray, bound: float) -> np.ndarray:
 
 
 def make_env(spec: EnvSpec, seed: int | None, render_mode: str | None = None,
-             video_folder: str | None = None, gamma: float = 0.99) -> VectorEnv:
+             video_folder: str | None = None, gamma: float = 0.99, seq_len: int | None = None) -> VectorEnv:
     """Build the session's vector env and reset-seed it.
 
     Args:
@@ -209,6 +209,9 @@ def make_env(spec: EnvSpec, seed: int | None, render_mode: str | None = None,
         video_folder: local directory where gymnasium's ``RecordVideo`` writes every episode as MP4
             (needs ``render_mode="rgb_array"``, moviepy, and one sub-env: names are per sub-env).
         gamma: discount of the return whose running std ``normalize_reward`` divides by (the algorithm's).
+        seq_len: L, observation windows for a recurrent net (``agents.nets.seq_len_of``): observations become
+            (N, L, *O), each sub-env's last L, zero-padded at episode starts (``envs.wrappers.ObsWindow``,
+            outermost); None: plain observations.
 
     Returns:
         A ``VectorEnv`` with ``num_envs`` sub-envs. Observations (N, *O) in the sub-env's dtype (uint8
@@ -242,11 +245,18 @@ def make_env(spec: EnvSpec, seed: int | None, render_mode: str | None = None,
         venv = gym.wrappers.vector.NormalizeReward(venv, gamma=gamma)
         if spec.clip_reward is not None:
             venv = gym.wrappers.vector.TransformReward(venv, functools.partial(_clip, bound=float(spec.clip_reward)))
-    if spec.normalize_state or spec.normalize_obs:  # outermost, so ``env.obs_rms`` / ``update_running_mean`` reach it
-        clip = spec.clip_obs if spec.normalize_obs else None
-        venv = NormalizeObservation(venv, clip=None if clip is None else float(clip))
+    venv = observation_wrappers(venv, spec, seq_len)
     venv.action_space.seed(seed)
     return venv
+
+
+def observation_wrappers(venv: VectorEnv, spec: EnvSpec, seq_len: int | None) -> VectorEnv:
+    """The outermost wrappers: ``NormalizeObservation`` (``normalize_state`` / ``normalize_obs``), then ``ObsWindow``
+    (``seq_len``; it forwards ``obs_rms`` / ``update_running_mean``, so they reach the normalizer)."""
+    if spec.normalize_state or spec.normalize_obs:
+        clip = spec.clip_obs if spec.normalize_obs else None
+        venv = NormalizeObservation(venv, clip=None if clip is None else float(clip))
+    return venv if seq_len is None else ObsWindow(venv, seq_len)
 
 
 def make_sub_env(env_id: str, spec: EnvSpec, render_mode: str | None = None,

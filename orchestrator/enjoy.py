@@ -120,6 +120,7 @@ def make_eval_env(session: Any, render_mode: str | None, video_dir: str | None) 
     """
     import gymnasium as gym
 
+    from agents.nets import seq_len_of
     from envs.make import eval_spec, make_env
 
     es = session.spec.env
@@ -130,7 +131,8 @@ def make_eval_env(session: Any, render_mode: str | None, video_dir: str | None) 
                              "(or gymnasium[other])")
         render_mode = "rgb_array"
     try:
-        env = make_env(spec, None, render_mode=render_mode, video_folder=video_dir)
+        env = make_env(spec, None, render_mode=render_mode, video_folder=video_dir,
+                       seq_len=seq_len_of(session.spec.agent.net))
     except gym.error.DependencyNotInstalled as err:
         raise UsageError(f"--render/--record: a package is missing: {err}") from None
     if es.normalize_state or es.normalize_obs:

@@ -215,7 +215,9 @@ def memory_needs(spec: dict[str, Any], shape: EnvShape) -> list[tuple[str, int, 
     memory, algo, net = agent["memory"], agent["algorithm"], agent["net"]
     n_envs = int(env["num_envs"])
     per_env = shape.env_bytes + (ASYNC_WORKER_BYTES if env["vectorization"] == "async" else 0)
-    step = replay_bytes(1, shape.obs_shape, shape.act_shape, shape.act_dtype)
+    window = net.get("seq_len") if net.get("type") == "RecurrentNet" else None  # the env's (L, *O) windows
+    obs_shape = shape.obs_shape if window is None else (int(window), *shape.obs_shape)
+    step = replay_bytes(1, obs_shape, shape.act_shape, shape.act_dtype)
     needs = [("env.num_envs", n_envs * per_env, f"{n_envs} sub-envs x {per_env} bytes")]
     if spec["meta"]["rigorous_eval"]:
         k = int(spec["meta"]["rigorous_eval"])

@@ -39,6 +39,7 @@ import torch
 
 from agents.algorithms import ALGORITHMS, Algorithm, LossStats
 from agents.memory import Replay
+from agents.nets import seq_len_of
 from envs.clock import Clock
 from envs.make import (
     EVAL_STREAM,
@@ -94,7 +95,7 @@ class Session:
         seed_globals(self.seed)
         env_spec, meta = self.spec.env, self.spec.meta
         self.env = make_env(resolve_vec(env_spec, float(meta.resources.get("num_cpus", 1))), self.seed,
-                            gamma=self.spec.agent.algorithm.gamma)
+                            gamma=self.spec.agent.algorithm.gamma, seq_len=seq_len_of(self.spec.agent.net))
         self.clock = Clock(env_spec.max_frame, env_spec.num_envs)
         algo_cls = ALGORITHMS[self.spec.agent.algorithm.name]
         self.algorithm: Algorithm = algo_cls(self.spec.agent, self.env.single_observation_space,
@@ -201,7 +202,8 @@ class Session:
     def eval_env(self) -> Any:
         """The evaluation env (``rigorous_eval`` sync sub-envs, no reward scaling, whole games), built once."""
         if self._eval_env is None:
-            self._eval_env = make_env(eval_spec(self.spec.env, self.spec.meta.rigorous_eval), None)
+            self._eval_env = make_env(eval_spec(self.spec.env, self.spec.meta.rigorous_eval), None,
+                                      seq_len=seq_len_of(self.spec.agent.net))
         if self.spec.env.normalize_state or self.spec.env.normalize_obs:  # the training statistics, frozen
             self._eval_env.obs_rms = self.env.obs_rms
             self._eval_env.update_running_mean = False

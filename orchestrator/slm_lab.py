@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-_RNN = "SLM-Lab's RecurrentNet (net.type RecurrentNet), which this lab does not have (yet)"
 _CONV = "SLM-Lab's ConvNet (net.type ConvNet), which this lab does not have (yet)"
 _ARC = ("separate actor/critic torcharc specs, which SLM-Lab's TorchArcNet does not read (it builds every net "
         "from agent.net.arc)")
@@ -49,12 +48,6 @@ SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
                                                   "the lab uses 1 on value heads)"),
     "agent.net.log_std_init": ((None,), "a state-independent log-std parameter (CleanRL style); the lab's Gaussian "
                                         "policy takes its log-std from the policy head"),
-    "agent.net.cell_type": ((), _RNN),
-    "agent.net.rnn_hidden_size": ((), _RNN),
-    "agent.net.rnn_num_layers": ((), _RNN),
-    "agent.net.seq_len": ((), _RNN),
-    "agent.net.bidirectional": ((), _RNN),
-    "agent.net.fc_hid_layers": ((), "SLM-Lab's ConvNet / RecurrentNet (net.type), which this lab does not have (yet)"),
     "agent.net.conv_hid_layers": ((), _CONV),
     "agent.net.actor_arc": ((), _ARC),
     "agent.net.critic_arc": ((), _ARC),
@@ -85,7 +78,7 @@ SLM_LAB_NAMES: dict[str, dict[str, str]] = {
         "DDRQN": "an old SLM-Lab recurrent double DQN (v5: DoubleDQN with net.type RecurrentNet)",
     },
     "agent.net.type": {
-        "ConvNet": _CONV, "DuelingConvNet": _CONV, "RecurrentNet": _RNN,
+        "ConvNet": _CONV, "DuelingConvNet": _CONV,
         "HydraMLPNet": "SLM-Lab's multi-env hydra net; this lab runs one env per agent",
     },
     "agent.memory.name": {

@@ -667,7 +667,8 @@ def _try_build(problems: list[str], path: str, build_fn: Any, *args: Any) -> Non
 
 def _check_layers(net: dict[str, Any], problems: list[str]) -> None:
     """``hid_layers`` / ``fc_hid_layers``: positive ints; ``conv_hid_layers``: [out, kernel, stride, padding,
-    dilation] lists (``agents.nets.conv_layer_args``); ``arc`` of a TorchArcNet: a spec torcharc builds."""
+    dilation] lists (``agents.nets.conv_layer_args``); ``arc`` of a TorchArcNet: a spec torcharc builds; a
+    ``RecurrentNet``'s ``rnn_hidden_size`` and ``seq_len``."""
     for key in ("hid_layers", "fc_hid_layers"):
         hid = net.get(key)
         if isinstance(hid, list) and not all(_type_ok(h, int) and h > 0 for h in hid):
@@ -682,6 +683,9 @@ def _check_layers(net: dict[str, Any], problems: list[str]) -> None:
         problems.append("agent.net.arc: net.type TorchArcNet needs a torcharc spec {modules, graph}")
     elif is_arc and isinstance(arc, dict):  # another type is reported by the section's type check
         problems += arc_problems(arc)
+    for key in ("rnn_hidden_size", "seq_len") if net.get("type") == "RecurrentNet" else ():
+        if net.get(key) is None:
+            problems.append(f"agent.net.{key}: net.type RecurrentNet needs it (a positive int; SLM-Lab has no default)")
 
 
 def _check_build_args(spec: dict[str, Any], problems: list[str]) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from agents.algorithms import ALGORITHMS, Algorithm
+from agents.nets import seq_len_of
 from envs.make import make_env
 from orchestrator import storage
 from orchestrator.checkpoint import MANIFEST_NAME, CheckpointError, CheckpointStore
@@ -150,7 +151,7 @@ def check_init_from(spec: dict[str, Any]) -> None:
     run = build(spec)
     if not run.agent.net.init_from:
         return
-    env = make_env(run.env, None)
+    env = make_env(run.env, None, seq_len=seq_len_of(run.agent.net))
     try:
         with torch.random.fork_rng(devices=[]):
             cpu_agent = dataclasses.replace(run.agent, net=dataclasses.replace(run.agent.net, gpu=False))

@@ -121,10 +121,13 @@ def test_slm_lab_keys_load_with_their_neutral_values(tmp_path, key):
         load_spec(write(tmp_path, with_(spec, key, value)), "s")
 
 
-def test_recurrent_net_keys_name_recurrent_net(tmp_path):
-    found = problems(tmp_path, with_(PPO, "agent.net.cell_type", "GRU"))
-    assert found == ["agent.net.cell_type: SLM-Lab key not supported here: SLM-Lab's RecurrentNet (net.type "
-                     "RecurrentNet), which this lab does not have (yet), got 'GRU'"]
+def test_recurrent_net_keys_are_fields_and_checked(tmp_path):
+    net = {"type": "RecurrentNet", "cell_type": "GRU", "rnn_hidden_size": 8, "rnn_num_layers": 1, "seq_len": 4,
+           "fc_hid_layers": [], "bidirectional": False}
+    load_spec(write(tmp_path, with_(PPO, "agent.net", net)), "s")
+    found = problems(tmp_path, with_(PPO, "agent.net", {**net, "cell_type": "TCN", "seq_len": 0}))
+    assert "agent.net.cell_type: expected one of ['GRU', 'LSTM', 'RNN'], got 'TCN'" in found
+    assert "agent.net.seq_len: must be > 0, got 0" in found
 
 
 def test_head_init_stds_need_orthogonal_init(tmp_path):
@@ -221,12 +224,12 @@ def test_search_resources_split_over_sessions(tmp_path):
 
 def test_cli_refuses_an_slm_lab_feature_with_exit_2_and_no_traceback(tmp_path, capsys):
     from orchestrator import cli
-    path = write(tmp_path, with_(with_(PPO, "agent.net.cell_type", "GRU"), "env.name", "${env}"))
+    path = write(tmp_path, with_(with_(PPO, "agent.net.batch_norm", True), "env.name", "${env}"))
     with pytest.raises(SystemExit) as exc:
         cli.main([path, "s", "dev", "--data-dir", str(tmp_path / "data"), "-s", "env=CartPole-v1"])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "Traceback" not in err
-    assert "agent.net.cell_type: SLM-Lab key not supported here: SLM-Lab's RecurrentNet" in err
+    assert "agent.net.batch_norm: SLM-Lab key not supported here: batch normalization layers" in err
     assert not (tmp_path / "data").exists()
 
 

@@ -36,6 +36,8 @@ DEV_SAMPLE = [
     ("v5.3.0/benchmark/sarsa/sarsa_cartpole.json", "sarsa_epsilon_greedy_cartpole"),
     ("v5.3.0/experimental/misc/random.json", "random_cartpole"),
     ("v5.3.0/demo.json", "ppo_cartpole"),  # use_same_optim: true
+    ("v5.3.0/experimental/ppo/ppo_cartpole.json", "ppo_rnn_separate_cartpole"),  # RecurrentNet
+    ("v5.3.0/experimental/dqn/dqn_cartpole.json", "drqn_boltzmann_cartpole"),  # RecurrentNet under DQN
 ]
 
 
