@@ -31,7 +31,8 @@ def test_recurrent_train_sigkill_driver_then_resume_latest(ray_local, tmp_path):
     finally:
         os.chdir(cwd)
     run = storage.read_json(str(predir / "run.json"))
-    assert [r["from_frames"] for r in run["resumes"]] == [{f"t0_s{s}": killed_at[s] for s in (0, 1)}]
+    (resume,) = run["resumes"]  # a session that finished before the kill is not resumed
+    assert resume["from_frames"] == {f"t0_s{s}": killed_at[s] for s in (0, 1) if killed_at[s] < 2048}
     torch.set_num_threads(1)
     spec = load_spec(RNN_SPECS, "ppo_rnn_cartpole", ITEMS)
     for s in (0, 1):
