@@ -33,6 +33,8 @@ import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
 
+import agents.batch_renorm  # noqa: F401  (registers BatchRenorm1d / LazyBatchRenorm1d in torch.nn for arcs)
+
 HIDDEN_GAIN = math.sqrt(2.0)
 POLICY_GAIN = 0.01
 VALUE_GAIN = 1.0

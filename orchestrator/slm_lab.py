@@ -59,8 +59,6 @@ SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
     "agent.memory.epsilon": ((), _PER),
     "agent.memory.sil_replay_name": ((), _SIL),
     "agent.memory.cross_entropy": ((), "SLM-Lab's OnPolicyCrossEntropy memory, which this lab does not have"),
-    "agent.critic_net": ((), "a separate critic net spec (SLM-Lab's SAC / CrossQ agent.critic_net), which this "
-                             "lab does not read (yet)"),
     "env.frame_op": ((None,), "frame stacking / concatenation (env.frame_op)"),
     "env.frame_op_len": ((None,), "frame stacking / concatenation (env.frame_op)"),
     "env.life_loss_info": ((False, None), "Atari life-loss episode signals"),

@@ -139,7 +139,7 @@ class RunSpec:
 
 RUNTIME_META_KEYS = ("trial", "session", "session_seed", "session_dir")
 TOP_KEYS = ("name", "agent", "env", "meta", "search")
-AGENT_KEYS = ("name", "algorithm", "memory", "net")
+AGENT_KEYS = ("name", "algorithm", "memory", "net", "critic_net")
 
 # ---------------------------------------------------------------- reading files
 
@@ -354,13 +354,22 @@ def _registered(registry: dict[str, Any], name: Any) -> Any:
 def _section_classes(spec: dict[str, Any]) -> dict[str, type]:
     """The dataclass that defines each section, chosen by the names the spec gives."""
     algo_cls = _registered(ALGORITHMS, _get(spec, "agent.algorithm.name"))
-    return {
+    classes = {
         "agent.algorithm": algo_cls.spec_cls if algo_cls else AlgorithmSpec,
         "agent.memory": MemorySpec,
         "agent.net": NetSpec,
         "env": EnvSpec,
         "meta": MetaSpec,
     }
+    if _reads_critic_net(spec):
+        classes["agent.critic_net"] = NetSpec
+    return classes
+
+
+def _reads_critic_net(spec: dict[str, Any]) -> bool:
+    """The spec has an ``agent.critic_net`` object and its algorithm builds critics from it (SAC, CrossQ)."""
+    algo_cls = _registered(ALGORITHMS, _get(spec, "agent.algorithm.name"))
+    return isinstance(_get(spec, "agent.critic_net"), dict) and bool(algo_cls and algo_cls.reads_critic_net)
 
 
 def _get(spec: dict[str, Any], path: str) -> Any:
@@ -480,6 +489,8 @@ def _check_agent_names(spec: dict[str, Any], problems: list[str]) -> None:
     algo_name = _get(spec, "agent.algorithm.name")
     check("agent.algorithm.name", algo_name, ALGORITHMS)
     check("agent.net.type", _get(spec, "agent.net.type"), NETS)
+    if _reads_critic_net(spec):
+        check("agent.critic_net.type", _get(spec, "agent.critic_net.type"), NETS)
     mem_name = _get(spec, "agent.memory.name")
     check("agent.memory.name", mem_name, MEMORIES)
     algo_cls = _registered(ALGORITHMS, algo_name)
@@ -665,38 +676,36 @@ def _try_build(problems: list[str], path: str, build_fn: Any, *args: Any) -> Non
         problems.append(f"{path}: cannot build from {args[-1]!r}: {err}")
 
 
-def _check_layers(net: dict[str, Any], problems: list[str]) -> None:
+def _check_layers(net: dict[str, Any], problems: list[str], path: str = "agent.net") -> None:
     """``hid_layers`` / ``fc_hid_layers``: positive ints; ``conv_hid_layers``: [out, kernel, stride, padding,
     dilation] lists (``agents.nets.conv_layer_args``); ``arc`` of a TorchArcNet: a spec torcharc builds; a
     ``RecurrentNet``'s ``rnn_hidden_size`` and ``seq_len``."""
     for key in ("hid_layers", "fc_hid_layers"):
         hid = net.get(key)
         if isinstance(hid, list) and not all(_type_ok(h, int) and h > 0 for h in hid):
-            problems.append(f"agent.net.{key}: expected a list of positive ints, got {hid!r}")
+            problems.append(f"{path}.{key}: expected a list of positive ints, got {hid!r}")
     for i, layer in enumerate(net.get("conv_hid_layers") or []):
         try:
             conv_layer_args(layer if isinstance(layer, list) else [layer])
         except ValueError as err:
-            problems.append(f"agent.net.conv_hid_layers[{i}]: {err}")
+            problems.append(f"{path}.conv_hid_layers[{i}]: {err}")
     arc, is_arc = net.get("arc"), net.get("type") == "TorchArcNet"
     if is_arc and arc is None:
-        problems.append("agent.net.arc: net.type TorchArcNet needs a torcharc spec {modules, graph}")
+        problems.append(f"{path}.arc: net.type TorchArcNet needs a torcharc spec {{modules, graph}}")
     elif is_arc and isinstance(arc, dict):  # another type is reported by the section's type check
-        problems += arc_problems(arc)
+        problems += [p.replace("agent.net.", f"{path}.", 1) for p in arc_problems(arc)]
     for key in ("rnn_hidden_size", "seq_len") if net.get("type") == "RecurrentNet" else ():
         if net.get(key) is None:
-            problems.append(f"agent.net.{key}: net.type RecurrentNet needs it (a positive int; SLM-Lab has no default)")
+            problems.append(f"{path}.{key}: net.type RecurrentNet needs it (a positive int; SLM-Lab has no default)")
 
 
 def _check_build_args(spec: dict[str, Any], problems: list[str]) -> None:
     """What only a constructor can check: net activations/init/widths, schedule steps, and the
     keyword arguments of optimizers and LR schedulers (built once on a dummy parameter)."""
     net = _get(spec, "agent.net") if isinstance(_get(spec, "agent.net"), dict) else {}
-    for key, valid in (("hid_layers_activation", ACTIVATIONS), ("out_layer_activation", ACTIVATIONS),
-                       ("init_fn", INIT_FNS)):
-        if net.get(key) is not None and _registered(valid, net[key]) is None:
-            problems.append(f"agent.net.{key}: unknown name {net[key]!r}; expected one of {sorted(valid)}")
-    _check_layers(net, problems)
+    _check_net_build_args(net, "agent.net", problems)
+    if _reads_critic_net(spec):
+        _check_net_build_args(_get(spec, "agent.critic_net"), "agent.critic_net", problems)
     for path in _schedule_paths(spec):
         value = _get(spec, path)
         if isinstance(value, dict) and _registered(DECAYS, value.get("name", "no_decay")):
@@ -707,13 +716,22 @@ def _check_build_args(spec: dict[str, Any], problems: list[str]) -> None:
         known = isinstance(optim, dict) and _registered(OPTIMIZERS, optim.get("name"))
         if known and _type_ok(optim.get("lr", 0), float) and 0 <= optim.get("lr", 0) <= MAX_LR:  # else reported
             _try_build(problems, path, make_optim, [param], optim)
+
+
+def _check_net_build_args(net: dict[str, Any], path: str, problems: list[str]) -> None:
+    """A net section's activations, init, layers, loss and LR scheduler (built once on a dummy parameter)."""
+    for key, valid in (("hid_layers_activation", ACTIVATIONS), ("out_layer_activation", ACTIVATIONS),
+                       ("init_fn", INIT_FNS)):
+        if net.get(key) is not None and _registered(valid, net[key]) is None:
+            problems.append(f"{path}.{key}: unknown name {net[key]!r}; expected one of {sorted(valid)}")
+    _check_layers(net, problems, path)
     loss = net.get("loss_spec")
     if isinstance(loss, dict) and _registered(LOSSES, loss.get("name")):
-        _try_build(problems, "agent.net.loss_spec", make_loss, loss)
+        _try_build(problems, f"{path}.loss_spec", make_loss, loss)
     sched = net.get("lr_scheduler_spec")
     if isinstance(sched, dict) and _registered(LR_SCHEDULERS, sched.get("name")):
-        optim = torch.optim.SGD([param], lr=1.0)
-        _try_build(problems, "agent.net.lr_scheduler_spec", make_lr_scheduler, optim, sched)
+        optim = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+        _try_build(problems, f"{path}.lr_scheduler_spec", make_lr_scheduler, optim, sched)
 
 
 def _check_agent_keys(agent: dict[str, Any], problems: list[str]) -> None:
@@ -738,6 +756,11 @@ def validate(spec: dict[str, Any]) -> list[str]:
     if not isinstance(agent, dict):
         return problems + [f"agent: expected an object with {list(AGENT_KEYS[1:])}, got {agent!r}"]
     _check_agent_keys(agent, problems)
+    if "critic_net" in agent and not isinstance(agent["critic_net"], dict):
+        problems.append(f"agent.critic_net: expected an object (a net spec), got {agent['critic_net']!r}")
+    elif "critic_net" in agent and not _reads_critic_net(spec) and _algo_cls(spec) is not None:
+        problems.append(f"agent.critic_net: {_get(spec, 'agent.algorithm.name')} does not read it (a separate "
+                        f"critic net spec, read by SoftActorCritic and CrossQ); expected no agent.critic_net")
     if not isinstance(spec.get("env"), dict):
         return problems + [f"env: expected an object, got {spec.get('env')!r}"]
     known_algo = _registered(ALGORITHMS, _get(spec, "agent.algorithm.name")) is not None
@@ -889,7 +912,8 @@ def build(spec: dict[str, Any]) -> RunSpec:
     algo_cls = ALGORITHMS[agent["algorithm"]["name"]]
     agent_spec = AgentSpec(algo_cls.spec_cls(**_known(algo_cls.spec_cls, agent["algorithm"])),
                            MemorySpec(**_known(MemorySpec, agent["memory"])),
-                           NetSpec(**_known(NetSpec, agent["net"])))
+                           NetSpec(**_known(NetSpec, agent["net"])),
+                           NetSpec(**_known(NetSpec, agent["critic_net"])) if "critic_net" in agent else None)
     return RunSpec(spec["name"], agent_spec, EnvSpec(**_known(EnvSpec, env)),
                    MetaSpec(**_known(MetaSpec, spec["meta"])), spec.get("search", {}), spec)
 

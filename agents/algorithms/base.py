@@ -80,11 +80,13 @@ class AlgorithmSpec:
 
 @dataclass(frozen=True)
 class AgentSpec:
-    """The validated ``agent`` section: algorithm, memory and net specs."""
+    """The validated ``agent`` section: algorithm, memory and net specs, and SLM-Lab's separate critic net spec
+    ``agent.critic_net`` (read by algorithms with ``reads_critic_net``: SAC, CrossQ), None when not given."""
 
     algorithm: AlgorithmSpec
     memory: MemorySpec
     net: NetSpec
+    critic_net: NetSpec | None = None
 
 
 @dataclass
@@ -163,6 +165,7 @@ class Algorithm:
     optim_keys: ClassVar[tuple[str, ...]] = ("net.optim_spec",)
     schedule_keys: ClassVar[tuple[str, ...]] = ("explore_var_spec", "entropy_coef_spec")
     metric_names: ClassVar[tuple[str, ...]] = ()
+    reads_critic_net: ClassVar[bool] = False  # builds its critics from agent.critic_net when given
 
     def __init__(self, spec: AgentSpec, obs_space: gym.Space, action_space: gym.Space,
                  num_envs: int, seed: int) -> None:
@@ -182,6 +185,7 @@ class Algorithm:
         self.no_transfer: set[str] = set()  # names in self.nets that init_from leaves as built
         self.optims: dict[str, torch.optim.Optimizer] = {}
         self.lr_scheds: dict[str, FrameLR] = {}
+        self.clip_grad_vals: dict[str, float | None] = {}  # per optimizer: its net spec's clip_grad_val
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self.init_nets()
@@ -197,8 +201,8 @@ class Algorithm:
         raise NotImplementedError
 
     def make_net(self, out_dims: int | list[int], head_gains: list[float] | None = None,
-                 extra_in_dim: int = 0) -> nn.Module:
-        """Net of the spec's type built from the observation space, on ``self.device``.
+                 extra_in_dim: int = 0, net_spec: NetSpec | None = None) -> nn.Module:
+        """Net of ``net_spec``'s type (default ``agent.net``) built from the observation space, on ``self.device``.
 
         Maps (B, *O) observations (plus extra inputs (B, E), ``extra_in_dim`` = E) to ``out_dims``;
         ``head_gains`` are the orthogonal-init gains per head (``nets.POLICY_GAIN`` / ``VALUE_GAIN``).
@@ -206,7 +210,7 @@ class Algorithm:
         Raises:
             ValueError: unknown net type or an observation space the nets do not take.
         """
-        return make_net(self.net_spec, self.obs_space, out_dims, head_gains, extra_in_dim).to(self.device)
+        return make_net(net_spec or self.net_spec, self.obs_space, out_dims, head_gains, extra_in_dim).to(self.device)
 
     def add_tensor(self, name: str, value: torch.Tensor, transfer: bool = True) -> nn.Parameter:
         """Declare a trainable tensor outside nets; returns it as a parameter on ``self.device``.
@@ -239,10 +243,13 @@ class Algorithm:
             out[name] = h.hexdigest()
         return out
 
-    def add_optim(self, name: str, params: Any, optim_spec: dict[str, Any]) -> None:
-        """Register optimizer ``name`` and its frame-driven LR scheduler."""
+    def add_optim(self, name: str, params: Any, optim_spec: dict[str, Any], net_spec: NetSpec | None = None) -> None:
+        """Register optimizer ``name`` and its frame-driven LR scheduler, with ``lr_scheduler_spec`` and
+        ``clip_grad_val`` of ``net_spec`` (default ``agent.net``; e.g. ``agent.critic_net`` for SAC's critics)."""
+        ns = net_spec or self.net_spec
         self.optims[name] = make_optim(params, optim_spec)
-        self.lr_scheds[name] = make_lr_scheduler(self.optims[name], self.net_spec.lr_scheduler_spec)
+        self.lr_scheds[name] = make_lr_scheduler(self.optims[name], ns.lr_scheduler_spec)
+        self.clip_grad_vals[name] = ns.clip_grad_val
 
     # ---- policy heads (policy-gradient algorithms) ----
     @property
@@ -316,8 +323,9 @@ class Algorithm:
 
     def optim_step(self, loss: torch.Tensor, optim_names: tuple[str, ...], clock: Clock,
                    count: bool = True) -> float:
-        """One optimizer step: zero-grad, backward, clip, step, count ``opt_step`` (unless ``count`` is
-        false: the secondary losses of a multi-loss update, e.g. SAC's actor and temperature).
+        """One optimizer step: zero-grad, backward, clip (at the first optimizer's ``clip_grad_val``), step, count
+        ``opt_step`` (unless ``count`` is false: the secondary losses of a multi-loss update, e.g. SAC's actor and
+        temperature).
 
         Sets each optimizer's lr for ``clock.frame`` first (frame-driven schedules).
 
@@ -336,7 +344,7 @@ class Algorithm:
         for p in params:  # what optim.zero_grad(set_to_none=True) does, without its per-call wrappers
             p.grad = None
         loss.backward()
-        max_norm = self.net_spec.clip_grad_val
+        max_norm = self.clip_grad_vals[optim_names[0]]
         # nn.utils.clip_grad_norm_ op for op (its foreach path), without its per-call Python wrappers
         grads = [p.grad for p in params if p.grad is not None]
         grad_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0) if grads \

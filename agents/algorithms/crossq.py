@@ -9,11 +9,11 @@ and, detached, the bootstrap Q(s', a'), so both halves share the normalization s
     y = r + gamma * (1 - terminated) * V'(s')   with V' from the detached second half (``soft_value``)
 
 The actor and temperature losses evaluate the critics in eval mode (running statistics). ``net.update_type``
-and ``polyak_coef`` are not read (no targets). Batch renorm: ``x_hat = (x - mu_B) / sigma_B * r + d`` with
-``r = clip(sigma_B / sigma, 1 / R_MAX, R_MAX)``, ``d = clip((mu_B - mu) / sigma, -D_MAX, D_MAX)`` (both
-detached), plain batch norm (r = 1, d = 0) for the first ``BRN_WARMUP`` training forwards, running mean and
-std updated with momentum ``BRN_MOMENTUM``; all counters and statistics are module buffers, so they are in
-the checkpoint and in ``weights_sha256``.
+and ``polyak_coef`` are not read (no targets). Critics: ``agent.critic_net`` when given (SLM-Lab's CrossQ specs:
+a TorchArcNet whose arc has ``LazyBatchRenorm1d`` layers), else ``BRNCritic`` on ``net.hid_layers`` with
+``agents.batch_renorm.BatchRenorm1d`` (SLM-Lab v5.3's batch renorm: limits ramped over ``BRN_WARMUP`` training
+forwards, momentum ``BRN_MOMENTUM``, eps ``BRN_EPS``); statistics and step counters are module buffers, so they
+are in the checkpoint and in ``weights_sha256``.
 
 train_df columns: as SAC (``q_loss``, ``policy_loss``, ``alpha_loss``, ``alpha``, ``td_error``).
 """
@@ -26,50 +26,11 @@ import torch
 from torch import nn
 
 from agents.algorithms.sac import SoftActorCritic
+from agents.batch_renorm import BatchRenorm1d
 from agents.nets import ACTIVATIONS, obs_in_dim
 from envs.clock import Clock
 
-BRN_MOMENTUM, BRN_EPS, BRN_WARMUP, R_MAX, D_MAX = 0.01, 1e-3, 5000, 3.0, 5.0
-
-
-class BatchRenorm1d(nn.Module):
-    """Batch renormalization over (B, F) inputs (Ioffe 2017); see module docstring for the maths.
-
-    Args:
-        features: F.
-        momentum: running-statistics update rate.
-        eps: added to variances.
-        warmup: training forwards of plain batch norm before r, d are used.
-    """
-
-    def __init__(self, features: int, momentum: float = BRN_MOMENTUM, eps: float = BRN_EPS,
-                 warmup: int = BRN_WARMUP) -> None:
-        super().__init__()
-        self.momentum, self.eps, self.warmup = momentum, eps, warmup
-        self.weight = nn.Parameter(torch.ones(features))
-        self.bias = nn.Parameter(torch.zeros(features))
-        self.register_buffer("running_mean", torch.zeros(features))
-        self.register_buffer("running_std", torch.ones(features))
-        self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, F) -> (B, F); batch statistics (and a running-statistics update) in train mode only."""
-        if not self.training:
-            x_hat = (x - self.running_mean) / self.running_std
-            return x_hat * self.weight + self.bias
-        mean = x.mean(0)
-        std = (x.var(0, unbiased=False) + self.eps).sqrt()
-        x_hat = (x - mean) / std
-        if int(self.steps) >= self.warmup:
-            with torch.no_grad():
-                r = (std / self.running_std).clamp(1.0 / R_MAX, R_MAX)
-                d = ((mean - self.running_mean) / self.running_std).clamp(-D_MAX, D_MAX)
-            x_hat = x_hat * r + d
-        with torch.no_grad():
-            self.running_mean.lerp_(mean.detach(), self.momentum)
-            self.running_std.lerp_(std.detach(), self.momentum)
-            self.steps += 1
-        return x_hat * self.weight + self.bias
+BRN_MOMENTUM, BRN_EPS, BRN_WARMUP = 0.01, 1e-3, 5000  # SLM-Lab v5.3's CrossQ specs
 
 
 class BRNCritic(nn.Module):
@@ -82,7 +43,9 @@ class BRNCritic(nn.Module):
         super().__init__()
         layers: list[nn.Module] = []
         for width in hid_layers:
-            layers += [nn.Linear(in_dim, width), BatchRenorm1d(width), ACTIVATIONS[activation]()]
+            layers += [nn.Linear(in_dim, width),
+                       BatchRenorm1d(width, eps=BRN_EPS, momentum=BRN_MOMENTUM, warmup_steps=BRN_WARMUP),
+                       ACTIVATIONS[activation]()]
             in_dim = width
         self.body = nn.Sequential(*layers)
         self.head = nn.Linear(in_dim, out_dim)
@@ -96,7 +59,7 @@ class CrossQ(SoftActorCritic):
     """SAC without target critics, with batch-renormalized critics and a joint (s, a) / (s', a') forward."""
 
     def init_nets(self) -> None:
-        """SAC's nets with the critics replaced by ``BRNCritic`` and no target copies.
+        """SAC's nets without target copies; without ``agent.critic_net`` the critics are ``BRNCritic``.
 
         Raises:
             ValueError: an action space other than Discrete and 1-D Box.
@@ -107,9 +70,10 @@ class CrossQ(SoftActorCritic):
         q_out = int(self.action_space.n) if self.discrete else 1
         for k in ("q1_net", "q2_net"):
             del self.nets[f"target_{k}"]
-            self.nets[k] = BRNCritic(obs_in_dim(self.obs_space) + act_dim, q_out, list(ns.hid_layers),
-                                     ns.hid_layers_activation).to(self.device)
-            self.add_optim(k, self.nets[k].parameters(), ns.critic_optim_spec or ns.optim_spec)
+            if self.spec.critic_net is None:  # else SAC built them from agent.critic_net (its arc's BRN layers)
+                self.nets[k] = BRNCritic(obs_in_dim(self.obs_space) + act_dim, q_out, list(ns.hid_layers),
+                                         ns.hid_layers_activation).to(self.device)
+                self.add_optim(k, self.nets[k].parameters(), self.critic_optim_spec)
 
     def critic_preds(self, batch: dict[str, torch.Tensor],
                      alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Any, torch.Tensor]:

@@ -30,7 +30,8 @@ temperature steps are not counted.
 Nets: ``net`` (actor), ``q1_net``, ``q2_net``, ``target_q1_net``, ``target_q2_net`` and the tensor
 ``log_alpha`` (1,) (``add_tensor``, not transferred), each critic, the actor and ``log_alpha`` with its own
 optimizer: ``net.actor_optim_spec`` / ``net.critic_optim_spec`` / ``algorithm.alpha_optim_spec``, each
-falling back to ``net.optim_spec``.
+falling back to ``net.optim_spec``. With SLM-Lab's ``agent.critic_net`` (a whole net spec) the critics are built
+from it, with its ``optim_spec``, ``loss_spec``, ``lr_scheduler_spec`` and ``clip_grad_val``.
 
 train_df columns of its own (means over the update's gradient steps): ``q_loss`` (critic loss, both
 critics), ``policy_loss``, ``alpha_loss``, ``alpha`` (temperature after the update) and ``td_error``
@@ -52,7 +53,7 @@ from agents import policy
 from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats, ReplayCadence, mean_metrics
 from agents.algorithms.dqn import sample_batch
 from agents.memory import PrioritizedReplay, Replay
-from agents.nets import POLICY_GAIN, make_loss, polyak_update
+from agents.nets import POLICY_GAIN, NetSpec, make_loss, polyak_update
 from envs.clock import Clock
 
 LOG_ALPHA_MIN, LOG_ALPHA_MAX = -5.0, 2.0
@@ -95,8 +96,10 @@ class SoftActorCritic(ReplayCadence, Algorithm):
 
     spec_cls = SoftActorCriticSpec
     memory_names = ("Replay", "PrioritizedReplay")
-    optim_keys = ("net.optim_spec", "net.actor_optim_spec", "net.critic_optim_spec", "algorithm.alpha_optim_spec")
+    optim_keys = ("net.optim_spec", "net.actor_optim_spec", "net.critic_optim_spec", "algorithm.alpha_optim_spec",
+                  "critic_net.optim_spec")
     metric_names = ("q_loss", "policy_loss", "alpha_loss", "alpha", "td_error")
+    reads_critic_net = True
 
     def init_nets(self) -> None:
         """Actor (B, *O) -> (B, 2A) or (B, A) logits; critics Q(s, a) -> (B, 1) (Box) or Q(s) -> (B, A)
@@ -105,17 +108,17 @@ class SoftActorCritic(ReplayCadence, Algorithm):
         Raises:
             ValueError: an action space other than Discrete and 1-D Box.
         """
-        ns = self.net_spec
+        ns, cs = self.net_spec, self.critic_spec
         self.nets["net"] = self.make_net(policy.pdparam_dim(self.action_space), [POLICY_GAIN])
         act_dim = 0 if self.discrete else self.action_space.shape[0]
         q_out = int(self.action_space.n) if self.discrete else 1
         for k in ("q1_net", "q2_net"):
-            self.nets[k] = self.make_net(q_out, extra_in_dim=act_dim)
+            self.nets[k] = self.make_net(q_out, extra_in_dim=act_dim, net_spec=cs)
             self.nets[f"target_{k}"] = copy.deepcopy(self.nets[k]).requires_grad_(False)
         log_alpha = self.add_tensor("log_alpha", torch.zeros(1), transfer=False)
         self.add_optim("net", self.nets["net"].parameters(), ns.actor_optim_spec or ns.optim_spec)
         for k in ("q1_net", "q2_net"):
-            self.add_optim(k, self.nets[k].parameters(), ns.critic_optim_spec or ns.optim_spec)
+            self.add_optim(k, self.nets[k].parameters(), self.critic_optim_spec, cs)
         alpha_optim = dict(self.algo.alpha_optim_spec or ns.optim_spec)
         if self.algo.alpha_lr is not None:
             alpha_optim["lr"] = self.algo.alpha_lr
@@ -124,9 +127,22 @@ class SoftActorCritic(ReplayCadence, Algorithm):
             self.target_entropy = float(self.algo.target_entropy)
         else:
             self.target_entropy = 0.6 * math.log(self.action_space.n) if self.discrete else -float(act_dim)
-        self.loss_fn = make_loss({**ns.loss_spec, "reduction": "none"})
+        self.loss_fn = make_loss({**cs.loss_spec, "reduction": "none"})
         self.last_train_frame = 0
         self.last_target_frame = 0
+
+    @property
+    def critic_spec(self) -> NetSpec:
+        """The critics' net spec: ``agent.critic_net`` (SLM-Lab's separate critic spec) or ``agent.net``."""
+        return self.spec.critic_net or self.net_spec
+
+    @property
+    def critic_optim_spec(self) -> dict[str, Any]:
+        """Each critic's optimizer: ``critic_net.optim_spec`` with ``agent.critic_net``, else
+        ``net.critic_optim_spec`` falling back to ``net.optim_spec``."""
+        if self.spec.critic_net is not None:
+            return self.spec.critic_net.optim_spec
+        return self.net_spec.critic_optim_spec or self.net_spec.optim_spec
 
     def init_memory(self) -> Replay:
         """A ``Replay`` or ``PrioritizedReplay`` of ``memory.max_size`` transitions (Box actions float32)."""

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from agents.algorithms.crossq import BRN_EPS, BatchRenorm1d
+from agents.algorithms.crossq import BRN_EPS
+from agents.batch_renorm import BatchRenorm1d, LazyBatchRenorm1d
 from agents.algorithms.dqn import sample_batch
 from envs.clock import Clock
-from tests.agents.algorithms.helpers import assert_resume_exact, make_algo
+from tests.agents.algorithms.helpers import SLM_SPECS, assert_resume_exact, make_algo
 
 PENDULUM = str(Path(__file__).resolve().parents[3] / "specs" / "benchmark" / "pendulum.json")
 SMALL = ["agent.net.hid_layers=[16]", "agent.memory.batch_size=16", "agent.algorithm.training_iter=1",
@@ -20,22 +21,28 @@ SMALL = ["agent.net.hid_layers=[16]", "agent.memory.batch_size=16", "agent.algor
 
 
 def test_batch_renorm_hand_computed():
-    """x = 1, 3: batch mean 2, std sqrt(1 + eps). Warm-up forward: plain BN, (x - 2) / std = -/+ 0.9995; running
-    mean 0.01 * 2 = 0.02, running std 0.99 + 0.01 * std. Next forward (renorm): r = std / running_std, d = (2 -
-    0.02) / running_std, x_hat = (x - 2) / std * r + d. Eval: (x - running_mean) / running_std."""
-    brn = BatchRenorm1d(1, warmup=1)
-    x = torch.tensor([[1.0], [3.0]])
-    std = math.sqrt(1 + BRN_EPS)
-    torch.testing.assert_close(brn(x).squeeze(), torch.tensor([-1 / std, 1 / std]))
-    rm, rs = 0.02, 0.99 + 0.01 * std
-    assert brn.running_mean.item() == pytest.approx(rm) and brn.running_std.item() == pytest.approx(rs)
-    r, d = std / rs, (2 - rm) / rs
-    torch.testing.assert_close(brn(x).squeeze(), torch.tensor([-r / std + d, r / std + d]))
-    assert int(brn.steps) == 2
+    """SLM-Lab v5.3's batch renorm, eps 1e-3, warmup 2 steps. x = 1, 5: batch mean 3, var 4, std = sqrt(4 + eps).
+    Step 0 (limits r_max 1, d_max 0: plain BN): (x - 3) / std; running mean 0.03, var 0.99 + 0.04 = 1.03.
+    Step 1 (t = 1/2: r_max 2, d_max 2.5): r = std / sqrt(1.03 + eps) = 1.970, d = 2.97 / sqrt(1.03 + eps) = 2.925
+    clipped to 2.5; x_hat = (x - 3) / std * r + d. Running mean 0.0597, var 1.0597. Eval:
+    (x - running_mean) / sqrt(running_var + eps), statistics left alone. LazyBatchRenorm1d infers F."""
+    brn = BatchRenorm1d(1, eps=BRN_EPS, momentum=0.01, warmup_steps=2)
+    x = torch.tensor([[1.0], [5.0]])
+    std = math.sqrt(4 + BRN_EPS)
+    torch.testing.assert_close(brn(x).squeeze(), torch.tensor([-2 / std, 2 / std]))
+    assert brn.running_mean.item() == pytest.approx(0.03) and brn.running_var.item() == pytest.approx(1.03)
+    r = std / math.sqrt(1.03 + BRN_EPS)
+    assert 1 < r < 2 and 2.97 / math.sqrt(1.03 + BRN_EPS) > 2.5  # r inside its limit, d clipped
+    torch.testing.assert_close(brn(x).squeeze(), torch.tensor([-2 / std * r + 2.5, 2 / std * r + 2.5]))
+    assert int(brn.step) == 2
+    assert brn.running_mean.item() == pytest.approx(0.0597) and brn.running_var.item() == pytest.approx(1.0597)
     brn.eval()
-    rm2, rs2 = brn.running_mean.item(), brn.running_std.item()
-    torch.testing.assert_close(brn(x).squeeze(), torch.tensor([(1 - rm2) / rs2, (3 - rm2) / rs2]))
-    assert int(brn.steps) == 2  # eval leaves the statistics alone
+    rs = math.sqrt(1.0597 + BRN_EPS)
+    torch.testing.assert_close(brn(x).squeeze(), torch.tensor([(1 - 0.0597) / rs, (5 - 0.0597) / rs]))
+    assert int(brn.step) == 2
+    lazy = LazyBatchRenorm1d(eps=BRN_EPS, warmup_steps=2)
+    lazy(torch.randn(4, 3))
+    assert isinstance(lazy, BatchRenorm1d) and lazy.weight.shape == (3,) and int(lazy.step) == 1
 
 
 def test_one_critic_forward_over_both_halves_and_no_targets():
@@ -71,7 +78,7 @@ def test_resume_is_exact(tmp_path, extra, stop_frame):
     # (a later env.max_frame in extra wins)
     straight = assert_resume_exact(tmp_path, "crossq_pendulum", overrides, stop_frame, spec_file=PENDULUM)
     assert straight.clock.opt_step > 0 and straight.train_df.alpha.iloc[-1] != 1.0
-    assert int(straight.algorithm.nets["q1_net"].body[1].steps) == straight.clock.opt_step
+    assert int(straight.algorithm.nets["q1_net"].body[1].step) == straight.clock.opt_step
 
 
 def test_policy_delay_steps_the_actor_once_per_three_critic_steps(tmp_path):
@@ -87,3 +94,22 @@ def test_policy_delay_steps_the_actor_once_per_three_critic_steps(tmp_path):
     assert n >= 6
     steps = {name: int(next(iter(opt.state.values()))["step"]) for name, opt in algo.optims.items()}
     assert steps == {k: n if k.startswith("q") else n // 3 for k in steps}
+
+
+def test_critic_net_spec_builds_the_critics():
+    """SLM-Lab's agent.critic_net: SAC's critics (and their optimizer, loss, clip) come from it; CrossQ builds
+    SLM-Lab's crossq_cartpole critics from its TorchArc arc with LazyBatchRenorm1d layers (materialized)."""
+    critic = ('agent.critic_net={"type": "MLPNet", "hid_layers": [7], "clip_grad_val": 0.5, '
+              '"optim_spec": {"name": "Adam", "lr": 0.002}, "loss_spec": {"name": "SmoothL1Loss"}}')
+    sac = make_algo("sac_pendulum", [*SMALL, critic], spec_file=PENDULUM, obs_space=gym.spaces.Box(
+        -8.0, 8.0, (3,), np.float32), action_space=gym.spaces.Box(-2.0, 2.0, (1,), np.float32))
+    assert sac.nets["q1_net"].body[1].out_features == 7 and sac.nets["net"].body[1].out_features == 16
+    assert sac.optims["q1_net"].param_groups[0]["lr"] == 0.002 and sac.clip_grad_vals["q2_net"] == 0.5
+    assert sac.optims["net"].param_groups[0]["lr"] != 0.002 and sac.clip_grad_vals["net"] is None
+    assert isinstance(sac.loss_fn, torch.nn.SmoothL1Loss)
+    slm = SLM_SPECS / "benchmark" / "crossq" / "crossq_classic.yaml"
+    crossq = make_algo("crossq_cartpole", [], spec_file=str(slm))
+    assert "target_q1_net" not in crossq.nets
+    brns = [m for m in crossq.nets["q1_net"].modules() if isinstance(m, BatchRenorm1d)]
+    assert len(brns) == 2 and brns[0].weight.shape == (256,) and brns[0].warmup_steps == 5000
+    assert crossq.optims["q1_net"].param_groups[0]["lr"] == 3e-4

@@ -1,0 +1,121 @@
+"""Batch renormalization (Ioffe 2017, arXiv:1702.03275) as SLM-Lab v5.3 uses it in CrossQ's critics.
+
+``BatchRenorm1d`` (F features; input (B, F) or (B, F, ...)): in train mode it normalizes with the batch
+statistics and applies the detached corrections
+
+    x_hat = (x - mu_B) / sigma_B * r + d,   r = clip(sigma_B / sigma, 1 / r_max, r_max),
+                                            d = clip((mu_B - mu) / sigma, -d_max, d_max)
+
+where ``sigma = sqrt(running_var + eps)``, ``sigma_B = sqrt(var_B + eps)`` (population variance) and the limits
+ramp linearly with the training step t: ``r_max = 1 + min(t / warmup_steps, 1) * (r_max_limit - 1)``,
+``d_max = min(t / warmup_steps, 1) * d_max_limit`` (plain batch norm at t = 0). Then ``running_mean`` and
+``running_var`` move toward the batch's by ``momentum`` (lerp) and t counts up. Eval mode:
+``(x - running_mean) / sqrt(running_var + eps)``. Output ``weight * x_hat + bias``. Statistics and t are
+buffers (checkpointed, hashed). ``LazyBatchRenorm1d`` infers F from its first input.
+
+Both are registered in ``torch.nn`` (``torcharc.register_nn`` when torcharc is installed) so torcharc 2 arcs
+can name them, as SLM-Lab's CrossQ specs do (``LazyBatchRenorm1d: {momentum, eps, warmup_steps}``).
+Reference: SLM-Lab ``slm_lab/agent/net/batch_renorm.py``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn.modules.lazy import LazyModuleMixin
+from torch.nn.parameter import UninitializedBuffer, UninitializedParameter
+
+
+class BatchRenorm1d(nn.Module):
+    """Batch renormalization over features (dim 1); see module docstring.
+
+    Args:
+        num_features: F.
+        eps: added to variances.
+        momentum: running-statistics rate (``running <- running + momentum * (batch - running)``).
+        r_max: limit of the scale correction r once warmed up.
+        d_max: limit of the shift correction d once warmed up.
+        warmup_steps: training forwards over which the limits ramp from plain batch norm to full.
+    """
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.01, r_max: float = 3.0,
+                 d_max: float = 5.0, warmup_steps: int = 10000) -> None:
+        super().__init__()
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.r_max_limit, self.d_max_limit, self.warmup_steps = r_max, d_max, warmup_steps
+        self.weight = nn.Parameter(torch.ones(num_features))
+        self.bias = nn.Parameter(torch.zeros(num_features))
+        self.register_buffer("running_mean", torch.zeros(num_features))
+        self.register_buffer("running_var", torch.ones(num_features))
+        self.register_buffer("step", torch.tensor(0, dtype=torch.long))
+
+    def _bcast(self, v: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """(F,) -> broadcastable against x (B, F, ...)."""
+        return v if x.dim() == 2 else v.view(1, -1, *([1] * (x.dim() - 2)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, F, ...) -> same shape; batch statistics and a running update in train mode only."""
+        if not self.training:
+            x_hat = (x - self._bcast(self.running_mean, x)) / self._bcast((self.running_var + self.eps).sqrt(), x)
+            return self._bcast(self.weight, x) * x_hat + self._bcast(self.bias, x)
+        dims = [0, *range(2, x.dim())]
+        mean, var = x.mean(dims), x.var(dims, unbiased=False)
+        std, running_std = (var + self.eps).sqrt(), (self.running_var + self.eps).sqrt()
+        t = min(int(self.step) / max(self.warmup_steps, 1), 1.0)
+        r_max, d_max = 1.0 + t * (self.r_max_limit - 1.0), t * self.d_max_limit
+        with torch.no_grad():
+            r = (std / running_std).clamp(1.0 / r_max, r_max)
+            d = ((mean - self.running_mean) / running_std).clamp(-d_max, d_max)
+        x_hat = (x - self._bcast(mean, x)) / self._bcast(std, x) * self._bcast(r, x) + self._bcast(d, x)
+        with torch.no_grad():
+            self.running_mean.lerp_(mean, self.momentum)
+            self.running_var.lerp_(var, self.momentum)
+            self.step += 1
+        return self._bcast(self.weight, x) * x_hat + self._bcast(self.bias, x)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, r_max={self.r_max_limit}, "
+                f"d_max={self.d_max_limit}, warmup_steps={self.warmup_steps}")
+
+
+class LazyBatchRenorm1d(LazyModuleMixin, BatchRenorm1d):
+    """``BatchRenorm1d`` whose F comes from the first input's dim 1 (torch's lazy-module protocol)."""
+
+    cls_to_become = BatchRenorm1d
+    weight: UninitializedParameter
+    bias: UninitializedParameter
+
+    def __init__(self, eps: float = 1e-5, momentum: float = 0.01, r_max: float = 3.0, d_max: float = 5.0,
+                 warmup_steps: int = 10000) -> None:
+        super().__init__(0, eps, momentum, r_max, d_max, warmup_steps)
+        self.weight, self.bias = UninitializedParameter(), UninitializedParameter()
+        self.running_mean, self.running_var = UninitializedBuffer(), UninitializedBuffer()
+
+    def initialize_parameters(self, x: torch.Tensor) -> None:
+        """Materialize weight, bias and running statistics with F = ``x.shape[1]``."""
+        if self.has_uninitialized_params():
+            self.num_features = int(x.shape[1])
+            with torch.no_grad():
+                self.weight.materialize((self.num_features,))
+                self.bias.materialize((self.num_features,))
+                self.running_mean.materialize((self.num_features,))
+                self.running_var.materialize((self.num_features,))
+                self.weight.fill_(1.0)
+                self.bias.zero_()
+                self.running_mean.zero_()
+                self.running_var.fill_(1.0)
+
+
+def _register() -> None:
+    """Make both classes resolvable by name from ``torch.nn`` (torcharc builds arcs from there)."""
+    for cls in (BatchRenorm1d, LazyBatchRenorm1d):
+        if getattr(nn, cls.__name__, None) is cls:
+            continue
+        try:
+            from torcharc import register_nn
+            register_nn(cls)
+        except ImportError:
+            setattr(nn, cls.__name__, cls)
+
+
+_register()
