@@ -17,7 +17,6 @@ _RNN = "SLM-Lab's RecurrentNet (net.type RecurrentNet), which this lab does not 
 _CONV = "SLM-Lab's ConvNet (net.type ConvNet), which this lab does not have (yet)"
 _ARC = "SLM-Lab's TorchArc nets (net.type TorchArcNet), which this lab does not have"
 _PER = "SLM-Lab's PrioritizedReplay memory, which this lab does not have (yet)"
-_SIL = "SLM-Lab's self-imitation learning (SIL / PPOSIL), which this lab does not have (yet)"
 ANY = object()  # in a key's neutral values: every value is accepted (SLM-Lab's own code does not read the key)
 SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
     "agent.algorithm.training_batch_iter": ((ANY,), "batch iterations of off-policy algorithms (SLM-Lab's PPO and "
@@ -30,8 +29,6 @@ SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
     "agent.algorithm.clip_eps": ((None,), "SLM-Lab v4's fixed clip range (v5 and the lab: clip_eps_spec)"),
     "agent.algorithm.entropy_coef": ((None,), "SLM-Lab v4's fixed entropy coefficient (v5 and the lab: "
                                               "entropy_coef_spec)"),
-    "agent.algorithm.sil_policy_loss_coef": ((), _SIL),
-    "agent.algorithm.sil_val_loss_coef": ((), _SIL),
     "agent.algorithm.normalize_v_targets": ((False, None), "running normalization of value targets"),
     "agent.algorithm.normalize_advantages": (("standardize",), "advantage normalization by percentiles "
                                                                "(DreamerV3); this lab standardizes"),
@@ -63,7 +60,6 @@ SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
     "agent.net.lr_anneal_timestep": ((None,), "SLM-Lab v3's lr decay (use lr_scheduler_spec)"),
     "agent.memory.alpha": ((), _PER),
     "agent.memory.epsilon": ((), _PER),
-    "agent.memory.sil_replay_name": ((), _SIL),
     "agent.memory.cross_entropy": ((), "SLM-Lab's OnPolicyCrossEntropy memory, which this lab does not have"),
     "agent.critic_net": ((), "a separate critic net spec (SLM-Lab's SAC / CrossQ agent.critic_net), which this "
                              "lab does not read (yet)"),
@@ -77,7 +73,7 @@ SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
 _DIST = "shared-state optimizer of SLM-Lab's meta.distributed (Hogwild) training, which this lab does not support"
 SLM_LAB_NAMES: dict[str, dict[str, str]] = {
     "agent.algorithm.name": {
-        "SoftActorCritic": "SLM-Lab's SAC", "CrossQ": "SLM-Lab's CrossQ", "SIL": _SIL, "PPOSIL": _SIL,
+        "SoftActorCritic": "SLM-Lab's SAC", "CrossQ": "SLM-Lab's CrossQ",
         "HydraDQN": "SLM-Lab's multi-env hydra DQN (several envs per agent); this lab runs one env per agent",
         "DuelingDQN": "an old SLM-Lab name (v5 writes DQN with net.type DuelingMLPNet)",
         "DuelingDoubleDQN": "an old SLM-Lab name (v5 writes DoubleDQN with net.type DuelingMLPNet)",
