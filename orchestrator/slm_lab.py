@@ -29,6 +29,10 @@ SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
     "agent.algorithm.clip_eps": ((None,), "SLM-Lab v4's fixed clip range (v5 and the lab: clip_eps_spec)"),
     "agent.algorithm.entropy_coef": ((None,), "SLM-Lab v4's fixed entropy coefficient (v5 and the lab: "
                                               "entropy_coef_spec)"),
+    "agent.algorithm.sil_policy_loss_coef": ((ANY,), "a self-imitation loss coefficient (read by SIL and PPOSIL "
+                                                     "only; SLM-Lab's other algorithms ignore it too)"),
+    "agent.algorithm.sil_val_loss_coef": ((ANY,), "a self-imitation loss coefficient (read by SIL and PPOSIL only; "
+                                                  "SLM-Lab's other algorithms ignore it too)"),
     "agent.algorithm.normalize_v_targets": ((False, None), "running normalization of value targets"),
     "agent.algorithm.normalize_advantages": (("standardize",), "advantage normalization by percentiles "
                                                                "(DreamerV3); this lab standardizes"),

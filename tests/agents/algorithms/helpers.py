@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import gymnasium as gym
@@ -46,8 +47,8 @@ def drive(algo: Algorithm, clock: Clock, vector_steps: int, seed: int = 0, done_
     return updates
 
 
-# SLM-Lab's own spec files, unmodified, in the shared/ folder beside the repository checkout
-SLM_SPECS = Path(__file__).resolve().parents[3].parent / "shared" / "slm_lab_specs" / "v5.3.0"
+# SLM-Lab's own spec files, unmodified: $SLM_LAB_SPECS, else the shared/ folder beside the repository checkout
+SLM_SPECS = Path(os.environ.get("SLM_LAB_SPECS", REPO.parent / "shared" / "slm_lab_specs")) / "v5.3.0"
 
 
 def assert_resume_exact(tmp_path: Path, name: str, overrides: list[str], stop_frame: int, seed: int = 7,
