@@ -197,3 +197,16 @@ def test_slm_lab_sil_specs_run_unmodified(tmp_path, rel, name, max_frame):
     """SLM-Lab's own SIL files (separate actor and critic optimizers; PPOSIL's rollout 256 x 4 = 1024 frames)."""
     df = run_slm_dev(tmp_path, rel, name, max_frame=max_frame)
     assert df.sil_policy_loss.notna().any() and df.sil_val_loss.notna().any() and df.opt_step.iloc[-1] > 0
+
+
+def test_bad_sil_keys_are_spec_errors_naming_the_key():
+    from orchestrator.spec import SpecError, build
+
+    with pytest.raises(SpecError) as err:
+        build(load_spec(SIL_SPECS, "ppo_sil_cartpole", ['agent.memory.sil_replay_name="SeqReplay"',
+                                                        "agent.algorithm.sil_val_loss_coef=-1",
+                                                        "agent.algorithm.training_iter=0"]))
+    message = str(err.value)
+    assert "agent.memory.sil_replay_name: expected one of ['Replay', 'PrioritizedReplay'], got 'SeqReplay'" in message
+    assert "agent.algorithm.sil_val_loss_coef: must be >= 0" in message
+    assert "agent.algorithm.training_iter: must be > 0" in message
