@@ -69,3 +69,16 @@ def test_concurrent_sessions_per_mode():
 def test_fmt_bytes():
     assert preflight.fmt_bytes(0) == "0 bytes" and preflight.fmt_bytes(1023) == "1023 bytes"
     assert preflight.fmt_bytes(16 * 2**40) == "17592186044416 bytes (16.0 TiB)"
+
+
+def test_sil_replay_is_counted_beside_the_rollout():
+    """SIL's replay keeps obs, act, R and a flag, no next_obs: CartPole 16 + 8 + 4 + 4 = 32 bytes a transition,
+    equal to what the ``SILReplay``'s replay allocates."""
+    from tests.agents.algorithms.helpers import make_algo
+
+    spec = load_spec("specs/sil.json", "ppo_sil_cartpole", ["agent.memory.max_size=1000"])
+    needs = {what: need for key, need, what in preflight.memory_needs(spec, SHAPE) if key == "agent.memory.max_size"}
+    assert needs == {"SIL replay of 1000 transitions x 32 bytes": 32_000}
+    algo = make_algo("ppo_sil_cartpole", ["agent.memory.max_size=1000", "agent.net.hid_layers=[4]"],
+                     spec_file="specs/sil.json")
+    assert algo.memory.nbytes == 32_000
