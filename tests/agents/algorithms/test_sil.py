@@ -210,3 +210,11 @@ def test_bad_sil_keys_are_spec_errors_naming_the_key():
     assert "agent.memory.sil_replay_name: expected one of ['Replay', 'PrioritizedReplay'], got 'SeqReplay'" in message
     assert "agent.algorithm.sil_val_loss_coef: must be >= 0" in message
     assert "agent.algorithm.training_iter: must be > 0" in message
+
+
+def test_sil_training_start_step_must_fit_in_the_replay():
+    from orchestrator.spec import SpecError, build
+
+    with pytest.raises(SpecError, match="agent.algorithm.training_start_step: 2000 transitions can never be stored"):
+        build(load_spec(SIL_SPECS, "sil_cartpole", ["agent.algorithm.training_start_step=2000",
+                                                    "agent.memory.max_size=1000"]))
