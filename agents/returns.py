@@ -1,6 +1,9 @@
-"""Return and advantage estimators over time-major arrays (T, ...) of rewards and flags."""
+"""Return and advantage estimators over time-major arrays (T, ...) of rewards and flags, and the running
+normalizers of value targets and advantages that actor-critic algorithms apply to them."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -77,3 +80,87 @@ def calc_nstep_returns(reward_T: torch.Tensor, next_value_T: torch.Tensor, termi
         future = reward_T[t] + gamma * (1.0 - terminated_T[t]) * boot
         ret[t] = future
     return ret
+
+
+def symlog(x: torch.Tensor) -> torch.Tensor:
+    """``sign(x) * log(1 + |x|)`` elementwise (Hafner et al. 2023, DreamerV3, arXiv:2301.04104)."""
+    return torch.sign(x) * torch.log1p(x.abs())
+
+
+class ReturnNormalizer:
+    """Running scale of value targets (SLM-Lab v5.3's ``normalize_v_targets``; like SB3's RunningMeanStd).
+
+    ``update`` merges a batch of targets into a running mean and variance (Chan et al.'s parallel
+    update, population variance); ``normalize`` divides by ``max(sqrt(var + epsilon), 1)`` (never
+    mean-centred, never scaled up) and clips to ``[-clip, clip]``. Statistics start at mean 0, var 1.
+    The state is four Python floats (``state_dict``), saved in checkpoints so a resume is exact.
+
+    Args:
+        epsilon: added to the variance before the square root.
+        clip: bound of the normalized values.
+    """
+
+    def __init__(self, epsilon: float = 1e-8, clip: float = 10.0) -> None:
+        self.epsilon, self.clip = epsilon, clip
+        self.mean, self.var, self.m2, self.count = 0.0, 1.0, 0.0, 0
+
+    def update(self, values: torch.Tensor) -> None:
+        """Merge the values (any shape, flattened) into the running statistics."""
+        batch = values.detach().flatten()
+        n = batch.numel()
+        if n == 0:
+            return
+        batch_mean = float(batch.mean())
+        batch_var = float(batch.var(correction=0)) if n > 1 else 0.0
+        delta, total = batch_mean - self.mean, self.count + n
+        self.mean += delta * n / total
+        self.m2 += batch_var * n + delta ** 2 * self.count * n / total
+        self.count = total
+        if self.count > 1:
+            self.var = self.m2 / self.count
+
+    def normalize(self, values: torch.Tensor) -> torch.Tensor:
+        """``values / max(std, 1)`` clipped to ``[-clip, clip]``, same shape."""
+        std = max(math.sqrt(self.var + self.epsilon), 1.0)
+        return (values / std).clamp(-self.clip, self.clip)
+
+    def state_dict(self) -> dict[str, float]:
+        """The running statistics as plain numbers."""
+        return {"mean": self.mean, "var": self.var, "m2": self.m2, "count": self.count}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        """Restore ``state_dict``."""
+        self.mean, self.var, self.m2 = float(state["mean"]), float(state["var"]), float(state["m2"])
+        self.count = int(state["count"])
+
+
+class PercentileNormalizer:
+    """Advantage scaling by EMA-tracked 5th and 95th percentiles (DreamerV3, arXiv:2301.04104; SLM-Lab
+    v5.3's PPO ``normalize_advantages: percentile``).
+
+    ``update`` sets each EMA ``p <- decay * p + (1 - decay) * quantile(values)``, both starting at 0; ``normalize`` divides by ``max(1, p95 - p5)`` (no centring).
+
+    Args:
+        decay: EMA decay per update.
+    """
+
+    def __init__(self, decay: float = 0.99) -> None:
+        self.decay, self.p5, self.p95 = decay, 0.0, 0.0
+
+    def update(self, values: torch.Tensor) -> None:
+        """Fold the 5th and 95th percentiles of ``values`` (B,) into the EMAs."""
+        qs = torch.quantile(values.detach().float(), torch.tensor([0.05, 0.95], device=values.device))
+        self.p5 = self.decay * self.p5 + (1 - self.decay) * float(qs[0])
+        self.p95 = self.decay * self.p95 + (1 - self.decay) * float(qs[1])
+
+    def normalize(self, values: torch.Tensor) -> torch.Tensor:
+        """``values / max(1, p95 - p5)``, same shape."""
+        return values / max(1.0, self.p95 - self.p5)
+
+    def state_dict(self) -> dict[str, float]:
+        """The two EMAs as plain numbers."""
+        return {"p5": self.p5, "p95": self.p95}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        """Restore ``state_dict``."""
+        self.p5, self.p95 = float(state["p5"]), float(state["p95"])

@@ -1,22 +1,34 @@
-"""Throughput benchmark: env frames per second of our PPO session vs Stable-Baselines3 PPO.
+"""Throughput benchmark: env frames per second of our sessions vs Stable-Baselines3, same hyperparameters.
 
-Both train PPO on CartPole-v1 with the same hyperparameters (rl-baselines3-zoo ``ppo.yml``, as in
-``specs/benchmark/cartpole.json`` ``ppo_cartpole``): 8 envs, n_steps/time_horizon 32, batch 256,
-20 epochs, gamma 0.98, GAE lambda 0.8, lr 1e-3 and clip 0.2 both linear to 0 over the frame
-budget, no entropy bonus, separate 64-64 tanh actor and critic, Adam eps 1e-5, grad clip 0.5, CPU,
-``torch.set_num_threads(1)``. Runs alternate (ours, SB3, ours, SB3, ...) in this one process, so
-both see the same machine load over time. Only the training loop is timed:
-``Session.run_rl()`` for ours (the session, its envs and nets are built before the timer starts)
-and ``PPO.learn()`` for SB3 (the model and its vector env are built before).
+``--algo ppo`` (default): PPO on CartPole-v1 with rl-baselines3-zoo's ``ppo.yml`` settings (as
+``specs/benchmark/cartpole.json`` ``ppo_cartpole``): 8 envs, n_steps/time_horizon 32, batch 256, 20 epochs,
+gamma 0.98, GAE lambda 0.8, lr 1e-3 and clip 0.2 both linear to 0 over the frame budget, no entropy bonus,
+separate 64-64 tanh actor and critic, Adam eps 1e-5, grad clip 0.5.
+``--algo dqn``: DQN on CartPole-v1 with zoo's ``dqn.yml`` settings (``dqn_cartpole`` overridden): 1 env,
+256-256 ReLU net, batch 64, lr 2.3e-3, buffer 100k, learning starts 1,000, train_freq 256 with 128 gradient
+steps, target replaced every 10 frames, epsilon 1 -> 0.04 over 16% of the budget, Huber loss, grad clip 10.
+``--algo sac``: SAC on Pendulum-v1 with zoo's ``sac.yml`` settings (``sac_pendulum`` overridden): 1 env,
+lr 1e-3, buffer 1M, learning starts 100, batch 256, tau 0.005, one gradient step per frame, 256-256 nets,
+automatic temperature.
+
+All on CPU with ``torch.set_num_threads(1)``. Runs alternate (ours, SB3, ours, SB3, ...) in this one process,
+so both see the same machine load over time. Only the training loop is timed: ``Session.run_rl()`` for ours
+(the session, its envs and nets are built before the timer starts) and ``learn()`` for SB3 (the model and its
+vector env are built before).
+
+With ``--tracking`` a third run per round, ``ours+tb``, trains the same spec the way a session actor does:
+``SessionRunner`` in a temporary run directory, with its checkpoints at the default cadence and its
+TensorBoard event files (on by default), timed over the whole event stream (session build, training,
+every checkpoint and tracker write, close).
 
 fps = env frames / wall seconds of the loop. Because the box is shared, CPU seconds of this
 process over the loop are recorded too (``frames_per_cpu_s``), which is much less sensitive to
-other load than wall time. The frame budget is a multiple of 256 (one rollout of 8 x 32), so
+other load than wall time. For PPO the frame budget is a multiple of 256 (one rollout of 8 x 32), so
 both do the same number of rollouts and gradient steps.
 
 Usage:
-    python bench/throughput.py [--frames 51200] [--rounds 2] [--seed 1]
-        [--out bench/results/throughput.json]
+    python bench/throughput.py [--algo ppo|dqn|sac] [--frames N] [--rounds 2] [--seed 1]
+        [--tracking] [--out bench/results/throughput[_{algo}].json]
 """
 
 from __future__ import annotations
@@ -38,18 +50,39 @@ import torch  # noqa: E402
 from orchestrator.session import Session  # noqa: E402
 from orchestrator.spec import load_spec  # noqa: E402
 
-SPEC_FILE = ROOT / "specs/benchmark/cartpole.json"
+SPECS = ROOT / "specs/benchmark"
+
+# rl-baselines3-zoo hyperparameters per algorithm, as lab overrides of a benchmark spec and as SB3 kwargs.
+ZOO: dict[str, dict[str, Any]] = {
+    "ppo": {"file": "cartpole.json", "name": "ppo_cartpole", "frames": 51_200, "env": "CartPole-v1", "n_envs": 8,
+            "overrides": lambda f: [f"agent.net.lr_scheduler_spec.frame={f}",
+                                    f"agent.algorithm.clip_eps_spec.end_step={f}"]},
+    "dqn": {"file": "cartpole.json", "name": "dqn_cartpole", "frames": 50_000, "env": "CartPole-v1", "n_envs": 1,
+            "overrides": lambda f: [
+                "agent.net.hid_layers=[256, 256]", "agent.memory.batch_size=64", "agent.memory.max_size=100000",
+                'agent.net.optim_spec={"name": "Adam", "lr": 0.0023}', "agent.net.lr_scheduler_spec=null",
+                "agent.algorithm.training_start_step=1000", "agent.algorithm.training_frequency=256",
+                "agent.algorithm.training_iter=128", "agent.algorithm.training_batch_iter=1",
+                "agent.net.update_type=replace", "agent.net.update_frequency=10", "agent.net.clip_grad_val=10",
+                'agent.algorithm.explore_var_spec={"name": "linear_decay", "start_val": 1.0, "end_val": 0.04, '
+                f'"start_step": 0, "end_step": {int(0.16 * f)}}}', "env.num_envs=1"]},
+    "sac": {"file": "pendulum.json", "name": "sac_pendulum", "frames": 10_000, "env": "Pendulum-v1", "n_envs": 1,
+            "overrides": lambda f: [
+                "env.num_envs=1", "agent.algorithm.training_iter=1", "agent.algorithm.training_frequency=1",
+                "agent.algorithm.training_start_step=100", "agent.memory.batch_size=256",
+                "agent.memory.max_size=1000000", 'agent.net.optim_spec={"name": "Adam", "lr": 0.001}',
+                "agent.net.hid_layers=[256, 256]", "agent.net.polyak_coef=0.005"]},
+}
 
 
-def ours_spec(frames: int) -> dict[str, Any]:
-    """``ppo_cartpole`` with its frame budget and its linear schedules cut to ``frames``."""
-    return load_spec(str(SPEC_FILE), "ppo_cartpole", [
-        f"env.max_frame={frames}", f"agent.net.lr_scheduler_spec.frame={frames}",
-        f"agent.algorithm.clip_eps_spec.end_step={frames}"])
+def ours_spec(algo: str, frames: int) -> dict[str, Any]:
+    """The benchmark spec of ``algo`` with rl-zoo's settings and a budget of ``frames``."""
+    zoo = ZOO[algo]
+    return load_spec(str(SPECS / zoo["file"]), zoo["name"], [f"env.max_frame={frames}", *zoo["overrides"](frames)])
 
 
-def run_ours(frames: int, seed: int) -> dict[str, Any]:
-    session = Session(ours_spec(frames), seed)
+def run_ours(algo: str, frames: int, seed: int) -> dict[str, Any]:
+    session = Session(ours_spec(algo, frames), seed)
     w0, c0 = time.perf_counter(), time.process_time()
     session.run_rl()
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
@@ -60,8 +93,32 @@ def run_ours(frames: int, seed: int) -> dict[str, Any]:
             "frames_per_cpu_s": frame / cpu, "final_ma": final_ma}
 
 
-def run_sb3(frames: int, seed: int) -> dict[str, Any]:
-    from stable_baselines3 import PPO
+def run_ours_tracked(algo: str, frames: int, seed: int) -> dict[str, Any]:
+    """``ppo_cartpole`` through ``SessionRunner``: checkpoints and TensorBoard on, as in a session actor."""
+    import tempfile
+
+    from orchestrator.session_actor import SessionRunner
+
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = ours_spec(algo, frames)
+        assert spec["meta"].get("tensorboard", True), "TensorBoard is off in the spec"
+        w0, c0 = time.perf_counter(), time.process_time()
+        runner = SessionRunner(spec, f"{tmp}/{spec['name']}_2026_01_01_000000", 0, 0, seed, resume=False)
+        kinds = [event["kind"] for event in runner.events()]
+        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+        clock = runner.session.clock
+        events = list(Path(tmp).rglob("events.out.tfevents.*"))
+        assert events, "no TensorBoard event file written"
+        final_ma = runner.session.train_rows[-1]["total_reward_ma"]
+    return {"frames": clock.frame, "opt_steps": clock.opt_step, "wall_s": wall, "cpu_s": cpu,
+            "fps": clock.frame / wall, "frames_per_cpu_s": clock.frame / cpu, "final_ma": final_ma,
+            "checkpoints": kinds.count("checkpoint"), "tensorboard_files": len(events)}
+
+
+def run_sb3(algo: str, frames: int, seed: int, algo_ftz: bool = False) -> dict[str, Any]:
+    """SB3's PPO, DQN or SAC with rl-zoo's settings (as ``ZOO``), ``learn(frames)`` timed; CPU denormals
+    flushed to zero only with ``algo_ftz`` (our sessions always flush them, see ``session.seed_globals``)."""
+    import stable_baselines3 as sb3
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
 
@@ -75,17 +132,32 @@ def run_sb3(frames: int, seed: int) -> dict[str, Any]:
             returns.extend(i["episode"]["r"] for i in self.locals["infos"] if "episode" in i)
             return True
 
-    env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)  # DummyVecEnv + Monitor
-    model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, n_epochs=20, gae_lambda=0.8, gamma=0.98,
-                learning_rate=lin(1e-3), clip_range=lin(0.2), ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5,
-                policy_kwargs={"net_arch": {"pi": [64, 64], "vf": [64, 64]}}, seed=seed, device="cpu",
-                verbose=0)
+    torch.set_flush_denormal(algo_ftz)  # SB3 as its users run it (denormals on), unless --sb3-ftz
+    zoo = ZOO[algo]
+    env = make_vec_env(zoo["env"], n_envs=zoo["n_envs"], seed=seed)  # DummyVecEnv + Monitor
+    common = {"seed": seed, "device": "cpu", "verbose": 0}
+    if algo == "ppo":
+        model = sb3.PPO("MlpPolicy", env, n_steps=32, batch_size=256, n_epochs=20, gae_lambda=0.8, gamma=0.98,
+                        learning_rate=lin(1e-3), clip_range=lin(0.2), ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5,
+                        policy_kwargs={"net_arch": {"pi": [64, 64], "vf": [64, 64]}}, **common)
+    elif algo == "dqn":
+        model = sb3.DQN("MlpPolicy", env, learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
+                        learning_starts=1000, gamma=0.99, target_update_interval=10, train_freq=256,
+                        gradient_steps=128, exploration_fraction=0.16, exploration_final_eps=0.04,
+                        max_grad_norm=10, policy_kwargs={"net_arch": [256, 256]}, **common)
+    else:
+        model = sb3.SAC("MlpPolicy", env, learning_rate=1e-3, buffer_size=1_000_000, learning_starts=100,
+                        batch_size=256, tau=0.005, gamma=0.99, train_freq=1, gradient_steps=1,
+                        policy_kwargs={"net_arch": [256, 256]}, **common)
     w0, c0 = time.perf_counter(), time.process_time()
     model.learn(total_timesteps=frames, callback=EpisodeReturns())
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     frame = model.num_timesteps
     env.close()
-    opt_steps = model._n_updates * (model.n_steps * model.n_envs // model.batch_size)  # epochs x minibatches
+    if algo == "ppo":
+        opt_steps = model._n_updates * (model.n_steps * model.n_envs // model.batch_size)  # epochs x minibatches
+    else:
+        opt_steps = model._n_updates
     return {"frames": frame, "opt_steps": opt_steps, "wall_s": wall, "cpu_s": cpu, "fps": frame / wall,
             "frames_per_cpu_s": frame / cpu,
             "final_ma": statistics.fmean(returns[-20:]) if returns else float("nan")}
@@ -93,21 +165,33 @@ def run_sb3(frames: int, seed: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--frames", type=int, default=51_200, help="frame budget per run (multiple of 256)")
+    ap.add_argument("--algo", choices=sorted(ZOO), default="ppo")
+    ap.add_argument("--frames", type=int, default=None,
+                    help="frame budget per run (default: ppo 51,200, a multiple of 256; dqn 50,000; sac 10,000)")
     ap.add_argument("--rounds", type=int, default=2, help="(ours, SB3) pairs, alternating")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--out", default=str(ROOT / "bench/results/throughput.json"))
+    ap.add_argument("--sb3-ftz", action="store_true",
+                    help="also time SB3 with CPU denormals flushed to zero, as our sessions run (sb3+ftz)")
+    ap.add_argument("--tracking", action="store_true",
+                    help="also time ours through SessionRunner with checkpoints and TensorBoard on")
+    ap.add_argument("--out", default=None, help="default bench/results/throughput.json (ppo), "
+                                                 "throughput_{algo}.json (others)")
     args = ap.parse_args(argv)
-    if args.frames % 256:
+    args.frames = args.frames or ZOO[args.algo]["frames"]
+    args.out = args.out or str(ROOT / "bench/results" / ("throughput.json" if args.algo == "ppo"
+                                                          else f"throughput_{args.algo}.json"))
+    if args.algo == "ppo" and args.frames % 256:
         ap.error("--frames must be a multiple of 256 (8 envs x 32 steps)")
 
     import stable_baselines3
     torch.set_num_threads(1)
     runs = []
     for r in range(args.rounds):
-        for name, fn in (("ours", run_ours), ("sb3", run_sb3)):
+        impls = [("ours", run_ours), ("sb3", run_sb3)] + ([("ours+tb", run_ours_tracked)] if args.tracking else []) \
+            + ([("sb3+ftz", lambda *a: run_sb3(*a, algo_ftz=True))] if args.sb3_ftz else [])
+        for name, fn in impls:
             load = os.getloadavg()
-            rec = fn(args.frames, args.seed)
+            rec = fn(args.algo, args.frames, args.seed)
             rec.update(impl=name, round=r, load_start=load, load_end=os.getloadavg())
             runs.append(rec)
             print(f"round {r} {name:4s}: {rec['frames']} frames in {rec['wall_s']:.1f} s = "
@@ -120,17 +204,24 @@ def main(argv: list[str] | None = None) -> int:
 
     summary = {k: {"ours": med("ours", k), "sb3": med("sb3", k), "ratio": med("ours", k) / med("sb3", k)}
                for k in ("fps", "frames_per_cpu_s")}
-    out = {"frames": args.frames, "rounds": args.rounds, "seed": args.seed, "torch_threads": 1,
+    for extra in [x for x in ("ours+tb", "sb3+ftz") if any(r["impl"] == x for r in runs)]:
+        for k in ("fps", "frames_per_cpu_s"):
+            summary[k].update({extra: med(extra, k), f"ratio_ours/{extra}" if extra.startswith("sb3")
+                               else f"ratio_{extra}/sb3": (med("ours", k) / med(extra, k)) if extra.startswith("sb3")
+                               else med(extra, k) / med("sb3", k)})
+    out = {"algo": args.algo, "spec": ZOO[args.algo]["name"], "frames": args.frames, "rounds": args.rounds, "seed": args.seed, "torch_threads": 1,
            "versions": {"torch": torch.__version__, "stable_baselines3": stable_baselines3.__version__},
            "cpu_count": os.cpu_count(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "summary": summary, "runs": runs}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print("\n| impl | fps (median) | frames / CPU-s (median) |\n|---|---|---|")
-    for impl in ("ours", "sb3"):
+    for impl in [x for x in ("ours", "sb3", "ours+tb", "sb3+ftz") if x in summary["fps"]]:
         print(f"| {impl} | {summary['fps'][impl]:,.0f} | {summary['frames_per_cpu_s'][impl]:,.0f} |")
     print(f"\nratio ours/SB3: fps {summary['fps']['ratio']:.2f}x, frames/CPU-s "
           f"{summary['frames_per_cpu_s']['ratio']:.2f}x")
+    for key in [k for k in summary["fps"] if k.startswith("ratio_")]:
+        print(f"{key}: fps {summary['fps'][key]:.2f}x, frames/CPU-s {summary['frames_per_cpu_s'][key]:.2f}x")
     return 0
 
 

@@ -107,6 +107,8 @@ class EnvSpec:
             ``*NoFrameskip-v4``).
         noop_max: Atari: at most this many no-op steps after each reset (0 disables).
         frame_skip: Atari: emulator frames per agent step, max-pooled over the last two.
+        continuous: passed to ``gym.make`` as the env's own ``continuous`` kwarg when not None (e.g.
+            ``LunarLander-v3`` with Box actions; SLM-Lab passes such env keys to ``gym.make`` as well).
 
     SLM-Lab v5's running normalizers (its meaning: gymnasium's vector wrappers): ``normalize_obs``
     (running mean/std of observations, as ``normalize_state``, then clipped to ``[-clip_obs, clip_obs]``),
@@ -127,6 +129,7 @@ class EnvSpec:
     frame_op_len: int | None = field(default=None, metadata={"gt": 0})
     life_loss_info: bool | None = None
     repeat_action_probability: float | None = field(default=None, metadata={"ge": 0, "le": 1})
+    continuous: bool | None = None
     noop_max: int = field(default=30, metadata={"ge": 0})
     frame_skip: int = field(default=4, metadata={"gt": 0})
     normalize_obs: bool = False
@@ -277,6 +280,8 @@ def make_sub_env(env_id: str, spec: EnvSpec, render_mode: str | None = None,
         frame_op, frame_op_len = spec.frame_op or "concat", spec.frame_op_len or 4
     else:
         kwargs = {} if spec.max_t is None else {"max_episode_steps": spec.max_t}
+        if spec.continuous is not None:
+            kwargs["continuous"] = spec.continuous
         env = gym.make(env_id, render_mode=render_mode, **kwargs)
         frame_op, frame_op_len = spec.frame_op, spec.frame_op_len or 4
     if frame_op is not None:

@@ -19,6 +19,7 @@ memory, the bytes needed and the bytes available. ``preflight(args)`` is the CLI
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import tracemalloc
@@ -75,9 +76,12 @@ def install_hint(env_id: str) -> str:
 
 
 def _build_env(env: dict[str, Any]) -> Any:
-    """One sub-env built like the session's (max_t, wrappers), sync. Raises what gymnasium raises."""
-    return make_env(EnvSpec(env["name"], 1, 1, env.get("max_t"), bool(env.get("normalize_state")),
-                            env.get("reward_scale"), "sync"), None)
+    """One sub-env built like the session's (every ``env`` key: max_t, wrappers, gym.make kwargs), sync.
+    Raises what gymnasium raises."""
+    known = {f.name for f in dataclasses.fields(EnvSpec)}
+    spec = EnvSpec(**{**{k: v for k, v in env.items() if k in known}, "max_frame": 1, "num_envs": 1,
+                      "vectorization": "sync"})
+    return make_env(spec, None)
 
 
 def _traced_build(env: dict[str, Any]) -> tuple[Any, int]:

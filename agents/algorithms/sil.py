@@ -26,7 +26,8 @@ the SIL loss (the critic's SIL gradients are dropped); here the critic is steppe
 
 train_df columns of its own, beyond ``ActorCritic``'s: ``sil_policy_loss`` and ``sil_val_loss`` (the two terms
 before their coefficients, means over the update's SIL steps; NaN while the replay is short). ``loss``,
-``entropy`` and ``grad_norm`` are the on-policy update's.
+``entropy`` and ``grad_norm`` are the on-policy update's. With ``normalize_v_targets`` only the on-policy value
+loss is normalized; the SIL terms compare the raw V with the raw R.
 """
 
 from __future__ import annotations

@@ -71,6 +71,15 @@ def test_fmt_bytes():
     assert preflight.fmt_bytes(16 * 2**40) == "17592186044416 bytes (16.0 TiB)"
 
 
+def test_env_kwargs_reach_gym_make_and_a_wrong_one_is_refused():
+    """env.continuous is LunarLander's own kwarg (Box(2,) actions); CartPole has none: a SpecError naming it."""
+    lunar = load_spec(SPECS, "ppo_cartpole", ["env.name=LunarLander-v3", "env.continuous=true"])
+    shape = preflight.check_env(lunar["env"])
+    assert shape.act_shape == (2,) and shape.act_dtype == np.float32
+    with pytest.raises(SpecError, match="unexpected keyword argument 'continuous'"):
+        preflight.check_env(load_spec(SPECS, "ppo_cartpole", ["env.continuous=true"])["env"])
+
+
 def test_sil_replay_is_counted_beside_the_rollout():
     """SIL's replay keeps obs, act, R and a flag, no next_obs: CartPole 16 + 8 + 4 + 4 = 32 bytes a transition,
     equal to what the ``SILReplay``'s replay allocates."""

@@ -13,6 +13,7 @@ from torch.distributions import Normal
 
 from agents import policy
 from agents.algorithms import sac
+from envs.clock import Clock
 from tests.agents.algorithms.helpers import assert_resume_exact, make_algo, run_slm_dev, stop_then_resume
 from tests.orchestrator.test_resume_exact import load_spec
 
@@ -152,3 +153,17 @@ def test_slm_lab_temperature_keys_alpha_lr_and_log_alpha_bounds():
     session.run_rl()
     # from 0, at lr 3e-5 it would stay near 0: the clamp at the first step put it at -1
     assert session.clock.opt_step > 0 and -1.1 < float(session.algorithm.nets["log_alpha"].value) <= -1.0
+
+
+def test_gumbel_softmax_pdtype_is_the_categorical_discrete_sac():
+    """SLM-Lab's discrete SAC specs write action_pdtype GumbelSoftmax: the same algorithm, same actions."""
+    obs = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
+    acts = []
+    for pdtype in ("Categorical", "GumbelSoftmax"):
+        algo = make_algo("sac_pendulum", [*SMALL, "env.name=CartPole-v1", f"agent.algorithm.action_pdtype={pdtype}",
+                                          "agent.algorithm.training_start_step=1"], spec_file=PENDULUM)
+        clock = Clock(100, 5)
+        clock.frame = 10
+        acts.append(algo.act(obs, clock))
+    assert acts[0].dtype == np.int64 and acts[0].shape == (5,)
+    np.testing.assert_array_equal(acts[0], acts[1])
