@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
+
+from agents.returns import calc_returns
 
 Batch = dict[str, np.ndarray]
 
@@ -34,6 +37,8 @@ class MemorySpec:
     SB3's key name; the sampled batches are the same).
     ``PrioritizedReplay`` only: ``alpha`` (priority exponent), ``epsilon`` (added to |TD error|),
     ``beta_start`` (importance-weight exponent at frame 0), ``beta_end_step`` (frame at which beta reaches 1).
+    SIL / PPOSIL only: ``sil_replay_name``, the kind of the self-imitation replay beside the on-policy memory
+    ``name`` (``Replay`` or ``PrioritizedReplay``; null means ``Replay``; see ``SILReplay``).
     """
 
     name: str = "Replay"
@@ -46,6 +51,7 @@ class MemorySpec:
     epsilon: float = field(default=1e-4, metadata={"ge": 0})
     beta_start: float = field(default=0.4, metadata={"ge": 0, "le": 1})
     beta_end_step: int = field(default=100000, metadata={"gt": 0})
+    sil_replay_name: str | None = field(default=None, metadata={"choices": ("Replay", "PrioritizedReplay")})
 
 
 FIELDS = ("obs", "act", "reward", "next_obs", "terminated", "truncated")
@@ -75,13 +81,18 @@ class Replay:
             (MuJoCo's float64 included: the nets compute in float32).
         use_cer: combined experience replay (Zhang & Sutton 2017): the newest transition is always
             in the sample.
+        store_next_obs: false keeps no ``next_obs`` array (``add`` ignores its argument, ``sample`` returns
+            none): the SIL replay needs none (``SILReplay``).
 
     Raises:
         ValueError: if ``max_size`` or ``batch_size`` is not positive.
     """
 
+    has_replay = True  # a buffer checkpointed only with memory.checkpoint, else refilled (docs/ARCHITECTURE.md 5)
+
     def __init__(self, max_size: int, obs_shape: tuple[int, ...], act_shape: tuple[int, ...],
-                 act_dtype: np.dtype, batch_size: int, use_cer: bool = False, obs_dtype: Any = np.float32) -> None:
+                 act_dtype: np.dtype, batch_size: int, use_cer: bool = False, obs_dtype: Any = np.float32,
+                 store_next_obs: bool = True) -> None:
         if max_size <= 0 or batch_size <= 0:
             raise ValueError(f"max_size ({max_size}) and batch_size ({batch_size}) must be > 0")
         self.max_size, self.batch_size, self.use_cer = int(max_size), int(batch_size), use_cer
@@ -93,24 +104,30 @@ class Replay:
             "next_obs": np.zeros((max_size, *obs_shape), obs_dtype),
             "terminated": np.zeros(max_size, np.float32),
         }
+        if not store_next_obs:
+            del self.data["next_obs"]
         self.head = 0  # next write index
         self.size = 0  # number of valid rows
 
     @staticmethod
-    def from_spec(spec: MemorySpec, obs_space: Any, act_shape: tuple[int, ...], act_dtype: Any) -> Replay:
+    def from_spec(spec: MemorySpec, obs_space: Any, act_shape: tuple[int, ...], act_dtype: Any,
+                  name: str | None = None, store_next_obs: bool = True) -> Replay:
         """A ``Replay`` (a ``FrameOnceReplay`` with ``spec.optimize_memory_usage``, a ``PrioritizedReplay``
-        when ``spec.name`` says so) for ``obs_space``
+        when ``name``, default ``spec.name``, says so) for ``obs_space``
         (a gymnasium space with ``shape`` and ``dtype``: observations stored in its dtype, see ``storage_dtype``).
+        ``store_next_obs`` false: no next observations (then ``optimize_memory_usage`` has nothing to save).
 
         Raises:
             ValueError: as the constructor.
         """
         args = (spec.max_size, obs_space.shape, act_shape, act_dtype, spec.batch_size, spec.use_cer, obs_space.dtype)
-        if spec.name == "PrioritizedReplay":
-            if spec.optimize_memory_usage:
+        if (name or spec.name) == "PrioritizedReplay":
+            if spec.optimize_memory_usage and store_next_obs:
                 raise ValueError("agent.memory.optimize_memory_usage is not available with PrioritizedReplay")
             return PrioritizedReplay(*args, alpha=spec.alpha, epsilon=spec.epsilon, beta_start=spec.beta_start,
-                                     beta_end_step=spec.beta_end_step)
+                                     beta_end_step=spec.beta_end_step, store_next_obs=store_next_obs)
+        if not store_next_obs:
+            return Replay(*args, store_next_obs=False)
         return (FrameOnceReplay if spec.optimize_memory_usage else Replay)(*args)
 
     def add(self, obs_NO: np.ndarray, act_NA: np.ndarray, reward_N: np.ndarray, next_obs_NO: np.ndarray,
@@ -123,7 +140,8 @@ class Replay:
         data["obs"][idx] = obs_NO
         data["act"][idx] = act_NA
         data["reward"][idx] = reward_N
-        data["next_obs"][idx] = next_obs_NO
+        if "next_obs" in data:
+            data["next_obs"][idx] = next_obs_NO
         data["terminated"][idx] = terminated_N
         self.head = (self.head + n) % self.max_size
         self.size = min(self.size + n, self.max_size)
@@ -132,8 +150,9 @@ class Replay:
         """Uniform sample with replacement of ``batch_size`` transitions.
 
         Returns:
-            dict of arrays with leading dim B = batch_size: obs (B, *O) and next_obs (B, *O) in the storage
-            dtype (uint8 for pixels), act (B, *A), reward (B,) float32, terminated (B,) float32.
+            dict of arrays with leading dim B = batch_size: obs (B, *O) and next_obs (B, *O; unless
+            ``store_next_obs`` is false) in the storage dtype (uint8 for pixels), act (B, *A), reward (B,)
+            float32, terminated (B,) float32.
 
         Raises:
             ValueError: if the buffer is empty.
@@ -298,6 +317,8 @@ class OnPolicyBatchReplay:
         ValueError: if ``horizon`` is not positive.
     """
 
+    has_replay = False  # always in the checkpoint (small)
+
     def __init__(self, horizon: int) -> None:
         if horizon <= 0:
             raise ValueError(f"horizon must be > 0 steps, got {horizon}")
@@ -361,6 +382,8 @@ class OnPolicyReplay:
     Raises:
         ValueError: if ``num_episodes`` is not positive.
     """
+
+    has_replay = False  # always in the checkpoint (small)
 
     def __init__(self, num_episodes: int, num_envs: int) -> None:
         if num_episodes <= 0:
@@ -480,7 +503,7 @@ class PrioritizedReplay(Replay):
     (``beta_end_step`` frames and after).
 
     Args:
-        max_size, obs_shape, act_shape, act_dtype, batch_size, use_cer: as ``Replay``.
+        max_size, obs_shape, act_shape, act_dtype, batch_size, use_cer, store_next_obs: as ``Replay``.
         alpha: priority exponent >= 0 (0 is uniform).
         epsilon: added to |TD error| (>= 0) so no transition gets priority 0.
         beta_start: beta at frame 0, in [0, 1].
@@ -492,8 +515,9 @@ class PrioritizedReplay(Replay):
 
     def __init__(self, max_size: int, obs_shape: tuple[int, ...], act_shape: tuple[int, ...], act_dtype: np.dtype,
                  batch_size: int, use_cer: bool = False, obs_dtype: Any = np.float32, alpha: float = 0.6,
-                 epsilon: float = 1e-4, beta_start: float = 0.4, beta_end_step: int = 100000) -> None:
-        super().__init__(max_size, obs_shape, act_shape, act_dtype, batch_size, use_cer, obs_dtype)
+                 epsilon: float = 1e-4, beta_start: float = 0.4, beta_end_step: int = 100000,
+                 store_next_obs: bool = True) -> None:
+        super().__init__(max_size, obs_shape, act_shape, act_dtype, batch_size, use_cer, obs_dtype, store_next_obs)
         if alpha < 0 or epsilon < 0 or beta_end_step <= 0:
             raise ValueError(f"alpha ({alpha}) and epsilon ({epsilon}) must be >= 0, beta_end_step "
                              f"({beta_end_step}) > 0 frames")
@@ -558,6 +582,119 @@ class PrioritizedReplay(Replay):
             raise ValueError(f"saved sum tree {tree.shape} != {self.sum_tree.tree.shape}")
         self.sum_tree.tree[:] = tree
         self.max_priority = float(state["max_priority"])
+
+
+class SILReplay:
+    """Self-imitation memory (Oh et al. 2018, arXiv:1806.05635, section 3; SLM-Lab's SILReplay): the
+    algorithm's on-policy memory plus a replay of past transitions (s, a, R), R the discounted Monte-Carlo
+    return of the episode from that step on.
+
+    Every ``add`` goes to the on-policy memory (``ready``/``pop`` are its own) and to one unfinished episode
+    per sub-env; when a sub-env's episode ends (terminated or truncated), its T steps enter the replay with
+    ``R_t = r_t + gamma * R_{t+1}``, ``R_T = r_T`` (``returns.calc_returns``; a time-limit cut bootstraps 0,
+    so R is a lower bound of the return, which is what SIL's ``max(R - V, 0)`` needs). The replay is a
+    ``Replay`` or ``PrioritizedReplay`` without next observations; its ``reward`` column holds R.
+
+    ``len()`` is the replay's size (the refill gate of a resume without the replay); ``has_replay`` is
+    true, so ``state_dict(with_replay=False)`` (no ``memory.checkpoint``) saves the on-policy memory and
+    the unfinished episodes but not the replay.
+
+    Args:
+        onpolicy: ``OnPolicyBatchReplay`` or ``OnPolicyReplay``.
+        replay: a ``Replay`` / ``PrioritizedReplay`` built with ``store_next_obs=False``.
+        gamma: discount in [0, 1].
+        num_envs: N, sub-envs per ``add``.
+    """
+
+    has_replay = True
+
+    def __init__(self, onpolicy: Any, replay: Replay, gamma: float, num_envs: int) -> None:
+        self.onpolicy, self.replay, self.gamma, self.num_envs = onpolicy, replay, float(gamma), int(num_envs)
+        self.current: list[list[tuple[np.ndarray, np.ndarray, float]]] = [[] for _ in range(num_envs)]
+
+    def add(self, obs_NO: np.ndarray, act_NA: np.ndarray, reward_N: np.ndarray, next_obs_NO: np.ndarray,
+            terminated_N: np.ndarray, truncated_N: np.ndarray) -> None:
+        """Store one vector step in the on-policy memory; extend each sub-env's episode and move the
+        episodes that end here, with their returns, into the replay."""
+        self.onpolicy.add(obs_NO, act_NA, reward_N, next_obs_NO, terminated_N, truncated_N)
+        for i in range(self.num_envs):
+            self.current[i].append((np.array(obs_NO[i]), np.array(act_NA[i]), float(reward_N[i])))
+            if terminated_N[i] or truncated_N[i]:
+                self.store_episode(self.current[i])
+                self.current[i] = []
+
+    def store_episode(self, steps: list[tuple[np.ndarray, np.ndarray, float]]) -> None:
+        """Write one finished episode's T steps (obs, act, reward) with returns R (T,) into the replay (only
+        its last ``max_size`` steps when it is longer than the replay)."""
+        reward = torch.tensor([r for _, _, r in steps], dtype=torch.float64)
+        ret = calc_returns(reward, torch.zeros_like(reward), self.gamma).numpy().astype(np.float32)
+        keep = slice(max(0, len(steps) - self.replay.max_size), len(steps))
+        obs = np.stack([o for o, _, _ in steps])[keep]
+        act = np.stack([a for _, a, _ in steps])[keep]
+        flags = np.zeros(len(obs), bool)
+        self.replay.add(obs, act, ret[keep], None, flags, flags)
+
+    def ready(self) -> bool:
+        """The on-policy memory's ``ready``."""
+        return self.onpolicy.ready()
+
+    def pop(self) -> Batch:
+        """The on-policy memory's ``pop`` (its rollout or episodes)."""
+        return self.onpolicy.pop()
+
+    def sample(self, rng: np.random.Generator, frame: int = 0) -> Batch:
+        """A replay sample of ``batch_size`` rows: obs (B, *O), act (B, *A), ret (B,) float32, plus ``idx`` and
+        ``weight`` (B,) from a ``PrioritizedReplay`` (beta at ``frame``).
+
+        Raises:
+            ValueError: if the replay is empty.
+        """
+        batch = self.replay.sample(rng, frame) if isinstance(self.replay, PrioritizedReplay) \
+            else self.replay.sample(rng)
+        batch["ret"] = batch.pop("reward")
+        del batch["terminated"]
+        return batch
+
+    def __len__(self) -> int:
+        return len(self.replay)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the replay's preallocated arrays."""
+        return self.replay.nbytes
+
+    def state_dict(self, with_replay: bool = True) -> dict[str, Any]:
+        """The on-policy memory, the unfinished episodes (per sub-env: obs (L, *O), act (L, *A), reward (L,))
+        and, with ``with_replay``, the replay."""
+        def pack(steps: list[tuple[np.ndarray, np.ndarray, float]]) -> dict[str, np.ndarray]:
+            if not steps:
+                return {}
+            return {"obs": np.stack([o for o, _, _ in steps]), "act": np.stack([a for _, a, _ in steps]),
+                    "reward": np.array([r for _, _, r in steps], np.float64)}
+        state = {"onpolicy": self.onpolicy.state_dict(), "current": [pack(ep) for ep in self.current]}
+        if with_replay:
+            state["replay"] = self.replay.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` saved; without ``replay`` in it the replay stays empty (to be refilled).
+
+        Raises:
+            ValueError: a saved state for another number of sub-envs, or as ``Replay.load_state_dict``.
+        """
+        if len(state["current"]) != self.num_envs:
+            raise ValueError(f"saved SIL memory has {len(state['current'])} sub-envs, expected {self.num_envs}")
+        self.onpolicy.load_state_dict(state["onpolicy"])
+        self.current = [[(np.asarray(ep["obs"][j]), np.asarray(ep["act"][j]), float(ep["reward"][j]))
+                         for j in range(len(ep.get("reward", [])))] for ep in state["current"]]
+        if "replay" in state:
+            self.replay.load_state_dict(state["replay"])
+
+    def cut_episodes(self) -> None:
+        """The on-policy memory's ``cut_episodes``; the unfinished episodes are dropped (their returns would
+        be cut short by the env reset)."""
+        self.onpolicy.cut_episodes()
+        self.current = [[] for _ in range(self.num_envs)]
 
 
 MEMORIES = {"Replay": Replay, "PrioritizedReplay": PrioritizedReplay, "OnPolicyReplay": OnPolicyReplay,

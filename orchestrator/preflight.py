@@ -29,6 +29,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from agents.algorithms import ALGORITHMS
 from envs.make import EnvSpec, make_env, resolve_env_id
 from orchestrator.search_space import apply_values, parse_search
 from orchestrator.spec import SpecError, check, load_spec
@@ -225,6 +226,11 @@ def memory_needs(spec: dict[str, Any], shape: EnvShape) -> list[tuple[str, int, 
     if memory["name"] == "Replay":
         size = int(memory["max_size"])
         needs.append(("agent.memory.max_size", size * step, f"replay of {size} transitions x {step} bytes"))
+    if getattr(ALGORITHMS.get(str(algo.get("name"))), "sil_replay", False):  # beside the on-policy memory
+        size = int(memory["max_size"])
+        sil_step = step - int(np.prod(shape.obs_shape, dtype=object)) * FLOAT32_BYTES  # no next_obs
+        needs.append(("agent.memory.max_size", size * sil_step,
+                      f"SIL replay of {size} transitions x {sil_step} bytes"))
     horizon_key = "time_horizon" if "time_horizon" in algo else "training_frequency"
     if memory["name"] == "OnPolicyBatchReplay" and horizon_key in algo:
         steps = min(int(algo[horizon_key]), -(-int(env["max_frame"]) // n_envs))  # a rollout ends by max_frame

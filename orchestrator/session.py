@@ -38,7 +38,6 @@ import pyarrow.parquet as pq
 import torch
 
 from agents.algorithms import ALGORITHMS, Algorithm, LossStats
-from agents.memory import Replay
 from agents.nets import seq_len_of
 from envs.clock import Clock
 from envs.make import (
@@ -242,13 +241,13 @@ class Session:
     # ---------------------------------------------------------------- checkpoint state
     @property
     def memory_in_checkpoint(self) -> bool:
-        """On-policy memories (small) are always checkpointed; a replay buffer only on request."""
-        return not isinstance(self.algorithm.memory, Replay) or self.spec.agent.memory.checkpoint
+        """On-policy memories (small) are always checkpointed; a replay buffer (``has_replay``) only on request."""
+        return not getattr(self.algorithm.memory, "has_replay", False) or self.spec.agent.memory.checkpoint
 
     @property
     def refill_size(self) -> int:
-        """Transitions a restored off-policy session collects before training resumes."""
-        return int(getattr(self.spec.agent.algorithm, "training_start_step", 0))
+        """Transitions a restored off-policy session collects before training resumes (``Algorithm.refill_size``)."""
+        return self.algorithm.refill_size()
 
     def state_dict(self) -> dict[str, Any]:
         """Everything but the env and the dataframes, as tensors/numbers (``weights_only`` loadable)."""

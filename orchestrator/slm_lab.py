@@ -17,7 +17,6 @@ _CONV = "SLM-Lab's ConvNet (net.type ConvNet), which this lab does not have (yet
 _ARC = ("separate actor/critic torcharc specs, which SLM-Lab's TorchArcNet does not read (it builds every net "
         "from agent.net.arc)")
 _PER = "SLM-Lab's PrioritizedReplay memory, which this lab does not have (yet)"
-_SIL = "SLM-Lab's self-imitation learning (SIL / PPOSIL), which this lab does not have (yet)"
 ANY = object()  # in a key's neutral values: every value is accepted (SLM-Lab's own code does not read the key)
 SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
     "agent.algorithm.training_batch_iter": ((ANY,), "batch iterations of off-policy algorithms (SLM-Lab's PPO and "
@@ -35,8 +34,10 @@ SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
     "agent.algorithm.normalize_advantages": (("standardize",), "advantage normalization by percentiles "
                                                                "(DreamerV3; read by PPO only)"),
     "agent.algorithm.symlog": ((False, None), "symlog value targets (read by PPO only)"),
-    "agent.algorithm.sil_policy_loss_coef": ((), _SIL),
-    "agent.algorithm.sil_val_loss_coef": ((), _SIL),
+    "agent.algorithm.sil_policy_loss_coef": ((ANY,), "a self-imitation loss coefficient (read by SIL and PPOSIL "
+                                                     "only; SLM-Lab's other algorithms ignore it too)"),
+    "agent.algorithm.sil_val_loss_coef": ((ANY,), "a self-imitation loss coefficient (read by SIL and PPOSIL only; "
+                                                  "SLM-Lab's other algorithms ignore it too)"),
     "agent.algorithm.spectral_norm": ((False, None), "spectral normalization of the nets"),
     "agent.net.batch_norm": ((False, None), "batch normalization layers"),
     "agent.net.layer_norm": ((False, None), "layer normalization layers"),
@@ -57,7 +58,6 @@ SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
     "agent.net.lr_anneal_timestep": ((None,), "SLM-Lab v3's lr decay (use lr_scheduler_spec)"),
     "agent.memory.alpha": ((), _PER),
     "agent.memory.epsilon": ((), _PER),
-    "agent.memory.sil_replay_name": ((), _SIL),
     "agent.memory.cross_entropy": ((), "SLM-Lab's OnPolicyCrossEntropy memory, which this lab does not have"),
     "env.frame_op": ((None,), "frame stacking / concatenation (env.frame_op)"),
     "env.frame_op_len": ((None,), "frame stacking / concatenation (env.frame_op)"),
@@ -68,7 +68,7 @@ SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
 _DIST = "shared-state optimizer of SLM-Lab's meta.distributed (Hogwild) training, which this lab does not support"
 SLM_LAB_NAMES: dict[str, dict[str, str]] = {
     "agent.algorithm.name": {
-        "SoftActorCritic": "SLM-Lab's SAC", "CrossQ": "SLM-Lab's CrossQ", "SIL": _SIL, "PPOSIL": _SIL,
+        "SoftActorCritic": "SLM-Lab's SAC", "CrossQ": "SLM-Lab's CrossQ",
         "HydraDQN": "SLM-Lab's multi-env hydra DQN (several envs per agent); this lab runs one env per agent",
         "DuelingDQN": "an old SLM-Lab name (v5 writes DQN with net.type DuelingMLPNet)",
         "DuelingDoubleDQN": "an old SLM-Lab name (v5 writes DoubleDQN with net.type DuelingMLPNet)",

@@ -446,8 +446,10 @@ def _check_section(section: Any, cls: type, path: str, problems: list[str]) -> N
     for key, value in section.items():
         dotted = f"{path}.{key}"
         if key not in fields:
-            if dotted in SLM_LAB_KEYS:
-                problem = slm_lab_key_problem(dotted, value)
+            table_key = dotted.replace("agent.critic_net.", "agent.net.", 1)  # a critic net takes net keys
+            if table_key in SLM_LAB_KEYS:
+                problem = slm_lab_key_problem(table_key, value)
+                problem = problem and problem.replace(table_key, dotted, 1)
                 problems.extend([problem] if problem else [])
                 continue
             close = difflib.get_close_matches(key, list(fields), n=1)
@@ -576,11 +578,12 @@ def _int_at(spec: dict[str, Any], path: str) -> int | None:
 
 
 def _check_sizes(spec: dict[str, Any], problems: list[str]) -> None:
-    """Cross-key size rules: a replay sample and the training start fit in the replay (Replay memory
-    only: on-policy memories ignore ``batch_size``/``max_size``), and one vector step fits in the
-    frame budget."""
+    """Cross-key size rules: a replay sample and the training start fit in the replay (Replay memory, or
+    SIL's replay beside its on-policy memory: on-policy memories ignore ``batch_size``/``max_size``), and
+    one vector step fits in the frame budget."""
     max_size = _int_at(spec, "agent.memory.max_size")
-    if _get(spec, "agent.memory.name") == "Replay" and max_size is not None and max_size > 0:
+    replay = _get(spec, "agent.memory.name") == "Replay" or getattr(_algo_cls(spec), "sil_replay", False)
+    if replay and max_size is not None and max_size > 0:
         batch = _int_at(spec, "agent.memory.batch_size")
         if batch is not None and batch > max_size:
             problems.append(f"agent.memory.batch_size: {batch} transitions per sample exceeds the replay's "

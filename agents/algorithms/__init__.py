@@ -6,10 +6,12 @@ from agents.algorithms.crossq import CrossQ
 from agents.algorithms.double_dqn import DoubleDQN
 from agents.algorithms.dqn import DQN
 from agents.algorithms.ppo import PPO
+from agents.algorithms.ppo_sil import PPOSIL
 from agents.algorithms.random import Random
 from agents.algorithms.reinforce import Reinforce
 from agents.algorithms.sac import SoftActorCritic
 from agents.algorithms.sarsa import SARSA
+from agents.algorithms.sil import SIL
 from agents.algorithms.vanilla_dqn import VanillaDQN
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
@@ -24,6 +26,8 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "SARSA": SARSA,
     "SoftActorCritic": SoftActorCritic,
     "CrossQ": CrossQ,
+    "SIL": SIL,
+    "PPOSIL": PPOSIL,
 }
 
 __all__ = ["ALGORITHMS", "AgentSpec", "Algorithm", "AlgorithmSpec", "LossStats"]

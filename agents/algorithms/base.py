@@ -364,6 +364,12 @@ class Algorithm:
         return float(next(iter(self.optims.values())).param_groups[0]["lr"])
 
     # ---- training state ----
+    def refill_size(self) -> int:
+        """Replay transitions a session restored without its replay (no ``memory.checkpoint``) collects before
+        its replay-based training resumes, the refill gate (docs/ARCHITECTURE.md 5): ``training_start_step``
+        where the algorithm has one, else 0."""
+        return int(getattr(self.algo, "training_start_step", 0))
+
     def extra_state(self) -> dict[str, Any]:
         """Algorithm counters beyond nets/optimizers (subclasses extend)."""
         return {}

@@ -78,3 +78,16 @@ def test_env_kwargs_reach_gym_make_and_a_wrong_one_is_refused():
     assert shape.act_shape == (2,) and shape.act_dtype == np.float32
     with pytest.raises(SpecError, match="unexpected keyword argument 'continuous'"):
         preflight.check_env(load_spec(SPECS, "ppo_cartpole", ["env.continuous=true"])["env"])
+
+
+def test_sil_replay_is_counted_beside_the_rollout():
+    """SIL's replay keeps obs, act, R and a flag, no next_obs: CartPole 16 + 8 + 4 + 4 = 32 bytes a transition,
+    equal to what the ``SILReplay``'s replay allocates."""
+    from tests.agents.algorithms.helpers import make_algo
+
+    spec = load_spec("specs/sil.json", "ppo_sil_cartpole", ["agent.memory.max_size=1000"])
+    needs = {what: need for key, need, what in preflight.memory_needs(spec, SHAPE) if key == "agent.memory.max_size"}
+    assert needs == {"SIL replay of 1000 transitions x 32 bytes": 32_000}
+    algo = make_algo("ppo_sil_cartpole", ["agent.memory.max_size=1000", "agent.net.hid_layers=[4]"],
+                     spec_file="specs/sil.json")
+    assert algo.memory.nbytes == 32_000

@@ -35,6 +35,7 @@ DEV_SAMPLE = [
     ("v5.3.0/benchmark/reinforce/reinforce_cartpole.json", "reinforce_cartpole"),
     ("v5.3.0/benchmark/sarsa/sarsa_cartpole.json", "sarsa_epsilon_greedy_cartpole"),
     ("v5.3.0/experimental/misc/random.json", "random_cartpole"),
+    ("v5.3.0/experimental/sil/sil_cartpole.json", "sil_shared_cartpole"),
     ("v5.3.0/demo.json", "ppo_cartpole"),  # use_same_optim: true
     ("v5.3.0/experimental/ppo/ppo_cartpole.json", "ppo_rnn_separate_cartpole"),  # RecurrentNet
     ("v5.3.0/experimental/dqn/dqn_cartpole.json", "drqn_boltzmann_cartpole"),  # RecurrentNet under DQN
@@ -57,10 +58,10 @@ def _naming_problem(record):
 def test_every_v5_entry_validates_or_is_refused_by_name():
     """One sweep over every entry (validation only): ok, or exit-2 problems each naming a feature or an
     expectation; no crash, no "unknown key" for an SLM-Lab key; and no fewer ok entries than when written
-    (285 of 389, with TorchArcNet, RecurrentNet and agent.critic_net)."""
+    (302 of 389, with TorchArcNet, RecurrentNet, agent.critic_net and SIL)."""
     result = bench.sweep(ROOT, [], 0, None, False)
     assert [p for p in map(_naming_problem, result["records"]) if p] == []
-    assert result["outcomes"].get("ok", 0) >= 285, result["reasons"][:5]
+    assert result["outcomes"].get("ok", 0) >= 302, result["reasons"][:5]
 
 
 @pytest.mark.parametrize("rel, name", DEV_SAMPLE)
