@@ -245,3 +245,21 @@ def test_train_over_two_nodes_survives_losing_one(cluster, s3_bucket):
         t, s = key.split("_")
         assert_continuous(storage.read_parquet(f"{predir}/{t}/{s}/train_df.parquet"), 1024, 4096)
 
+
+
+def test_dashboard_flag_needs_the_dashboards_packages(monkeypatch, capsys):
+    import ray
+    import ray._private.utils as ray_utils
+
+    from orchestrator import trial
+
+    started = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: started.append(kw))
+    monkeypatch.setattr(ray_utils, "get_dashboard_dependency_error", lambda: "No module named 'aiohttp'")
+    with pytest.raises(trial.UsageError, match=r"--dashboard needs .*rl-trial-lab\[cluster\]"):
+        trial.init_ray(None, dashboard=True)
+    trial.init_ray("127.0.0.1:1", dashboard=True)  # joining a cluster: its head has the dashboard or not
+    trial.init_ray(None)
+    assert [(kw["address"], kw["include_dashboard"]) for kw in started] == [("127.0.0.1:1", False),
+                                                                          ("local", False)]
