@@ -19,7 +19,8 @@ analysis; SB3 writes nothing. Runs alternate (lab, SB3, lab, ...), each with the
 average at its start.
 
 Usage:
-    python bench/startup.py [--frames 10240] [--rounds 3] [--out bench/results/startup.json]
+    python bench/startup.py [--frames 10240] [--rounds 3] [--before OTHER_CHECKOUT]
+        [--out bench/results/startup.json]
 """
 
 from __future__ import annotations
@@ -66,11 +67,11 @@ print("T done", time.time(), flush=True)
 """
 
 
-def lab_command(frames: int, data_dir: str) -> list[str]:
+def lab_command(frames: int, data_dir: str, root: Path = ROOT) -> list[str]:
     """``lab SPEC ppo_cartpole train`` of one session, schedules cut to ``frames`` (as bench/throughput.py)."""
     items = ["meta.max_session=1", f"env.max_frame={frames}", "meta.log_frequency=2048", "meta.random_seed=1",
              f"agent.net.lr_scheduler_spec.frame={frames}", f"agent.algorithm.clip_eps_spec.end_step={frames}"]
-    return [sys.executable, str(ROOT / "run_lab.py"), str(SPEC_FILE), "ppo_cartpole", "train", "--quiet",
+    return [sys.executable, str(root / "run_lab.py"), str(SPEC_FILE), "ppo_cartpole", "train", "--quiet",
             "--data-dir", data_dir, *[x for item in items for x in ("-s", item)]]
 
 
@@ -84,12 +85,12 @@ def session_entry(data_dir: Path) -> dict[str, Any]:
     return {}
 
 
-def run_lab(frames: int) -> dict[str, Any]:
-    """One ``lab ... train``; phase times in seconds."""
+def run_lab(frames: int, root: Path = ROOT) -> dict[str, Any]:
+    """One ``lab ... train`` of the checkout at ``root``; phase times in seconds."""
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         t0 = time.time()
-        proc = subprocess.Popen(lab_command(frames, str(data)), cwd=tmp, env=ENV, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(lab_command(frames, str(data), root), cwd=tmp, env=ENV, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
         out: list[str] = []
         reader = threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True)
@@ -126,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frames", type=int, default=10_240, help="frames of training (multiple of 256)")
     ap.add_argument("--rounds", type=int, default=3, help="(lab, SB3) pairs, alternating")
     ap.add_argument("--out", default=str(ROOT / "bench/results/startup.json"))
+    ap.add_argument("--before", default=None, metavar="CHECKOUT",
+                    help="also time the lab of another checkout (e.g. the previous commit) as 'lab_before'")
     args = ap.parse_args(argv)
     try:
         import stable_baselines3
@@ -135,7 +138,10 @@ def main(argv: list[str] | None = None) -> int:
         print("stable-baselines3 is not installed (pip install -e '.[bench]'): timing the lab only")
     runs = []
     for r in range(args.rounds):
-        for impl, fn in (("lab", run_lab), ("sb3", run_sb3)):
+        impls = [("lab", run_lab), ("sb3", run_sb3)]
+        if args.before:
+            impls.insert(1, ("lab_before", lambda frames: run_lab(frames, Path(args.before).resolve())))
+        for impl, fn in impls:
             if impl == "sb3" and sb3_version is None:
                 continue
             load = os.getloadavg()[0]
