@@ -208,17 +208,25 @@ def make_lr_scheduler(optim: torch.optim.Optimizer, spec: dict[str, Any] | None)
     Raises:
         ValueError: unknown name (lists the valid ones) or bad arguments.
     """
+    return FrameLR(optim, lr_factor(spec))
+
+
+def lr_factor(spec: dict[str, Any] | None) -> Callable[[int], float]:
+    """The factor ``frame -> lr / base_lr`` of an ``lr_scheduler_spec`` (``None``: constant 1).
+
+    Raises:
+        ValueError: unknown name (lists the valid ones) or bad arguments.
+    """
     if spec is None:
-        return FrameLR(optim, _constant)
+        return _constant
     kwargs = {k: v for k, v in spec.items() if k != "name"}
     name = spec.get("name")
     if name not in LR_SCHEDULERS:
         raise ValueError(f"unknown lr_scheduler '{name}'; expected one of {sorted(LR_SCHEDULERS)}")
     try:
-        factor = LR_SCHEDULERS[name](**kwargs)
+        return LR_SCHEDULERS[name](**kwargs)
     except TypeError as err:
         raise ValueError(f"bad arguments for lr_scheduler '{name}': {err}") from None
-    return FrameLR(optim, factor)
 
 
 def _constant(frame: int) -> float:

@@ -88,6 +88,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="override a spec leaf, e.g. -s env.max_frame=20000 (repeatable)")
     parser.add_argument("--data-dir", default="data", help="root of run directories: path, file://, s3:// or gs://")
     parser.add_argument("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or a local Ray)")
+    parser.add_argument("--dashboard", action="store_true",
+                        help="with a local Ray: start the Ray dashboard too (needs the cluster extra, ray[default])")
     parser.add_argument("--max-concurrent-trials", type=int, default=None, metavar="N",
                         help="search: at most N trials at once (default: as many as resources allow)")
     parser.add_argument("--search-alg", choices=("auto", "basic", "optuna"), default="auto",

@@ -613,7 +613,7 @@ def start_search(args: argparse.Namespace, spec: dict[str, Any],
         spec["meta"]["random_seed"] = secrets.randbelow(2**31 - 1)
     settings = {"tune_name": spec["name"], "search_alg": search_alg_name(spec, args.search_alg),
                 "max_concurrent_trials": args.max_concurrent_trials}
-    init_ray(args.address)
+    init_ray(args.address, getattr(args, "dashboard", False))
     check_resources(spec["meta"])
     predir = predir_mod.new_predir(args.data_dir, spec["name"])
     lease.take(predir)
@@ -637,7 +637,7 @@ def resume_search(args: argparse.Namespace, new_spec: dict[str, Any], target: st
     lease.take(predir)
     spec, applied = resumed_spec(predir, new_spec)
     settings = read_settings(predir, spec["name"])
-    init_ray(args.address)
+    init_ray(args.address, getattr(args, "dashboard", False))
     check_resources(spec["meta"])
     if applied:
         storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)

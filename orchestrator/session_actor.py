@@ -4,7 +4,8 @@ final checkpoint and reports ``interrupted``.
 
 Events (dicts yielded by ``run``; ``kind`` is one of):
   ``started``     {pid, device, restored_frame (None when fresh), set_aside (checkpoints found corrupt
-                  by this actor: [{frame, reason, moved_to}]), exact, tracking (W&B/MLflow run or None)}
+                  by this actor: [{frame, reason, moved_to}]), exact, tracking (W&B/MLflow run or None);
+                  from ``SessionActor`` also node_id (the Ray node, hex) and hostname}
   ``log``         {row}: a train_df row (frame, fps, total_reward_ma, ...)
   ``checkpoint``  {frame, seconds}: a committed checkpoint and the seconds training waited for it
   ``checkpoint_failed`` {frame}: every write attempt of that checkpoint failed (training goes on)
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Iterator
@@ -241,5 +243,9 @@ class SessionActor:
         self.runner.session.stop_requested = True
 
     def run(self) -> Iterator[dict[str, Any]]:
-        """Generator method: streams the session's events (see module docstring)."""
-        yield from self.runner.events()
+        """Generator method: streams the session's events (see module docstring); the ``started``
+        event also names the Ray node (``node_id``, hex) and ``hostname`` the actor runs on."""
+        for event in self.runner.events():
+            if event["kind"] == "started":
+                event.update(node_id=ray.get_runtime_context().get_node_id(), hostname=socket.gethostname())
+            yield event

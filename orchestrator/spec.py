@@ -43,7 +43,7 @@ from agents.nets import (
     make_loss,
     make_optim,
 )
-from agents.schedules import DECAYS, LR_SCHEDULERS, VarSchedule, make_lr_scheduler
+from agents.schedules import DECAYS, LR_SCHEDULERS, VarSchedule, lr_factor
 from envs.make import EnvSpec, is_atari, resolve_env_id
 from orchestrator import storage
 from orchestrator.search_space import search_problems
@@ -713,12 +713,11 @@ def _check_build_args(spec: dict[str, Any], problems: list[str]) -> None:
         value = _get(spec, path)
         if isinstance(value, dict) and _registered(DECAYS, value.get("name", "no_decay")):
             _try_build(problems, path, VarSchedule.from_spec, value)
-    param = torch.nn.Parameter(torch.zeros(1))
     for path in _optim_paths(spec):
         optim = _get(spec, path)
         known = isinstance(optim, dict) and _registered(OPTIMIZERS, optim.get("name"))
         if known and _type_ok(optim.get("lr", 0), float) and 0 <= optim.get("lr", 0) <= MAX_LR:  # else reported
-            _try_build(problems, path, make_optim, [param], optim)
+            _try_build(problems, path, _check_optim_args, optim)
 
 
 def _check_net_build_args(net: dict[str, Any], path: str, problems: list[str]) -> None:
@@ -733,8 +732,22 @@ def _check_net_build_args(net: dict[str, Any], path: str, problems: list[str]) -
         _try_build(problems, f"{path}.loss_spec", make_loss, loss)
     sched = net.get("lr_scheduler_spec")
     if isinstance(sched, dict) and _registered(LR_SCHEDULERS, sched.get("name")):
-        optim = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-        _try_build(problems, f"{path}.lr_scheduler_spec", make_lr_scheduler, optim, sched)
+        _try_build(problems, f"{path}.lr_scheduler_spec", lambda spec: lr_factor(spec)(0), sched)
+
+
+def _check_optim_args(optim_spec: dict[str, Any]) -> None:
+    """Build the optimizer of ``optim_spec`` on an empty parameter list: torch's optimizers check
+    their arguments before their parameters, and this never calls ``add_param_group``, whose first
+    call imports ``torch._dynamo`` (1 to 4 s of the driver's start-up on 2 cores).
+
+    Raises:
+        ValueError / TypeError: a bad argument (anything but torch's "empty parameter list").
+    """
+    try:
+        make_optim([], optim_spec)
+    except ValueError as err:
+        if "empty parameter list" not in str(err):
+            raise
 
 
 def _check_agent_keys(agent: dict[str, Any], problems: list[str]) -> None:

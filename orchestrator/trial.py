@@ -76,12 +76,29 @@ def versions() -> dict[str, str]:
             "gymnasium": gymnasium.__version__, "numpy": numpy.__version__}
 
 
-def init_ray(address: str | None) -> None:
-    """Join ``address`` / ``RAY_ADDRESS`` or start a local Ray (no-op if already initialized)."""
+def init_ray(address: str | None, dashboard: bool = False) -> None:
+    """Join ``address`` / ``RAY_ADDRESS`` or start a local Ray (no-op if already initialized).
+
+    Args:
+        dashboard: start the Ray dashboard with a local Ray (``lab --dashboard``; it needs
+            ``ray[default]``, the ``cluster`` extra). Off by default: a lighter start. A cluster's
+            dashboard is the head's (``ray start --head --include-dashboard=true``).
+
+    Raises:
+        UsageError: ``dashboard`` without the dashboard's packages installed.
+    """
     if ray.is_initialized():
         return
-    ray.init(address=address or os.environ.get("RAY_ADDRESS") or "local", include_dashboard=False,
-             log_to_driver=False, logging_level="ERROR")
+    address = address or os.environ.get("RAY_ADDRESS") or "local"
+    if dashboard and address == "local":
+        from ray._private.utils import get_dashboard_dependency_error
+        if get_dashboard_dependency_error() is not None:
+            raise UsageError("--dashboard needs the Ray dashboard's packages: pip install 'rl-trial-lab[cluster]' "
+                             "(ray[default])")
+        context = ray.init(address=address, include_dashboard=True, log_to_driver=False, logging_level="ERROR")
+        print(f"Ray dashboard: http://{context.dashboard_url}")
+        return
+    ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
 
 
 def check_resources(meta: dict[str, Any]) -> None:
@@ -325,6 +342,9 @@ class Trial:
         actor itself had to set aside (damaged after the driver verified them)."""
         entry = self.record.data["sessions"][plan.key]
         entry["pid"] = event["pid"]
+        for key in ("node_id", "hostname"):  # where the actor runs (a restart records where it died)
+            if event.get(key):
+                entry[key] = event[key]
         if event.get("tracking"):  # the session's W&B/MLflow run (also in t{T}/s{S}/tracking.json)
             entry["tracking"] = event["tracking"]
         restored = event.get("restored_frame")
@@ -369,6 +389,9 @@ class Trial:
         restored = selection.frame or 0
         restart = {"at": now_iso(), "frame_restored": restored, "frames_lost": max(0, plan.frame - restored),
                    "reason": type(err).__name__}
+        died_on = self.record.data["sessions"].get(plan.key, {}).get("node_id")
+        if died_on:  # the node the dead actor ran on
+            restart["node_id"] = died_on
         if len(plan.set_aside) > before:
             restart["set_aside"] = plan.set_aside[before:]
         plan.restarts.append(restart)
@@ -773,7 +796,7 @@ def run_train(args: argparse.Namespace) -> int:
     new_spec = load_spec(args.spec_file, args.spec_name, args.overrides)
     args.data_dir = storage.absolute(args.data_dir)  # actors may run in another working directory
     if args.mode == "train":
-        init_ray(args.address)
+        init_ray(args.address, getattr(args, "dashboard", False))
         check_resources(new_spec["meta"])
         predir, plans = plan_fresh(new_spec, args.data_dir)
         with Lease(predir, args.mode) as lease:
@@ -795,7 +818,7 @@ def resume_train(args: argparse.Namespace, predir: str, new_spec: dict[str, Any]
         UsageError / SpecError: see ``plan_resume``.
     """
     spec, plans, applied, done = plan_resume(predir, new_spec, args.allow_fresh)
-    init_ray(args.address)
+    init_ray(args.address, getattr(args, "dashboard", False))
     check_resources(spec["meta"])
     record = record_resume(predir, spec, plans, applied, done)
     if not plans:

@@ -1,0 +1,170 @@
+"""Start-up and shut-down cost: ``lab specs/benchmark/cartpole.json ppo_cartpole train`` with one session
+vs Stable-Baselines3 doing the same training in one process.
+
+Both are timed from outside, as a user sees them, each a fresh process started by this script:
+
+- **command -> first frame**: from starting the process to the session's first env step. For the lab:
+  until the driver records the session actor's ``pid`` in ``run.json`` (the actor's ``started``
+  event, sent right before its first step; polled every 20 ms on local disk). For SB3: until its
+  callback's first ``_on_step`` (written with a timestamp on stdout).
+- **train**: first frame -> the session is done (``run.json`` status ``done``; SB3: ``learn()`` returns).
+- **done -> exit**: the rest, until the process has exited (the lab: trial_df, metrics, graphs, the
+  summary, ``ray.shutdown``; SB3: nothing but the interpreter's exit).
+- **whole**: command -> exit.
+
+Same work: PPO on CartPole-v1 with ``ppo_cartpole``'s hyperparameters (as ``bench/throughput.py``: 8 envs,
+time_horizon/n_steps 32, batch 256, 20 epochs, linear lr and clip to 0 over the budget), one torch
+thread, ``--frames`` frames. The lab also checkpoints every ``log_frequency`` frames and writes its
+analysis; SB3 writes nothing. Runs alternate (lab, SB3, lab, ...), each with the 1-minute load
+average at its start.
+
+Usage:
+    python bench/startup.py [--frames 10240] [--rounds 3] [--before OTHER_CHECKOUT]
+        [--out bench/results/startup.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC_FILE = ROOT / "specs/benchmark/cartpole.json"
+ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+
+SB3_SCRIPT = """
+import sys, time
+print("T import", time.time(), flush=True)
+import torch
+from stable_baselines3 import PPO
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.env_util import make_vec_env
+torch.set_num_threads(1)
+frames = int(sys.argv[1])
+lin = lambda v: (lambda progress_remaining: progress_remaining * v)
+
+class First(BaseCallback):
+    def _on_step(self):
+        if self.n_calls == 1:
+            print("T first_frame", time.time(), flush=True)
+        return True
+
+env = make_vec_env("CartPole-v1", n_envs=8, seed=1)
+model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, n_epochs=20, gae_lambda=0.8, gamma=0.98,
+            learning_rate=lin(1e-3), clip_range=lin(0.2), ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5,
+            policy_kwargs={"net_arch": {"pi": [64, 64], "vf": [64, 64]}}, seed=1, device="cpu", verbose=0)
+model.learn(total_timesteps=frames, callback=First())
+print("T done", time.time(), flush=True)
+"""
+
+
+def lab_command(frames: int, data_dir: str, root: Path = ROOT) -> list[str]:
+    """``lab SPEC ppo_cartpole train`` of one session, schedules cut to ``frames`` (as bench/throughput.py)."""
+    items = ["meta.max_session=1", f"env.max_frame={frames}", "meta.log_frequency=2048", "meta.random_seed=1",
+             f"agent.net.lr_scheduler_spec.frame={frames}", f"agent.algorithm.clip_eps_spec.end_step={frames}"]
+    return [sys.executable, str(root / "run_lab.py"), str(SPEC_FILE), "ppo_cartpole", "train", "--quiet",
+            "--data-dir", data_dir, *[x for item in items for x in ("-s", item)]]
+
+
+def session_entry(data_dir: Path) -> dict[str, Any]:
+    """run.json entry of t0_s0 ({} until it exists)."""
+    for run in data_dir.glob("ppo_cartpole_*/run.json"):
+        try:
+            return json.loads(run.read_text())["sessions"].get("t0_s0", {})
+        except (ValueError, OSError):
+            return {}
+    return {}
+
+
+def run_lab(frames: int, root: Path = ROOT) -> dict[str, Any]:
+    """One ``lab ... train`` of the checkout at ``root``; phase times in seconds."""
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "data"
+        t0 = time.time()
+        proc = subprocess.Popen(lab_command(frames, str(data), root), cwd=tmp, env=ENV, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        out: list[str] = []
+        reader = threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True)
+        reader.start()
+        first = done = None
+        while proc.poll() is None:
+            entry = session_entry(data)
+            if first is None and "pid" in entry:
+                first = time.time()
+            if done is None and entry.get("status") == "done":
+                done = time.time()
+            time.sleep(0.02)
+        end = time.time()
+        reader.join()
+        if proc.returncode != 0 or first is None or done is None:
+            raise RuntimeError(f"lab train failed ({proc.returncode}):\n{''.join(out)[-3000:]}")
+    return {"first_frame_s": first - t0, "train_s": done - first, "done_to_exit_s": end - done, "whole_s": end - t0}
+
+
+def run_sb3(frames: int) -> dict[str, Any]:
+    """One SB3 process doing the same training; phase times in seconds."""
+    t0 = time.time()
+    proc = subprocess.run([sys.executable, "-c", SB3_SCRIPT, str(frames)], env=ENV, capture_output=True, text=True)
+    end = time.time()
+    if proc.returncode != 0:
+        raise RuntimeError(f"SB3 failed:\n{proc.stderr[-3000:]}")
+    marks = {line.split()[1]: float(line.split()[2]) for line in proc.stdout.splitlines() if line.startswith("T ")}
+    return {"first_frame_s": marks["first_frame"] - t0, "train_s": marks["done"] - marks["first_frame"],
+            "done_to_exit_s": end - marks["done"], "whole_s": end - t0}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--frames", type=int, default=10_240, help="frames of training (multiple of 256)")
+    ap.add_argument("--rounds", type=int, default=3, help="(lab, SB3) pairs, alternating")
+    ap.add_argument("--out", default=str(ROOT / "bench/results/startup.json"))
+    ap.add_argument("--before", default=None, metavar="CHECKOUT",
+                    help="also time the lab of another checkout (e.g. the previous commit) as 'lab_before'")
+    args = ap.parse_args(argv)
+    try:
+        import stable_baselines3
+        sb3_version = stable_baselines3.__version__
+    except ImportError:
+        sb3_version = None
+        print("stable-baselines3 is not installed (pip install -e '.[bench]'): timing the lab only")
+    runs = []
+    for r in range(args.rounds):
+        impls = [("lab", run_lab), ("sb3", run_sb3)]
+        if args.before:
+            impls.insert(1, ("lab_before", lambda frames: run_lab(frames, Path(args.before).resolve())))
+        for impl, fn in impls:
+            if impl == "sb3" and sb3_version is None:
+                continue
+            load = os.getloadavg()[0]
+            rec = {"impl": impl, "round": r, "load1_start": load, **fn(args.frames), "load1_end": os.getloadavg()[0]}
+            runs.append(rec)
+            print(f"round {r} {impl}: first frame {rec['first_frame_s']:.1f} s, train {rec['train_s']:.1f} s, "
+                  f"done->exit {rec['done_to_exit_s']:.1f} s, whole {rec['whole_s']:.1f} s (load1 {load:.2f})",
+                  flush=True)
+    keys = ("first_frame_s", "train_s", "done_to_exit_s", "whole_s")
+    summary = {impl: {k: statistics.median(x[k] for x in runs if x["impl"] == impl) for k in keys}
+               for impl in sorted({x["impl"] for x in runs})}
+    import ray
+    import torch
+    result = {"frames": args.frames, "rounds": args.rounds, "median": summary, "runs": runs,
+              "versions": {"python": sys.version.split()[0], "torch": torch.__version__, "ray": ray.__version__,
+                           "stable_baselines3": sb3_version},
+              "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    for impl, med in summary.items():
+        print(f"median {impl}: " + ", ".join(f"{k} {v:.1f}" for k, v in med.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,285 @@
+"""A real two-node Ray cluster, started the way a user starts one: ``ray start --head`` and ``ray start
+--address`` (each with its own temp dir and free ports), the lab driving it with ``--address`` and an
+``s3://`` data dir on the local test S3 server, and ``ray job submit -- lab ...``.
+
+The sessions of a 4-session ``train`` are spread over both nodes (run.json records each session's
+``node_id``); the second node is then lost (its raylet is SIGKILLed by PID) and its sessions come back
+on the head from their checkpoints. Every process ``ray start`` left behind is killed by PID at the end
+(never ``ray stop``: other Ray clusters may share the machine).
+
+Speed knobs of the test cluster, not of the lab: the head's GCS declares a node dead after 3 missed
+health checks 0.5 s apart (Ray's default is 5 missed checks 3 s apart), through ``RAY_health_check_*``
+variables in the environment of ``ray start --head``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from lab_helpers import DRIVER_ENV, SPECS, assert_continuous, descendants, kill_pids, overrides
+
+from orchestrator import storage
+
+RAY = str(Path(sys.executable).with_name("ray"))
+LAB = str(Path(sys.executable).with_name("lab"))
+TINY = ["env.num_envs=4", "agent.algorithm.training_epoch=2", "meta.random_seed=3",
+        'meta.resources={"num_cpus": 1, "num_gpus": 0}']
+FAST_NODE_DEATH = {"RAY_health_check_initial_delay_ms": "0", "RAY_health_check_period_ms": "500",
+                   "RAY_health_check_timeout_ms": "500", "RAY_health_check_failure_threshold": "3"}
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports free on 127.0.0.1 right now."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def free_range(width: int) -> tuple[int, int]:
+    """(first, last) of ``width`` consecutive ports all free now (for Ray's worker ports)."""
+    for _ in range(200):
+        first = random.randrange(20000, 60000 - width)
+        try:
+            socks = []
+            for port in range(first, first + width):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return first, first + width - 1
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free port range")
+
+
+def group_members(pgid: int) -> list[int]:
+    """PIDs of the processes in process group ``pgid`` (read from /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    except OSError:
+        return []
+
+
+@dataclass
+class Node:
+    """One ``ray start`` of the test: its process group (every daemon it leaves keeps it), temp dir."""
+
+    pgid: int
+    temp_dir: Path
+    output: str
+    raylet_pid: int = 0
+    node_id: str = ""
+
+    def find_raylet(self) -> None:
+        """The node's raylet (the member of its process group running ``raylet``) and its node id."""
+        for pid in group_members(self.pgid):
+            args = cmdline(pid)
+            if args and args[0].endswith("/raylet") and any(a.startswith(f"--session_dir={self.temp_dir}")
+                                                            for a in args):
+                self.raylet_pid = pid
+                self.node_id = next(a.split("=", 1)[1] for a in args if a.startswith("--node_id="))
+                return
+        raise AssertionError(f"no raylet in process group {self.pgid}:\n{self.output}")
+
+
+@dataclass
+class Cluster:
+    """A head and worker nodes started with ``ray start`` on this machine."""
+
+    root: Path
+    env: dict[str, str]
+    nodes: list[Node] = field(default_factory=list)
+    address: str = ""
+    dashboard: str = ""
+
+    def ray_start(self, name: str, *args: str, extra_env: dict[str, str] | None = None) -> Node:
+        temp_dir = self.root / name
+        lo, hi = free_range(40)
+        ports = free_ports(6)
+        cmd = [RAY, "start", f"--temp-dir={temp_dir}", "--num-cpus=2", "--disable-usage-stats",
+               f"--node-manager-port={ports[0]}", f"--object-manager-port={ports[1]}",
+               f"--min-worker-port={lo}", f"--max-worker-port={hi}",
+               f"--dashboard-agent-listen-port={ports[2]}", f"--dashboard-agent-grpc-port={ports[3]}",
+               f"--runtime-env-agent-port={ports[4]}", f"--metrics-export-port={ports[5]}", *args]
+        proc = subprocess.Popen(cmd, env={**self.env, **(extra_env or {})}, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        node = Node(proc.pid, temp_dir, "")
+        self.nodes.append(node)  # before waiting: the finalizer kills its group whatever happens
+        node.output = proc.communicate(timeout=120)[0]
+        assert proc.returncode == 0, node.output
+        node.find_raylet()
+        return node
+
+    def start_head(self) -> Node:
+        port, client, dash = free_ports(3)
+        self.address = f"127.0.0.1:{port}"
+        self.dashboard = f"http://127.0.0.1:{dash}"
+        # the dashboard serves `ray job submit` (it needs ray[default], in the test extra)
+        return self.ray_start("head", "--head", f"--port={port}", f"--ray-client-server-port={client}",
+                              "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
+                              extra_env=FAST_NODE_DEATH)
+
+    def add_node(self, resources: dict[str, float]) -> Node:
+        return self.ray_start(f"node{len(self.nodes)}", f"--address={self.address}",
+                              f"--resources={json.dumps(resources)}")
+
+    def kill_all(self) -> None:
+        """SIGKILL every process the ``ray start`` calls left (their process groups and descendants)."""
+        pids = []
+        for node in self.nodes:
+            members = group_members(node.pgid)
+            pids += members + [d for pid in members for d in descendants(pid)]
+        kill_pids(sorted(set(pids)))
+
+
+@pytest.fixture(scope="module")
+def cluster(s3_server, tmp_path_factory):
+    """A head (2 CPUs, dashboard for jobs) and a second node (2 CPUs, resource ``worker_node``).
+
+    Started after ``s3_server`` set the AWS_* variables: the raylets pass them to every worker.
+    """
+    c = Cluster(Path(tmp_path_factory.mktemp("ray")), {**os.environ, **DRIVER_ENV})
+    try:
+        c.start_head()
+        c.add_node({"worker_node": 2})
+        yield c
+    finally:
+        c.kill_all()
+
+
+def one_run(data: str) -> str:
+    (name,) = [n for n in storage.listdir(data) if n.startswith("ppo_cartpole_")]
+    return f"{data}/{name}"
+
+
+def test_search_submitted_as_a_ray_job(cluster, s3_bucket):
+    """``ray job submit -- lab ... search --address HEAD``: the job's driver runs on the head."""
+    data = f"{s3_bucket}/runs"
+    grid = 'search={"agent": {"algorithm": {"gamma__grid_search": [0.9, 0.99]}}}'
+    entry = [LAB, SPECS, "ppo_cartpole", "search", "--address", cluster.address, "--data-dir", data, "--quiet",
+             *overrides(TINY + ["meta.max_session=2", "env.max_frame=1024", "meta.log_frequency=512", grid])]
+    proc = subprocess.run([RAY, "job", "submit", "--address", cluster.dashboard, "--", *entry], env=cluster.env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "search done" in proc.stdout and "succeeded" in proc.stdout
+    predir = one_run(data)
+    exp = storage.read_parquet(f"{predir}/info/experiment_df.parquet")
+    assert sorted(exp["agent.algorithm.gamma"]) == [0.9, 0.99] and set(exp["status"]) == {"done"}
+    sessions = storage.read_json(f"{predir}/run.json")["sessions"]
+    assert sorted(sessions) == ["t0_s0", "t0_s1", "t1_s0", "t1_s1"]
+    assert {s["status"] for s in sessions.values()} == {"done"}
+    # 4 one-CPU sessions at once need both 2-CPU nodes
+    assert {s["node_id"] for s in sessions.values()} == {n.node_id for n in cluster.nodes}
+    for t in (0, 1):
+        for s in (0, 1):
+            assert storage.read_parquet(f"{predir}/t{t}/s{s}/train_df.parquet")["frame"].tolist() == [512, 1024]
+
+
+def test_train_over_two_nodes_survives_losing_one(cluster, s3_bucket):
+    """Last in this file: it ends the second node."""
+    head, worker = cluster.nodes
+    data = f"{s3_bucket}/train"
+    items = TINY + ["meta.max_session=4", "env.max_frame=4096", "meta.log_frequency=1024"]
+    proc = subprocess.Popen([LAB, SPECS, "ppo_cartpole", "train", "--data-dir", data, "--address", cluster.address,
+                             "--quiet", *overrides(items)], env=cluster.env, cwd=cluster.root,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline, lost = time.time() + 180, None
+        while lost is None:
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
+            time.sleep(0.2)
+            try:
+                sessions = storage.read_json(f"{one_run(data)}/run.json")["sessions"]
+            except (ValueError, FileNotFoundError):
+                continue
+            on_worker = {k for k, s in sessions.items() if s.get("node_id") == worker.node_id}
+            if len(sessions) == 4 and all("node_id" in s for s in sessions.values()) and on_worker \
+                    and all(sessions[k].get("checkpoint", 0) >= 1024 for k in on_worker):
+                lost = {k: sessions[k]["checkpoint"] for k in on_worker}
+                os.kill(worker.raylet_pid, signal.SIGKILL)  # the second node is lost mid-run
+        out, err = proc.communicate(timeout=240)
+    finally:
+        kill_pids([proc.pid, *descendants(proc.pid)])
+    assert proc.returncode == 0, err[-3000:]
+    predir = one_run(data)
+    sessions = storage.read_json(f"{predir}/run.json")["sessions"]
+    assert 0 < len(lost) < 4  # both nodes were used
+    for key, entry in sessions.items():
+        assert entry["status"] == "done" and entry["frame"] == 4096 and entry["node_id"] == head.node_id
+        if key in lost:  # came back on the head from its checkpoint
+            (restart,) = entry["restarts"]
+            assert restart["node_id"] == worker.node_id and restart["frame_restored"] >= lost[key]
+        else:
+            assert entry["restarts"] == []
+        t, s = key.split("_")
+        assert_continuous(storage.read_parquet(f"{predir}/{t}/{s}/train_df.parquet"), 1024, 4096)
+    # a session restored on the head continued exactly: its train_df is the uninterrupted run's
+    key = min(lost)
+    resumed = storage.read_parquet(f"{predir}/t0/s{key[-1]}/train_df.parquet")
+    straight = uninterrupted_df(items, int(key[-1]))
+    pd.testing.assert_frame_equal(resumed.drop(columns=["wall_t", "fps"]), straight.drop(columns=["wall_t", "fps"]))
+
+
+def uninterrupted_df(items: list[str], session: int) -> pd.DataFrame:
+    """train_df of session ``session`` of the spec run in-process without interruption."""
+    import torch
+
+    from orchestrator.session import Session
+    from orchestrator.spec import load_spec, session_seed
+
+    torch.set_num_threads(1)
+    spec = load_spec(SPECS, "ppo_cartpole", items)
+    run = Session(spec, session_seed(spec["meta"]["random_seed"], 0, session))
+    run.run_rl()
+    return run.train_df
+
+
+
+def test_dashboard_flag_needs_the_dashboards_packages(monkeypatch, capsys):
+    import ray
+    import ray._private.utils as ray_utils
+
+    from orchestrator import trial
+
+    started = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: started.append(kw))
+    monkeypatch.setattr(ray_utils, "get_dashboard_dependency_error", lambda: "No module named 'aiohttp'")
+    with pytest.raises(trial.UsageError, match=r"--dashboard needs .*rl-trial-lab\[cluster\]"):
+        trial.init_ray(None, dashboard=True)
+    trial.init_ray("127.0.0.1:1", dashboard=True)  # joining a cluster: its head has the dashboard or not
+    trial.init_ray(None)
+    assert [(kw["address"], kw["include_dashboard"]) for kw in started] == [("127.0.0.1:1", False),
+                                                                          ("local", False)]
