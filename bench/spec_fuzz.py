@@ -7,7 +7,8 @@ traceback (``bad_exit2``), or a run still going after ``--timeout`` seconds (``t
 
 Cases: for every spec in the spec file (default ``specs/benchmark/*.json``), with its defaults
 filled in and shrunk to a short run
-(``env.max_frame`` = 300 frames, ``meta.log_frequency`` = 100, ``training_start_step`` <= 100), every
+(``env.max_frame`` = 300 frames, ``meta.log_frequency`` = 100, ``training_start_step`` <= 100,
+``training_iter`` <= 1, ``net.hid_layers`` widths <= 64), every
 leaf (dict values; list elements too) gets each mutation kind that applies to its value:
 ``wrong_type``, ``negative``, ``zero``, ``huge``, ``empty``, ``null``, ``unknown_key`` (a sibling key
 that no section has) and, with ``--all-kinds``, ``nan``, ``inf``, ``fraction`` (2.5 for an int),
@@ -68,6 +69,11 @@ def shrink(spec: dict[str, Any]) -> dict[str, Any]:
     algo = spec.get("agent", {}).get("algorithm", {})
     if "training_start_step" in algo:
         algo["training_start_step"] = min(algo["training_start_step"], 100)
+    if isinstance(algo.get("training_iter"), int):  # off-policy: a few hundred frames of 256-256 SAC steps
+        algo["training_iter"] = min(algo["training_iter"], 1)  # would take ~30 s on 2 loaded cores
+    net = spec.get("agent", {}).get("net", {})
+    if isinstance(net.get("hid_layers"), list) and all(isinstance(h, int) for h in net["hid_layers"]):
+        net["hid_layers"] = [min(h, 64) for h in net["hid_layers"]]
     return spec
 
 
