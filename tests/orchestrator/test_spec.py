@@ -236,7 +236,7 @@ def test_out_of_range():
     assert only(problems_of(['env.vectorization="threads"'])) == \
         "env.vectorization: expected one of ['sync', 'async', 'auto'], got 'threads'"
     assert only(problems_of(["meta.distributed=true"])) == \
-        "meta.distributed: expected false, 'synced' or 'shared' (only false is supported), got True"
+        "meta.distributed: expected false, 'synced' or 'shared', got True"
 
 
 @pytest.mark.parametrize("value", [0, -5])
