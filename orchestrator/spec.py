@@ -33,10 +33,10 @@ from agents.algorithms import ALGORITHMS, AgentSpec, AlgorithmSpec
 from agents.memory import MEMORIES, MemorySpec
 from agents.nets import (
     ACTIVATIONS,
+    GLOBAL_OPTIMIZERS,
     INIT_FNS,
     LOSSES,
     NETS,
-    GLOBAL_OPTIMIZERS,
     OPTIMIZERS,
     NetSpec,
     arc_problems,
