@@ -84,6 +84,7 @@ class GlobalParams:
         holder = Session(spec, seed, trial, 0, fresh=True)  # the algorithm as a session builds it
         holder.close()
         self.algorithm = holder.algorithm
+        self.algorithm.memory = None  # the global actor never acts or samples
         self.net_names = global_net_names(self.algorithm)
         self.params = optim_params(self.algorithm, tuple(self.algorithm.optims))
         self.step = 0  # global optimizer steps (one per push)
