@@ -97,6 +97,7 @@ class NetSpec:
         arc: ``TorchArcNet``: the body as a torcharc 2 spec ``{modules: {...}, graph: {input, modules, output}}``
             (SLM-Lab v5's ``arc``; lazy layers such as ``LazyLinear`` get their input sizes from the observation
             space); None for the other nets, which ignore it.
+        layer_norm: ``MLPNet`` / ``DuelingMLPNet``: a LayerNorm after each hidden Linear (SLM-Lab v5.3).
         init_from: initialize the nets (only: not optimizers, not the clock) of a fresh session from
             another run's checkpoint: a session spec file ``{spec_name}_t{T}_s{S}_spec.json`` (its best
             checkpoint), a session directory, or a checkpoint directory ``ckpt/{frame:012d}``; path or
@@ -128,6 +129,7 @@ class NetSpec:
     log_std_init: float | None = None
     gpu: bool | str = field(default=False, metadata={"choices": (True, False, "auto")})
     init_from: str | None = None
+    layer_norm: bool = False
     arc: dict | None = None
     cell_type: str = field(default="GRU", metadata={"choices": ("GRU", "LSTM", "RNN")})
     rnn_hidden_size: int | None = field(default=None, metadata={"gt": 0})
@@ -213,6 +215,8 @@ class MLPNet(nn.Module):
             ``orthogonal_`` uses gain ``HIDDEN_GAIN`` (sqrt 2) on hidden layers and ``head_gains`` on heads.
         out_layer_activation: activation applied on every head, or None.
         head_gains: orthogonal gain per head (default ``VALUE_GAIN`` = 1 each); ignored by other inits.
+        layer_norm: a ``LayerNorm`` after each hidden Linear, before its activation (SLM-Lab v5.3's
+            ``layer_norm``, as in BRO, Nauman et al. 2024).
 
     Forward: ``x`` (B, *O) float (any dtype, cast to float32) and optional extras (B, E) ->
     (B, out_dim) if one head else ``list`` of (B, out_dim_k).
@@ -224,7 +228,8 @@ class MLPNet(nn.Module):
 
     def __init__(self, in_dim: int, out_dims: int | Sequence[int], hid_layers: Sequence[int],
                  hid_layers_activation: str = "relu", init_fn: str | None = None,
-                 out_layer_activation: str | None = None, head_gains: Sequence[float] | None = None) -> None:
+                 out_layer_activation: str | None = None, head_gains: Sequence[float] | None = None,
+                 layer_norm: bool = False) -> None:
         super().__init__()
         for name in (hid_layers_activation, out_layer_activation):
             if name is not None and name not in ACTIVATIONS:
@@ -239,7 +244,8 @@ class MLPNet(nn.Module):
         dims = [in_dim, *hid_layers]
         layers: list[nn.Module] = []
         for d_in, d_out in zip(dims[:-1], dims[1:]):
-            layers += [nn.Linear(d_in, d_out), ACTIVATIONS[hid_layers_activation]()]
+            layers += [nn.Linear(d_in, d_out), *([nn.LayerNorm(d_out)] if layer_norm else []),
+                       ACTIVATIONS[hid_layers_activation]()]
         self.body = nn.Sequential(nn.Flatten(), *layers)
         out_act = ACTIVATIONS[out_layer_activation] if out_layer_activation else nn.Identity
         self.heads = nn.ModuleList(nn.Sequential(nn.Linear(dims[-1], d), out_act()) for d in head_dims)
@@ -259,7 +265,8 @@ class MLPNet(nn.Module):
                 as SLM-Lab's MLPNet ignores it (its conv nets divide pixels by 255).
         """
         return cls(obs_in_dim(obs_space) + extra_in_dim, out_dims, net_spec.hid_layers,
-                   net_spec.hid_layers_activation, net_spec.init_fn, net_spec.out_layer_activation, head_gains)
+                   net_spec.hid_layers_activation, net_spec.init_fn, net_spec.out_layer_activation, head_gains,
+                   net_spec.layer_norm)
 
     def features(self, x: torch.Tensor, extra: Sequence[torch.Tensor]) -> torch.Tensor:
         """Body output (B, hid_layers[-1]) of observations (B, *O) and extra inputs, each (B, E_k)."""
@@ -296,12 +303,13 @@ class DuelingMLPNet(MLPNet):
 
     def __init__(self, in_dim: int, out_dims: int | Sequence[int], hid_layers: Sequence[int],
                  hid_layers_activation: str = "relu", init_fn: str | None = None,
-                 out_layer_activation: str | None = None, head_gains: Sequence[float] | None = None) -> None:
+                 out_layer_activation: str | None = None, head_gains: Sequence[float] | None = None,
+                 layer_norm: bool = False) -> None:
         if not isinstance(out_dims, int):
             raise ValueError(f"DuelingMLPNet has one Q head (int out_dims), got {out_dims}")
         gains = None if head_gains is None else [head_gains[0], head_gains[0]]
         super().__init__(in_dim, [1, out_dims], hid_layers, hid_layers_activation, init_fn, out_layer_activation,
-                         gains)
+                         gains, layer_norm)
         self.single_head = True
 
     def forward(self, x: torch.Tensor, *extra: torch.Tensor) -> torch.Tensor:

@@ -40,7 +40,6 @@ SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
                                                   "SLM-Lab's other algorithms ignore it too)"),
     "agent.algorithm.spectral_norm": ((False, None), "spectral normalization of the nets"),
     "agent.net.batch_norm": ((False, None), "batch normalization layers"),
-    "agent.net.layer_norm": ((False, None), "layer normalization layers"),
     "agent.net.use_same_optim": ((False, None, True), "the critic net built with the actor's optimizer spec "
                                                       "(applied by spec.apply_use_same_optim)"),
     "agent.net.actor_init_std": ((None, 0.01), "a policy-head init std other than 0.01 (with init_fn "

@@ -64,3 +64,16 @@ def test_dueling_combines_value_and_advantage():
         net.heads[0][0].bias.fill_(1.0)
         net.heads[1][0].bias.copy_(torch.tensor([1.0, 2.0, 6.0]))
     torch.testing.assert_close(net(torch.zeros(1, 2)), torch.tensor([[-1.0, 0.0, 4.0]]))
+
+
+def test_layer_norm_after_each_hidden_linear():
+    """SLM-Lab's layer_norm: Linear -> LayerNorm -> activation per hidden layer; the LayerNorm standardizes each
+    row over its features, (h - mean) / sqrt(var + 1e-5) (its initial affine is the identity)."""
+    net = MLPNet(3, 2, [5, 4], "relu", layer_norm=True)
+    kinds = [type(m).__name__ for m in net.body]
+    assert kinds == ["Flatten", "Linear", "LayerNorm", "ReLU", "Linear", "LayerNorm", "ReLU"]
+    x = torch.randn(6, 3, generator=torch.Generator().manual_seed(0))
+    h = net.body[1](x)
+    expected = (h - h.mean(-1, keepdim=True)) / (h.var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt()
+    torch.testing.assert_close(net.body[2](h), expected)
+    assert net(x).shape == (6, 2) and [type(m).__name__ for m in MLPNet(3, 2, [5]).body] == ["Flatten", "Linear", "ReLU"]

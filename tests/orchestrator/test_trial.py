@@ -5,6 +5,7 @@ subprocess (it must die), which starts a Ray of its own, whose leftover processe
 by PID.
 """
 
+import json
 import os
 
 import pandas as pd
@@ -130,3 +131,29 @@ def test_sessions_beyond_the_cluster_wait_for_freed_resources(ray_local, tmp_pat
     assert run_cli(SPECS, "ppo_cartpole", "train", "--data-dir", str(tmp_path / "data"), *overrides(items)) == 0
     run = storage.read_json(str(only_predir(tmp_path / "data") / "run.json"))
     assert [run["sessions"][f"t0_s{s}"]["status"] for s in range(3)] == ["done"] * 3
+
+
+def test_run_json_checkpoint_updates_are_amortized(tmp_path, monkeypatch):
+    """1,000 checkpoint events within a second cost one run.json write (the first); a status change is written at
+    once with every pending frame; after CHECKPOINT_WRITE_S the next checkpoint event writes again."""
+    from orchestrator.trial import RunRecord, SessionPlan
+
+    clock = [100.0]
+    monkeypatch.setattr("orchestrator.trial.time.monotonic", lambda: clock[0])
+    writes = []
+    monkeypatch.setattr(storage, "write_json", lambda uri, data: writes.append(json.loads(json.dumps(data))))
+    record = RunRecord(str(tmp_path), {"sessions": {}})
+    plans = [SessionPlan(0, s, s, False, status="running") for s in range(4)]
+    for frame in range(1, 251):
+        for plan in plans:
+            plan.frame = frame
+            record.update(plan, checkpoint=frame, defer=True)
+    assert len(writes) == 1 and writes[0]["sessions"]["t0_s0"]["checkpoint"] == 1
+    plans[0].status = "done"
+    record.update(plans[0])
+    assert len(writes) == 2 and {e["checkpoint"] for e in writes[1]["sessions"].values()} == {250}
+    record.update(plans[1], checkpoint=251, defer=True)
+    assert len(writes) == 2
+    clock[0] += RunRecord.CHECKPOINT_WRITE_S
+    record.flush_due()
+    assert len(writes) == 3 and writes[2]["sessions"]["t0_s1"]["checkpoint"] == 251
