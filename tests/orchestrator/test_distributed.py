@@ -94,3 +94,31 @@ def test_synced_trial_trains_one_global_net_and_resumes_it(ray_local, tmp_path):
         assert df["frame"].tolist() == [200, 400, 600, 800] and df["opt_step"].is_monotonic_increasing
     run = storage.read_json(str(predir / "run.json"))
     assert run["resumes"][-1]["spec_edits"] == ["env.max_frame: 400 -> 800"]
+
+
+def test_optim_step_hands_clipped_gradients_to_grad_exchange_and_loads_its_values():
+    from envs.clock import Clock
+    from orchestrator.session import Session
+
+    spec = load_spec(A3C, "a3c_cartpole", SMALL + ["agent.net.clip_grad_val=0.5"])
+    algo = Session(spec, 5).algorithm
+    params = [p for g in algo.optims["net"].param_groups for p in g["params"]]
+    before = [p.detach().clone() for p in params]
+    calls = []
+
+    def exchange(optim_names, lrs, grads):
+        calls.append((optim_names, lrs, [g.clone() for g in grads]))
+        return [torch.full_like(g, 0.25) for g in grads]
+
+    algo.grad_exchange = exchange
+    clock = Clock(1000, 1)
+    loss = sum((p * p).sum() for p in params)
+    norm = algo.optim_step(loss, ("net",), clock)
+    full = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(2 * b) for b in before]))
+    assert norm == pytest.approx(float(full), rel=1e-6)
+    ((names, lrs, grads),) = calls
+    assert names == ("net",) and lrs == [0.02]
+    scale = 0.5 / (full + 1e-6)
+    assert all(torch.allclose(g, 2 * b * scale, rtol=1e-6, atol=0) for g, b in zip(grads, before))
+    assert all(torch.equal(p.detach(), torch.full_like(p, 0.25)) for p in params)  # the exchange's values
+    assert algo.optims["net"].state == {} and clock.opt_step == 1  # no local step; counted once
