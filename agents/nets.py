@@ -143,7 +143,14 @@ OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
     "AdamW": torch.optim.AdamW,
     "RMSprop": torch.optim.RMSprop,
     "SGD": torch.optim.SGD,
+    # SLM-Lab's optimizers of meta.distributed training (slm_lab/lib/optimizer.py): Adam / RMSprop (momentum 0, not
+    # centered, torch's defaults) whose state SLM-Lab keeps in shared memory; here the trial's global actor
+    # (orchestrator/global_params.py) holds every optimizer of such a trial, so they are plain Adam / RMSprop.
+    # orchestrator.spec accepts them only with meta.distributed set.
+    "GlobalAdam": torch.optim.Adam,
+    "GlobalRMSprop": torch.optim.RMSprop,
 }
+GLOBAL_OPTIMIZERS = ("GlobalAdam", "GlobalRMSprop")  # the names above valid only with meta.distributed
 
 LOSSES: dict[str, type[nn.Module]] = {
     "MSELoss": nn.MSELoss,

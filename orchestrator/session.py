@@ -110,6 +110,7 @@ class Session:
         self.refilling = False
         self.stop_requested = False  # set from a signal handler: run_rl returns after this step
         self.exact = True  # false once a restore could not bring back the env state
+        self.exact_reason: str | None = None  # why not exact, when set from outside (meta.distributed)
         self._eval_env: Any = None
         self._last_log = (0, 0.0)  # (frame, wall_t) of the previous log row
 
@@ -278,7 +279,8 @@ class Session:
         if self.eval_rows:
             files["eval_df.parquet"] = _parquet(self.eval_rows, EVAL_COLUMNS)
         exact = self.exact
-        reason = None if exact else "restored from a checkpoint without env state or with another device kind's RNG"
+        reason = None if exact else \
+            self.exact_reason or "restored from a checkpoint without env state or with another device kind's RNG"
         try:
             files["env.pkl"] = pickle.dumps(self.env)
         except Exception as err:  # async envs, Box2D (envs.wrappers.SimStatePickle)  # noqa: BLE001

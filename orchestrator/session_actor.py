@@ -27,6 +27,7 @@ import ray
 from orchestrator import predir as predir_mod
 from orchestrator import storage
 from orchestrator.checkpoint import CheckpointError, CheckpointStore
+from orchestrator.global_params import EXACT_REASON, GlobalExchange
 from orchestrator.tracking import SessionTracker
 
 COMMIT_BACKOFF_S = (0.5, 1.0, 2.0)  # waits between checkpoint write attempts, seconds
@@ -46,13 +47,18 @@ class SessionRunner:
         predir: run directory URI.
         trial, session: indices; seed: the session seed.
         resume: restore the newest valid checkpoint first.
+        global_params: with ``meta.distributed``, the trial's ``GlobalParamsActor`` handle (or an in-process
+            ``GlobalParams``): the session's optimizer steps become pushes to it, it starts from (and at each
+            checkpoint loads) the global weights, and its manifests say ``exact: false``
+            (``orchestrator.global_params``); the manifest meta gains ``global_step`` and
+            ``global_weights_sha256``.
 
     Raises:
         orchestrator.checkpoint.CheckpointError: ``resume`` is set and no checkpoint exists.
     """
 
     def __init__(self, spec: dict[str, Any], predir: str, trial: int, session: int, seed: int,
-                 resume: bool) -> None:
+                 resume: bool, global_params: Any = None) -> None:
         from orchestrator.session import Session  # heavy (torch): imported inside the worker
 
         self.spec, self.key = spec, f"t{trial}_s{session}"
@@ -64,6 +70,11 @@ class SessionRunner:
         self.set_aside: list[dict[str, Any]] = []  # checkpoints ``restore`` set aside as corrupt
         self.best: tuple[float, int] | None = None  # (total_reward_ma, frame) of the best checkpoint
         self.tracker = SessionTracker(spec, predir, trial, session, self.log_line)  # TensorBoard, W&B, MLflow
+        self.exchange: GlobalExchange | None = None
+        if global_params is not None:
+            self.exchange = GlobalExchange(global_params, self.key, self.session.algorithm)
+            self.session.algorithm.grad_exchange = self.exchange
+            self.session.exact, self.session.exact_reason = False, EXACT_REASON
 
     def restore(self) -> None:
         """Load the newest valid checkpoint; one set aside as corrupt is logged and reported in ``started``.
@@ -89,9 +100,21 @@ class SessionRunner:
         self.best = _best_of(self.store)
 
     def snapshot(self) -> tuple[int, dict[str, bytes], dict[str, Any]]:
-        """Serialize the session now (frame, files, manifest meta); the training thread pays this."""
+        """Serialize the session now (frame, files, manifest meta); the training thread pays this.
+
+        With a global actor, the global state is checkpointed first and its weights loaded, so this checkpoint
+        holds the weights of global checkpoint ``meta["global_step"]``.
+        """
+        extra = {}
+        if self.exchange is not None:
+            try:
+                step, sha = self.exchange.checkpoint()
+                extra = {"global_step": step, "global_weights_sha256": sha}
+            except Exception as err:  # noqa: BLE001  # a resume takes the weights of the newest global checkpoint
+                self.log_line(f"global checkpoint at frame {self.session.clock.frame} failed: {err}")
+                extra = {"global_step": None, "global_weights_sha256": None}
         files, meta = self.session.to_checkpoint()
-        return self.session.clock.frame, files, meta
+        return self.session.clock.frame, files, {**meta, **extra}
 
     def write(self, frame: int, files: dict[str, bytes], meta: dict[str, Any]) -> bool:
         """Commit a serialized checkpoint, then prune old ones and refresh the user copy of train_df.
@@ -151,6 +174,8 @@ class SessionRunner:
         session = self.session
         if self.resume:
             self.restore()
+        if self.exchange is not None:
+            self.exchange.sync()
         self.tracker.start(session, self.restored_frame)
         yield {"kind": "started", "pid": os.getpid(), "restored_frame": self.restored_frame,
                "set_aside": self.set_aside, "tracking": self.tracker.record(),
@@ -221,14 +246,15 @@ class SessionActor:
     Args:
         spec, predir, trial, session, seed, resume: see ``SessionRunner``.
         num_threads: torch intra-op threads (the actor's CPU share, at least 1).
+        global_params: the trial's ``GlobalParamsActor`` with ``meta.distributed`` (see ``SessionRunner``).
     """
 
     def __init__(self, spec: dict[str, Any], predir: str, trial: int, session: int, seed: int,
-                 resume: bool, num_threads: int = 1) -> None:
+                 resume: bool, num_threads: int = 1, global_params: Any = None) -> None:
         import torch
 
         torch.set_num_threads(max(1, num_threads))
-        self.runner = SessionRunner(spec, predir, trial, session, seed, resume)
+        self.runner = SessionRunner(spec, predir, trial, session, seed, resume, global_params)
         signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:

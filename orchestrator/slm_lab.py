@@ -64,7 +64,6 @@ SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
     "env.repeat_action_probability": ((None,), "ALE sticky actions (an Atari env kwarg)"),
     "meta.train_mode": ((), "SLM-Lab's meta.train_mode (here the mode is the MODE argument: dev, train, search)"),
 }
-_DIST = "shared-state optimizer of SLM-Lab's meta.distributed (Hogwild) training, which this lab does not support"
 SLM_LAB_NAMES: dict[str, dict[str, str]] = {
     "agent.algorithm.name": {
         "SoftActorCritic": "SLM-Lab's SAC", "CrossQ": "SLM-Lab's CrossQ",
@@ -82,7 +81,6 @@ SLM_LAB_NAMES: dict[str, dict[str, str]] = {
         "PrioritizedReplay": _PER, "OnPolicyCrossEntropy": "SLM-Lab's OnPolicyCrossEntropy memory",
     },
     "optimizer": {
-        "GlobalAdam": "GlobalAdam, the " + _DIST, "GlobalRMSprop": "GlobalRMSprop, the " + _DIST,
         "Lookahead": "the Lookahead optimizer wrapper", "RAdam": "the RAdam optimizer",
     },
     "agent.net.loss_spec.name": {

@@ -33,6 +33,7 @@ from agents.algorithms import ALGORITHMS, AgentSpec, AlgorithmSpec
 from agents.memory import MEMORIES, MemorySpec
 from agents.nets import (
     ACTIVATIONS,
+    GLOBAL_OPTIMIZERS,
     INIT_FNS,
     LOSSES,
     NETS,
@@ -90,8 +91,9 @@ class MetaSpec:
         resources: per-session Ray resources ``{"num_cpus": float, "num_gpus": float}``.
         max_restarts: replacements of a dead session actor before it is marked failed.
         shutdown_grace_s: seconds sessions get to commit a final checkpoint on SIGTERM/SIGINT.
-        distributed: SLM-Lab's asynchronous training (``"synced"``, ``"shared"``: Hogwild sessions on one
-            global net); only ``false`` is supported, the others are refused by name (``distributed_problems``).
+        distributed: SLM-Lab's asynchronous training: ``false`` (each session trains its own nets), ``"synced"`` or
+            ``"shared"`` (the sessions of a trial train one global net held by a Ray actor; ``shared`` behaves as
+            ``synced``, see ``orchestrator.global_params``).
         search_scheduler: optional Ray Tune scheduler for ``search`` mode.
         tensorboard: write TensorBoard event files under ``t{T}/s{S}/tb/`` (orchestrator/tracking.py).
         tracking: one run per session in ``none``, ``wandb`` or ``mlflow`` (orchestrator/tracking.py).
@@ -535,6 +537,10 @@ def _check_component_names(spec: dict[str, Any], problems: list[str]) -> None:
         optim = _get(spec, path)
         if isinstance(optim, dict):
             check(f"{path}.name", optim.get("name"), OPTIMIZERS)
+            if optim.get("name") in GLOBAL_OPTIMIZERS and _get(spec, "meta.distributed") in (False, None):
+                problems.append(f"{path}.name: {optim['name']!r} is SLM-Lab's optimizer of meta.distributed training "
+                                f"(one global net per trial); set meta.distributed to 'synced' or 'shared', or use "
+                                f"{optim['name'].removeprefix('Global')!r}")
             lr = optim.get("lr", 1e-3)
             if not _type_ok(lr, float) or lr < 0:
                 problems.append(f"{path}.lr: expected a number >= 0, got {lr!r}")
@@ -627,13 +633,8 @@ def _check_slm_lab_meta(spec: dict[str, Any], problems: list[str]) -> None:
     """SLM-Lab meta keys with a meaning of their own: ``distributed``, v4's ``search``, ``search_resources``."""
     meta = spec.get("meta") if isinstance(spec.get("meta"), dict) else {}
     dist = meta.get("distributed", False)
-    if dist in ("synced", "shared"):
-        problems.append(f"meta.distributed: SLM-Lab's asynchronous (Hogwild) training {dist!r}, where the sessions of "
-                        "a trial train one global net (A3C, DPPO, async SAC), is not supported here; use false "
-                        "(each session trains its own net)")
-    elif dist is not False:
-        problems.append(f"meta.distributed: expected false, 'synced' or 'shared' (only false is supported), "
-                        f"got {dist!r}")
+    if dist not in (False, "synced", "shared"):
+        problems.append(f"meta.distributed: expected false, 'synced' or 'shared', got {dist!r}")
     if meta.get("search") not in (None, "RandomSearch"):
         problems.append(f"meta.search: SLM-Lab v4's search algorithm {meta['search']!r} is not supported; expected "
                         "'RandomSearch' (or leave it out; --search-alg picks the sampler)")

@@ -37,6 +37,7 @@ from orchestrator import predir as predir_mod
 from orchestrator import storage
 from orchestrator.checkpoint import CheckpointError, CheckpointStore, Selection
 from orchestrator.errors import UsageError
+from orchestrator.global_params import GlobalParamsActor, distributed
 from orchestrator.lease import Lease
 from orchestrator.progress import SessionProgress
 from orchestrator.session_actor import EXPORTED_FILES, SessionActor
@@ -256,6 +257,22 @@ class Trial:
         self.pending_restart: dict[str, float] = {}  # key -> monotonic time to restart at
         self.stopping_since: float | None = None
         self.progress = SessionProgress(disable=True)  # the live display, once run() starts
+        self.globals: dict[int, Any] = {}  # trial index -> GlobalParamsActor (meta.distributed)
+
+    def start_globals(self) -> None:
+        """With ``meta.distributed``, start one ``GlobalParamsActor`` per trial of the plans (no CPU reserved: it
+        only steps optimizers); it restores the trial's newest global checkpoint when there is one."""
+        if not distributed(self.spec):
+            return
+        for t in sorted({p.trial for p in self.plans} - set(self.globals)):
+            self.globals[t] = GlobalParamsActor.options(num_cpus=0).remote(
+                self.spec, self.predir, t, session_seed(self.meta["random_seed"], t, 0), True)
+
+    def stop_globals(self) -> None:
+        """End the global actors (their state is in the global checkpoints the sessions triggered)."""
+        for actor in self.globals.values():
+            ray.kill(actor)
+        self.globals.clear()
 
     # ---------------------------------------------------------------- actors
     def start(self, plan: SessionPlan) -> None:
@@ -263,7 +280,8 @@ class Trial:
         res = self.meta["resources"]
         num_cpus = float(res.get("num_cpus", 1) or 0)
         actor = SessionActor.options(num_cpus=num_cpus, num_gpus=float(res.get("num_gpus", 0) or 0)).remote(
-            self.spec, self.predir, plan.trial, plan.session, plan.seed, plan.resume, max(1, int(num_cpus)))
+            self.spec, self.predir, plan.trial, plan.session, plan.seed, plan.resume, max(1, int(num_cpus)),
+            self.globals.get(plan.trial))
         self.actors[plan.key], self.streams[plan.key] = actor, actor.run.remote()
         plan.status = "running"
         self.record.update(plan)
@@ -289,6 +307,7 @@ class Trial:
         by_key = {p.key: p for p in self.plans}
         with SessionProgress(disable=self.quiet) as progress:
             self.progress = progress
+            self.start_globals()
             for plan in self.plans:
                 self.start(plan)
             while self.streams or self.pending_restart:
@@ -306,6 +325,7 @@ class Trial:
                     key = next(k for k, s in self.streams.items() if s is stream)
                     self.next_event(by_key[key], stream)
                 self.record.flush_due()
+        self.stop_globals()
         self.record.save()
         return self.finish()
 

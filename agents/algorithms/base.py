@@ -38,7 +38,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -145,6 +145,24 @@ class ReplayCadence:
         return clock.frame // tf - self.last_train_frame // tf
 
 
+class GradExchange(Protocol):
+    """What ``Algorithm.optim_step`` calls instead of stepping its optimizers when set as ``grad_exchange``
+    (SLM-Lab's ``meta.distributed``: the gradients go to one global optimizer shared by a trial's sessions).
+
+    Args:
+        optim_names: the optimizers of this step (names of ``Algorithm.optims``).
+        lrs: their current learning rates (the session's frame-driven schedules), one per name.
+        grads: the gradient (after clipping) of each of their parameters, in param-group order (None where a
+            parameter got none).
+
+    Returns:
+        The new value of each of those parameters, same order and shapes (CPU tensors).
+    """
+
+    def __call__(self, optim_names: tuple[str, ...], lrs: list[float],
+                 grads: list[torch.Tensor | None]) -> list[torch.Tensor]: ...
+
+
 class Algorithm:
     """Base of every algorithm.
 
@@ -186,6 +204,8 @@ class Algorithm:
         self.optims: dict[str, torch.optim.Optimizer] = {}
         self.lr_scheds: dict[str, FrameLR] = {}
         self.clip_grad_vals: dict[str, float | None] = {}  # per optimizer: its net spec's clip_grad_val
+        # Set from outside (orchestrator/global_params.py, meta.distributed): replaces the local optimizer step
+        self.grad_exchange: GradExchange | None = None
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self.init_nets()
@@ -327,7 +347,9 @@ class Algorithm:
         ``opt_step`` (unless ``count`` is false: the secondary losses of a multi-loss update, e.g. SAC's actor and
         temperature).
 
-        Sets each optimizer's lr for ``clock.frame`` first (frame-driven schedules).
+        Sets each optimizer's lr for ``clock.frame`` first (frame-driven schedules). With ``grad_exchange`` set
+        (``meta.distributed``), the clipped gradients go to it instead of the local optimizers, and the parameters
+        take the values it returns (see ``GradExchange``).
 
         Args:
             loss: scalar loss.
@@ -351,8 +373,15 @@ class Algorithm:
             else torch.tensor(0.0)
         if max_norm is not None and grads:
             torch._foreach_mul_(grads, (max_norm / (grad_norm + 1e-6)).clamp(max=1.0))
-        for optim in optims:
-            optim.step()
+        if self.grad_exchange is not None:
+            values = self.grad_exchange(optim_names, [optim.param_groups[0]["lr"] for optim in optims],
+                                        [p.grad for p in params])
+            with torch.no_grad():
+                for p, v in zip(params, values):
+                    p.copy_(v)
+        else:
+            for optim in optims:
+                optim.step()
         if count:
             clock.tick_opt_step()
         return float(grad_norm)

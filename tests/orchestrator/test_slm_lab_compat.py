@@ -140,18 +140,22 @@ def test_head_init_stds_need_orthogonal_init(tmp_path):
 def test_slm_lab_names_are_refused_by_feature(tmp_path):
     found = problems(tmp_path, with_(PPO, "agent.algorithm.name", "HydraDQN"))
     assert found[0].startswith("agent.algorithm.name: 'HydraDQN' (SLM-Lab's multi-env hydra DQN")
-    found = problems(tmp_path, with_(PPO, "agent.net.optim_spec.name", "GlobalAdam"))
-    assert "shared-state optimizer of SLM-Lab's meta.distributed" in found[0]
+    found = problems(tmp_path, with_(PPO, "agent.net.optim_spec.name", "Lookahead"))
+    assert found[0].startswith("agent.net.optim_spec.name: 'Lookahead' (the Lookahead optimizer wrapper)")
     found = problems(tmp_path, with_(PPO, "agent.net.loss_spec", {"name": "CrossEntropyLoss"}))
     assert found[0].startswith("agent.net.loss_spec.name: 'CrossEntropyLoss' (a classification loss")
 
 
-@pytest.mark.parametrize("value", ["synced", "shared"])
-def test_distributed_modes_are_refused_by_name(tmp_path, value):
-    found = problems(tmp_path, with_(PPO, "meta.distributed", value))
-    assert found == [f"meta.distributed: SLM-Lab's asynchronous (Hogwild) training '{value}', where the sessions of "
-                     "a trial train one global net (A3C, DPPO, async SAC), is not supported here; use false (each "
-                     "session trains its own net)"]
+@pytest.mark.parametrize("name", ["GlobalAdam", "GlobalRMSprop"])
+def test_global_optimizers_need_distributed(tmp_path, name):
+    found = problems(tmp_path, with_(PPO, "agent.net.optim_spec.name", name))
+    assert found == [f"agent.net.optim_spec.name: {name!r} is SLM-Lab's optimizer of meta.distributed training (one "
+                     f"global net per trial); set meta.distributed to 'synced' or 'shared', or use "
+                     f"{name.removeprefix('Global')!r}"]
+    for mode in ("synced", "shared"):
+        spec = load_spec(write(tmp_path, with_(with_(PPO, "agent.net.optim_spec.name", name), "meta.distributed",
+                                               mode)), "s")
+        assert (spec["meta"]["distributed"], spec["agent"]["net"]["optim_spec"]["name"]) == (mode, name)
 
 
 # ---------------------------------------------------------------- search syntax

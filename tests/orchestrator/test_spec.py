@@ -236,7 +236,7 @@ def test_out_of_range():
     assert only(problems_of(['env.vectorization="threads"'])) == \
         "env.vectorization: expected one of ['sync', 'async', 'auto'], got 'threads'"
     assert only(problems_of(["meta.distributed=true"])) == \
-        "meta.distributed: expected false, 'synced' or 'shared' (only false is supported), got True"
+        "meta.distributed: expected false, 'synced' or 'shared', got True"
 
 
 @pytest.mark.parametrize("value", [0, -5])
@@ -269,7 +269,7 @@ def test_memory_not_allowed_for_algorithm():
 
 def test_unknown_optimizer_loss_and_lr_scheduler():
     assert only(problems_of(["agent.net.optim_spec.name=Adamm"])) == \
-        "agent.net.optim_spec.name: unknown name 'Adamm'; expected one of ['Adam', 'AdamW', 'RMSprop', 'SGD']"
+        "agent.net.optim_spec.name: unknown name 'Adamm'; expected one of ['Adam', 'AdamW', 'GlobalAdam', 'GlobalRMSprop', 'RMSprop', 'SGD']"
     assert "agent.net.loss_spec.name: unknown name 'L1'" in \
         only(problems_of(['agent.net.loss_spec={"name":"L1"}']))
     assert "agent.net.lr_scheduler_spec.name: unknown name 'Exp'" in \
