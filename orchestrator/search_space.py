@@ -46,7 +46,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.slm_lab import SLM_LAB_KEYS
+from orchestrator.slm_lab import ANY, SLM_LAB_KEYS
 
 # type -> (number of numeric arguments, optional trailing ones): grid_search and choice take a list of values
 NUMERIC_TYPES: dict[str, tuple[int, int]] = {
@@ -151,10 +151,11 @@ def parse_search(spec: dict[str, Any]) -> tuple[list[SearchVar], list[str]]:
         if path.split(".")[0] in ("search", "name"):
             problems.append(f"{where}: '{path}' cannot be searched")
             continue
-        if not _has_path(spec, path) and path in SLM_LAB_KEYS:
+        inert = path in SLM_LAB_KEYS and ANY in SLM_LAB_KEYS[path][0]  # SLM-Lab reads it nowhere: set, unread
+        if not _has_path(spec, path) and path in SLM_LAB_KEYS and not inert:
             problems.append(f"{where}: searches '{path}', an SLM-Lab key not supported here: {SLM_LAB_KEYS[path][1]}")
             continue
-        if not _has_path(spec, path):
+        if not _has_path(spec, path) and not inert:
             problems.append(f"{where}: '{path}' does not exist in the spec")
             continue
         if any(v.path == path for v in variables):

@@ -52,9 +52,12 @@ SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
     "agent.net.actor_arc": ((), _ARC),
     "agent.net.critic_arc": ((), _ARC),
     "agent.net.lr_decay": ((None,), "SLM-Lab v3's lr decay (use lr_scheduler_spec)"),
-    "agent.net.lr_decay_frequency": ((None,), "SLM-Lab v3's lr decay (use lr_scheduler_spec)"),
-    "agent.net.lr_decay_min_timestep": ((None,), "SLM-Lab v3's lr decay (use lr_scheduler_spec)"),
-    "agent.net.lr_anneal_timestep": ((None,), "SLM-Lab v3's lr decay (use lr_scheduler_spec)"),
+    "agent.net.lr_decay_frequency": ((ANY,), "SLM-Lab v3's lr decay setting, read only with agent.net.lr_decay (refused "
+                                 "unless null); SLM-Lab v5.3 reads it nowhere, so it is accepted and unread"),
+    "agent.net.lr_decay_min_timestep": ((ANY,), "SLM-Lab v3's lr decay setting, read only with agent.net.lr_decay (refused "
+                                 "unless null); SLM-Lab v5.3 reads it nowhere, so it is accepted and unread"),
+    "agent.net.lr_anneal_timestep": ((ANY,), "SLM-Lab v3's lr decay setting, read only with agent.net.lr_decay (refused "
+                                 "unless null); SLM-Lab v5.3 reads it nowhere, so it is accepted and unread"),
     "agent.memory.alpha": ((), _PER),
     "agent.memory.epsilon": ((), _PER),
     "agent.memory.cross_entropy": ((), "SLM-Lab's OnPolicyCrossEntropy memory, which this lab does not have"),

@@ -192,9 +192,17 @@ def test_bad_quantized_arguments_and_sample_from(tmp_path):
 
 
 def test_search_of_an_slm_lab_key_names_its_feature(tmp_path):
-    found = problems(tmp_path, with_(PPO, "search", {"agent": {"net": {"lr_decay_frequency__choice": [1, 2]}}}))
-    assert found == ["search.agent.net.lr_decay_frequency__choice: searches 'agent.net.lr_decay_frequency', an SLM-Lab "
-                     "key not supported here: SLM-Lab v3's lr decay (use lr_scheduler_spec)"]
+    """A search over a key SLM-Lab reads nowhere is run as SLM-Lab runs it (the key set, unread); one over a key
+    with a feature the lab lacks is refused naming it."""
+    spec = load_spec(write(tmp_path, with_(PPO, "search", {"agent": {"net": {"lr_decay_frequency__choice": [1, 2]}}})),
+                     "s", [])
+    assert spec["search"] == {"agent": {"net": {"lr_decay_frequency__choice": [1, 2]}}}
+    trial = load_spec(write(tmp_path, with_(PPO, "agent.net.lr_decay_frequency", 2)), "s", [])  # a trial's value
+    assert trial["agent"]["net"]["lr_decay_frequency"] == 2
+    found = problems(tmp_path, with_(PPO, "search", {"agent": {"algorithm": {"entropy_coef__choice": [0.1, 0.2]}}}))
+    assert found == ["search.agent.algorithm.entropy_coef__choice: searches 'agent.algorithm.entropy_coef', an SLM-Lab "
+                     "key not supported here: SLM-Lab v4's fixed entropy coefficient (v5 and the lab: "
+                     "entropy_coef_spec)"]
 
 
 def test_v4_list_shaped_search_and_random_search(tmp_path):

@@ -264,7 +264,7 @@ def test_unknown_memory():
 
 def test_memory_not_allowed_for_algorithm():
     assert only(problems_of(["agent.memory.name=Replay"])) == \
-        "agent.memory.name: PPO needs one of ['OnPolicyBatchReplay'], got 'Replay'"
+        "agent.memory.name: PPO needs one of ['OnPolicyBatchReplay', 'OnPolicyReplay'], got 'Replay'"
 
 
 def test_unknown_optimizer_loss_and_lr_scheduler():

@@ -88,3 +88,25 @@ def test_slm_lab_pendulum_spec_with_normalized_targets_runs_unmodified(tmp_path)
     """SLM-Lab's a2c_gae_pendulum (normalize_v_targets: true; one update per 2048 x 4 frames) runs as written."""
     df = run_slm_dev(tmp_path, "benchmark/a2c/a2c_gae_pendulum.json", "a2c_gae_pendulum", max_frame=8192)
     assert df.opt_step.iloc[-1] > 0 and not df.val_loss.isna().all()
+
+
+def test_episodic_rollouts_with_on_policy_replay():
+    """PPO with OnPolicyReplay (SLM-Lab's own PPO refuses it): one update per training_frequency completed
+    episodes, every stored step in each epoch's minibatches: 3 episodes of 4, 5, 6 steps = 15 samples,
+    minibatch 8 -> 2 steps per epoch, 2 epochs."""
+    algo = make_algo("ppo_cartpole", ["agent.memory.name=OnPolicyReplay", "agent.algorithm.training_frequency=3",
+                                      "agent.algorithm.minibatch_size=8", "agent.algorithm.training_epoch=2",
+                                      "agent.net.hid_layers=[8]"])
+    obs, clock = np.zeros((1, 4), np.float32), Clock(100, 1)
+    for length in (4, 5, 6):
+        for t in range(length):
+            done = np.array([t == length - 1])
+            assert not algo.train_ready(clock)
+            algo.memory.add(obs, np.array([t % 2]), np.ones(1, np.float32), obs, done, np.zeros(1, bool))
+            clock.tick(done)
+    assert algo.train_ready(clock)
+    sizes = []
+    orig = algo.minibatch_loss
+    algo.minibatch_loss = lambda mb, *a: sizes.append(len(mb["adv"])) or orig(mb, *a)
+    algo.update(clock)
+    assert sizes == [8, 7, 8, 7] and clock.opt_step == 4 and not algo.train_ready(clock)
