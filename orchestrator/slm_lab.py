@@ -67,6 +67,12 @@ SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
     "env.repeat_action_probability": ((None,), "ALE sticky actions (an Atari env kwarg)"),
     "meta.train_mode": ((), "SLM-Lab's meta.train_mode (here the mode is the MODE argument: dev, train, search)"),
 }
+# SLM-Lab v3's fixed values that v4 and v5 replaced by a schedule: unread whenever the schedule is written beside
+# them (in every SLM-Lab since v4), so spec.normalize drops them, and searches over them, in that case.
+SHADOWED_BY: dict[str, str] = {"agent.algorithm.clip_eps": "clip_eps_spec",
+                               "agent.algorithm.entropy_coef": "entropy_coef_spec"}
+
+
 SLM_LAB_NAMES: dict[str, dict[str, str]] = {
     "agent.algorithm.name": {
         "SoftActorCritic": "SLM-Lab's SAC", "CrossQ": "SLM-Lab's CrossQ",

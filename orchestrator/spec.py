@@ -48,7 +48,7 @@ from agents.schedules import DECAYS, LR_SCHEDULERS, VarSchedule, lr_factor
 from envs.make import EnvSpec, is_atari, resolve_env_id
 from orchestrator import storage
 from orchestrator.search_space import search_problems
-from orchestrator.slm_lab import SLM_LAB_KEYS, slm_lab_key_problem, slm_lab_name_problem
+from orchestrator.slm_lab import SHADOWED_BY, SLM_LAB_KEYS, slm_lab_key_problem, slm_lab_name_problem
 from orchestrator.tracking import tracking_problems
 
 
@@ -278,9 +278,28 @@ def _unwrap_v4_search(search: Any) -> None:
             search[key] = value[0]
 
 
+def _drop_shadowed(spec: dict[str, Any]) -> None:
+    """Drop SLM-Lab v3's fixed values written beside the schedule that replaced them (``SHADOWED_BY``: e.g.
+    ``clip_eps`` next to ``clip_eps_spec``), and searches over them: every SLM-Lab since v4 leaves them unread.
+    Without their schedule they stay and are refused naming the v5 key."""
+    search = spec.get("search") if isinstance(spec.get("search"), dict) else {}
+    for dotted, sibling in SHADOWED_BY.items():
+        *parents, key = dotted.split(".")
+        section, nested = spec, search
+        for part in parents:
+            section = section.get(part) if isinstance(section, dict) else None
+            nested = nested.get(part) if isinstance(nested, dict) else None
+        if not (isinstance(section, dict) and isinstance(section.get(sibling), dict)):
+            continue
+        section.pop(key, None)
+        for table, prefix in ((nested, f"{key}__"), (search, f"{dotted}__")):
+            for name in [n for n in (table or {}) if isinstance(n, str) and n.startswith(prefix)]:
+                del table[name]
+
+
 def normalize(raw: dict[str, Any]) -> dict[str, Any]:
     """SLM-Lab v4 shape -> flat shape: unwrap one-element ``agent``/``env`` lists (also in ``search``), drop
-    ``body``.
+    ``body`` and v3 fixed values beside their schedules (``_drop_shadowed``).
 
     Raises:
         SpecError: a list with other than one element (multi-agent/multi-env is not supported).
@@ -299,6 +318,7 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
                                 + (hydra if len(value) > 1 else ""))
             spec[key] = value[0]
     _unwrap_v4_search(spec.get("search"))
+    _drop_shadowed(spec)
     meta = spec.get("meta")
     if isinstance(meta, dict):  # SLM-Lab per-session resource keys
         for old, new in (("num_cpus", "num_cpus"), ("num_gpus", "num_gpus")):

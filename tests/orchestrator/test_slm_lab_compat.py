@@ -288,3 +288,21 @@ def test_use_same_optim_gives_the_critic_the_actors_optimizer(tmp_path):
     assert load_spec(write(tmp_path, spec), "s")["agent"]["net"]["critic_optim_spec"] == actor
     shared = load_spec(write(tmp_path, with_(spec, "agent.net.shared", True)), "s")
     assert shared["agent"]["net"]["critic_optim_spec"] == {"name": "RMSprop", "lr": 0.01}  # no effect when shared
+
+
+def test_v3_fixed_value_beside_its_schedule_is_unread(tmp_path):
+    """v3's clip_eps written next to a clip_eps_spec (and a search over it) is unread in every SLM-Lab since v4:
+    dropped; alone, without its schedule, it is refused naming the v5 key."""
+    both = with_(with_(PPO, "agent.algorithm.clip_eps", 0.3), "agent.algorithm.clip_eps_spec",
+                 {"name": "no_decay", "start_val": 0.2})
+    both["search"] = {"agent": {"algorithm": {"clip_eps__uniform": [0.1, 0.5], "gamma__uniform": [0.9, 0.99]}}}
+    spec = load_spec(write(tmp_path, both), "s", [])
+    assert "clip_eps" not in spec["agent"]["algorithm"] and spec["agent"]["algorithm"]["clip_eps_spec"]["start_val"] == 0.2
+    assert spec["search"] == {"agent": {"algorithm": {"gamma__uniform": [0.9, 0.99]}}}
+    assert problems(tmp_path, with_(PPO, "agent.algorithm.clip_eps", 0.3))[0].startswith(
+        "agent.algorithm.clip_eps: SLM-Lab key not supported here")
+    lone = with_(PPO, "agent.algorithm.entropy_coef", 0.01)
+    lone["agent"]["algorithm"].pop("entropy_coef_spec", None)
+    assert problems(tmp_path, lone) == ["agent.algorithm.entropy_coef: SLM-Lab key not supported here: SLM-Lab v4's "
+                                        "fixed entropy coefficient (v5 and the lab: entropy_coef_spec); allowed only "
+                                        "as null, got 0.01"]
