@@ -138,7 +138,8 @@ class PercentileNormalizer:
     """Advantage scaling by EMA-tracked 5th and 95th percentiles (DreamerV3, arXiv:2301.04104; SLM-Lab
     v5.3's PPO ``normalize_advantages: percentile``).
 
-    ``update`` sets each EMA ``p <- decay * p + (1 - decay) * quantile(values)``, both starting at 0; ``normalize`` divides by ``max(1, p95 - p5)`` (no centring).
+    ``update`` sets each EMA ``p <- decay * p + (1 - decay) * quantile(values)``, both starting at 0;
+    ``normalize`` divides by ``max(1, p95 - p5)`` (no centring).
 
     Args:
         decay: EMA decay per update.

@@ -209,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
             summary[k].update({extra: med(extra, k), f"ratio_ours/{extra}" if extra.startswith("sb3")
                                else f"ratio_{extra}/sb3": (med("ours", k) / med(extra, k)) if extra.startswith("sb3")
                                else med(extra, k) / med("sb3", k)})
-    out = {"algo": args.algo, "spec": ZOO[args.algo]["name"], "frames": args.frames, "rounds": args.rounds, "seed": args.seed, "torch_threads": 1,
+    out = {"algo": args.algo, "spec": ZOO[args.algo]["name"], "frames": args.frames, "rounds": args.rounds,
+           "seed": args.seed, "torch_threads": 1,
            "versions": {"torch": torch.__version__, "stable_baselines3": stable_baselines3.__version__},
            "cpu_count": os.cpu_count(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "summary": summary, "runs": runs}

@@ -17,6 +17,8 @@ _CONV = "SLM-Lab's ConvNet (net.type ConvNet), which this lab does not have (yet
 _ARC = ("separate actor/critic torcharc specs, which SLM-Lab's TorchArcNet does not read (it builds every net "
         "from agent.net.arc)")
 _PER = "SLM-Lab's PrioritizedReplay memory, which this lab does not have (yet)"
+_V3_LR = ("SLM-Lab v3's lr decay setting, read only with agent.net.lr_decay (refused unless null); SLM-Lab v5.3 "
+          "reads it nowhere, so it is accepted and unread")
 ANY = object()  # in a key's neutral values: every value is accepted (SLM-Lab's own code does not read the key)
 SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
     "agent.algorithm.training_batch_iter": ((ANY,), "batch iterations of off-policy algorithms (SLM-Lab's PPO and "
@@ -52,12 +54,9 @@ SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
     "agent.net.actor_arc": ((), _ARC),
     "agent.net.critic_arc": ((), _ARC),
     "agent.net.lr_decay": ((None,), "SLM-Lab v3's lr decay (use lr_scheduler_spec)"),
-    "agent.net.lr_decay_frequency": ((ANY,), "SLM-Lab v3's lr decay setting, read only with agent.net.lr_decay (refused "
-                                 "unless null); SLM-Lab v5.3 reads it nowhere, so it is accepted and unread"),
-    "agent.net.lr_decay_min_timestep": ((ANY,), "SLM-Lab v3's lr decay setting, read only with agent.net.lr_decay (refused "
-                                 "unless null); SLM-Lab v5.3 reads it nowhere, so it is accepted and unread"),
-    "agent.net.lr_anneal_timestep": ((ANY,), "SLM-Lab v3's lr decay setting, read only with agent.net.lr_decay (refused "
-                                 "unless null); SLM-Lab v5.3 reads it nowhere, so it is accepted and unread"),
+    "agent.net.lr_decay_frequency": ((ANY,), _V3_LR),
+    "agent.net.lr_decay_min_timestep": ((ANY,), _V3_LR),
+    "agent.net.lr_anneal_timestep": ((ANY,), _V3_LR),
     "agent.memory.alpha": ((), _PER),
     "agent.memory.epsilon": ((), _PER),
     "agent.memory.cross_entropy": ((), "SLM-Lab's OnPolicyCrossEntropy memory, which this lab does not have"),

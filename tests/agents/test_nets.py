@@ -76,4 +76,5 @@ def test_layer_norm_after_each_hidden_linear():
     h = net.body[1](x)
     expected = (h - h.mean(-1, keepdim=True)) / (h.var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt()
     torch.testing.assert_close(net.body[2](h), expected)
-    assert net(x).shape == (6, 2) and [type(m).__name__ for m in MLPNet(3, 2, [5]).body] == ["Flatten", "Linear", "ReLU"]
+    assert net(x).shape == (6, 2)
+    assert [type(m).__name__ for m in MLPNet(3, 2, [5]).body] == ["Flatten", "Linear", "ReLU"]

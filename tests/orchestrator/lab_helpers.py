@@ -89,6 +89,22 @@ def kill_driver_when(driver: subprocess.Popen, ready: Callable[[], bool], timeou
         kill_pids(descendants(driver.pid) + tree)
 
 
+def uninterrupted_df(items: list[str], session: int, spec_file: str = SPECS,
+                     name: str = "ppo_cartpole") -> pd.DataFrame:
+    """train_df of session ``session`` (trial 0) of spec ``name`` with ``items`` overrides, run in-process without
+    interruption (one torch thread), to compare a killed-and-resumed session against."""
+    import torch
+
+    from orchestrator.session import Session
+    from orchestrator.spec import load_spec, session_seed
+
+    torch.set_num_threads(1)
+    spec = load_spec(spec_file, name, items)
+    run = Session(spec, session_seed(spec["meta"]["random_seed"], 0, session))
+    run.run_rl()
+    return run.train_df
+
+
 def files_digest(root: Path) -> dict[str, str]:
     """sha256 of every file below ``root``, by relative path."""
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from lab_helpers import DRIVER_ENV, SPECS, assert_continuous, descendants, kill_pids, overrides
+from lab_helpers import DRIVER_ENV, SPECS, assert_continuous, descendants, kill_pids, overrides, uninterrupted_df
 
 from orchestrator import storage
 
@@ -252,21 +252,6 @@ def test_train_over_two_nodes_survives_losing_one(cluster, s3_bucket):
     resumed = storage.read_parquet(f"{predir}/t0/s{key[-1]}/train_df.parquet")
     straight = uninterrupted_df(items, int(key[-1]))
     pd.testing.assert_frame_equal(resumed.drop(columns=["wall_t", "fps"]), straight.drop(columns=["wall_t", "fps"]))
-
-
-def uninterrupted_df(items: list[str], session: int) -> pd.DataFrame:
-    """train_df of session ``session`` of the spec run in-process without interruption."""
-    import torch
-
-    from orchestrator.session import Session
-    from orchestrator.spec import load_spec, session_seed
-
-    torch.set_num_threads(1)
-    spec = load_spec(SPECS, "ppo_cartpole", items)
-    run = Session(spec, session_seed(spec["meta"]["random_seed"], 0, session))
-    run.run_rl()
-    return run.train_df
-
 
 
 def test_dashboard_flag_needs_the_dashboards_packages(monkeypatch, capsys):

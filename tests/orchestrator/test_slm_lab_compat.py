@@ -297,7 +297,8 @@ def test_v3_fixed_value_beside_its_schedule_is_unread(tmp_path):
                  {"name": "no_decay", "start_val": 0.2})
     both["search"] = {"agent": {"algorithm": {"clip_eps__uniform": [0.1, 0.5], "gamma__uniform": [0.9, 0.99]}}}
     spec = load_spec(write(tmp_path, both), "s", [])
-    assert "clip_eps" not in spec["agent"]["algorithm"] and spec["agent"]["algorithm"]["clip_eps_spec"]["start_val"] == 0.2
+    algo = spec["agent"]["algorithm"]
+    assert "clip_eps" not in algo and algo["clip_eps_spec"]["start_val"] == 0.2
     assert spec["search"] == {"agent": {"algorithm": {"gamma__uniform": [0.9, 0.99]}}}
     assert problems(tmp_path, with_(PPO, "agent.algorithm.clip_eps", 0.3))[0].startswith(
         "agent.algorithm.clip_eps: SLM-Lab key not supported here")

@@ -268,8 +268,9 @@ def test_memory_not_allowed_for_algorithm():
 
 
 def test_unknown_optimizer_loss_and_lr_scheduler():
-    assert only(problems_of(["agent.net.optim_spec.name=Adamm"])) == \
-        "agent.net.optim_spec.name: unknown name 'Adamm'; expected one of ['Adam', 'AdamW', 'GlobalAdam', 'GlobalRMSprop', 'RMSprop', 'SGD']"
+    assert only(problems_of(["agent.net.optim_spec.name=Adamm"])) == (
+        "agent.net.optim_spec.name: unknown name 'Adamm'; expected one of ['Adam', 'AdamW', 'GlobalAdam', "
+        "'GlobalRMSprop', 'RMSprop', 'SGD']")
     assert "agent.net.loss_spec.name: unknown name 'L1'" in \
         only(problems_of(['agent.net.loss_spec={"name":"L1"}']))
     assert "agent.net.lr_scheduler_spec.name: unknown name 'Exp'" in \

@@ -9,7 +9,6 @@ import json
 import os
 
 import pandas as pd
-import torch
 from lab_helpers import (
     SPECS,
     assert_continuous,
@@ -20,21 +19,12 @@ from lab_helpers import (
     overrides,
     run_cli,
     start_driver,
+    uninterrupted_df,
 )
 
 from orchestrator import storage
-from orchestrator.session import Session
-from orchestrator.spec import load_spec, session_seed
 
 PPO_SMALL = ["meta.max_session=2", "meta.log_frequency=800", "meta.random_seed=11"]
-
-
-def uninterrupted_df(spec_overrides, session):
-    torch.set_num_threads(1)
-    spec = load_spec(SPECS, "ppo_cartpole", spec_overrides)
-    s = Session(spec, session_seed(spec["meta"]["random_seed"], 0, session))
-    s.run_rl()
-    return s.train_df
 
 
 def test_train_sigkill_driver_then_resume_latest(ray_local, tmp_path):

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from agents.algorithms.crossq import BRN_EPS
-from agents.batch_renorm import BatchRenorm1d, LazyBatchRenorm1d
 from agents.algorithms.dqn import sample_batch
+from agents.batch_renorm import BatchRenorm1d, LazyBatchRenorm1d
 from envs.clock import Clock
 from tests.agents.algorithms.helpers import SLM_SPECS, assert_resume_exact, make_algo
 

@@ -44,7 +44,8 @@ def test_return_normalizer_hand_computed():
     norm.update(torch.tensor([10.0]))
     assert norm.mean == pytest.approx(14 / 3) and norm.var == pytest.approx(np.var([1, 3, 10]))
     out = norm.normalize(torch.tensor([7.7172, 100.0, -1.0]))
-    torch.testing.assert_close(out, torch.tensor([2.0, 10.0, -1 / np.sqrt(np.var([1, 3, 10]))], dtype=torch.float32), rtol=1e-4, atol=0)
+    expected = torch.tensor([2.0, 10.0, -1 / np.sqrt(np.var([1, 3, 10]))], dtype=torch.float32)
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=0)
     small = ReturnNormalizer()
     small.update(torch.tensor([0.1, 0.2]))
     torch.testing.assert_close(small.normalize(torch.tensor([0.5])), torch.tensor([0.5]))  # std < 1: unscaled
