@@ -207,11 +207,14 @@ def test_search_submitted_as_a_ray_job(cluster, s3_bucket):
             assert storage.read_parquet(f"{predir}/t{t}/s{s}/train_df.parquet")["frame"].tolist() == [512, 1024]
 
 
+MAX_FRAME = 16384  # long enough that the worker's sessions are still training when its raylet is killed
+
+
 def test_train_over_two_nodes_survives_losing_one(cluster, s3_bucket):
     """Last in this file: it ends the second node."""
     head, worker = cluster.nodes
     data = f"{s3_bucket}/train"
-    items = TINY + ["meta.max_session=4", "env.max_frame=4096", "meta.log_frequency=1024"]
+    items = TINY + ["meta.max_session=4", f"env.max_frame={MAX_FRAME}", "meta.log_frequency=1024"]
     proc = subprocess.Popen([LAB, SPECS, "ppo_cartpole", "train", "--data-dir", data, "--address", cluster.address,
                              "--quiet", *overrides(items)], env=cluster.env, cwd=cluster.root,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -237,18 +240,21 @@ def test_train_over_two_nodes_survives_losing_one(cluster, s3_bucket):
     predir = one_run(data)
     sessions = storage.read_json(f"{predir}/run.json")["sessions"]
     assert 0 < len(lost) < 4  # both nodes were used
+    # a worker session may finish in the moment between the check and the kill: it is not lost then
+    restarted = {k for k in lost if sessions[k]["restarts"]}
+    assert restarted, "no session came back from the lost node"
     for key, entry in sessions.items():
-        node = worker.node_id if key in finished_on_worker else head.node_id
-        assert entry["status"] == "done" and entry["frame"] == 4096 and entry["node_id"] == node
-        if key in lost:  # came back on the head from its checkpoint
+        node = head.node_id if key in restarted or key not in {*lost, *finished_on_worker} else worker.node_id
+        assert entry["status"] == "done" and entry["frame"] == MAX_FRAME and entry["node_id"] == node
+        if key in restarted:  # came back on the head from its checkpoint
             (restart,) = entry["restarts"]
             assert restart["node_id"] == worker.node_id and restart["frame_restored"] >= lost[key]
         else:
             assert entry["restarts"] == []
         t, s = key.split("_")
-        assert_continuous(storage.read_parquet(f"{predir}/{t}/{s}/train_df.parquet"), 1024, 4096)
+        assert_continuous(storage.read_parquet(f"{predir}/{t}/{s}/train_df.parquet"), 1024, MAX_FRAME)
     # a session restored on the head continued exactly: its train_df is the uninterrupted run's
-    key = min(lost)
+    key = min(restarted)
     resumed = storage.read_parquet(f"{predir}/t0/s{key[-1]}/train_df.parquet")
     straight = uninterrupted_df(items, int(key[-1]))
     pd.testing.assert_frame_equal(resumed.drop(columns=["wall_t", "fps"]), straight.drop(columns=["wall_t", "fps"]))
