@@ -13,10 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-_CONV = "SLM-Lab's ConvNet (net.type ConvNet), which this lab does not have (yet)"
 _ARC = ("separate actor/critic torcharc specs, which SLM-Lab's TorchArcNet does not read (it builds every net "
         "from agent.net.arc)")
-_PER = "SLM-Lab's PrioritizedReplay memory, which this lab does not have (yet)"
 _V3_LR = ("SLM-Lab v3's lr decay setting, read only with agent.net.lr_decay (refused unless null); SLM-Lab v5.3 "
           "reads it nowhere, so it is accepted and unread")
 ANY = object()  # in a key's neutral values: every value is accepted (SLM-Lab's own code does not read the key)
@@ -48,22 +46,13 @@ SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
                                                "orthogonal_ the lab uses 0.01 on policy heads)"),
     "agent.net.critic_init_std": ((None, 1.0, 1), "a value-head init std other than 1 (with init_fn orthogonal_ "
                                                   "the lab uses 1 on value heads)"),
-    "agent.net.log_std_init": ((None,), "a state-independent log-std parameter (CleanRL style); the lab's Gaussian "
-                                        "policy takes its log-std from the policy head"),
-    "agent.net.conv_hid_layers": ((), _CONV),
     "agent.net.actor_arc": ((), _ARC),
     "agent.net.critic_arc": ((), _ARC),
     "agent.net.lr_decay": ((None,), "SLM-Lab v3's lr decay (use lr_scheduler_spec)"),
     "agent.net.lr_decay_frequency": ((ANY,), _V3_LR),
     "agent.net.lr_decay_min_timestep": ((ANY,), _V3_LR),
     "agent.net.lr_anneal_timestep": ((ANY,), _V3_LR),
-    "agent.memory.alpha": ((), _PER),
-    "agent.memory.epsilon": ((), _PER),
     "agent.memory.cross_entropy": ((), "SLM-Lab's OnPolicyCrossEntropy memory, which this lab does not have"),
-    "env.frame_op": ((None,), "frame stacking / concatenation (env.frame_op)"),
-    "env.frame_op_len": ((None,), "frame stacking / concatenation (env.frame_op)"),
-    "env.life_loss_info": ((False, None), "Atari life-loss episode signals"),
-    "env.repeat_action_probability": ((None,), "ALE sticky actions (an Atari env kwarg)"),
     "meta.train_mode": ((), "SLM-Lab's meta.train_mode (here the mode is the MODE argument: dev, train, search)"),
 }
 # SLM-Lab v3's fixed values that v4 and v5 replaced by a schedule: unread whenever the schedule is written beside
@@ -74,7 +63,6 @@ SHADOWED_BY: dict[str, str] = {"agent.algorithm.clip_eps": "clip_eps_spec",
 
 SLM_LAB_NAMES: dict[str, dict[str, str]] = {
     "agent.algorithm.name": {
-        "SoftActorCritic": "SLM-Lab's SAC", "CrossQ": "SLM-Lab's CrossQ",
         "HydraDQN": "SLM-Lab's multi-env hydra DQN (several envs per agent); this lab runs one env per agent",
         "DuelingDQN": "an old SLM-Lab name (v5 writes DQN with net.type DuelingMLPNet)",
         "DuelingDoubleDQN": "an old SLM-Lab name (v5 writes DoubleDQN with net.type DuelingMLPNet)",
@@ -82,11 +70,10 @@ SLM_LAB_NAMES: dict[str, dict[str, str]] = {
         "DDRQN": "an old SLM-Lab recurrent double DQN (v5: DoubleDQN with net.type RecurrentNet)",
     },
     "agent.net.type": {
-        "ConvNet": _CONV, "DuelingConvNet": _CONV,
         "HydraMLPNet": "SLM-Lab's multi-env hydra net; this lab runs one env per agent",
     },
     "agent.memory.name": {
-        "PrioritizedReplay": _PER, "OnPolicyCrossEntropy": "SLM-Lab's OnPolicyCrossEntropy memory",
+        "OnPolicyCrossEntropy": "SLM-Lab's OnPolicyCrossEntropy memory",
     },
     "optimizer": {
         "Lookahead": "the Lookahead optimizer wrapper", "RAdam": "the RAdam optimizer",
