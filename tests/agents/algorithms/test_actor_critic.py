@@ -87,3 +87,27 @@ def test_resume_is_exact(tmp_path, name, overrides, stop_frame):
 def test_slm_lab_spec_runs_unmodified(tmp_path, rel_file, name):
     df = run_slm_dev(tmp_path, rel_file, name)
     assert df.opt_step.iloc[-1] > 0 and not math.isnan(df.policy_loss.iloc[-1])
+
+
+@pytest.mark.parametrize("optims", [
+    ['agent.net.actor_optim_spec={"name": "SGD", "lr": 1.0}', 'agent.net.critic_optim_spec={"name": "SGD", "lr": 1.0}'],
+    ["agent.net.actor_optim_spec=null", "agent.net.critic_optim_spec=null",
+     'agent.net.optim_spec={"name": "SGD", "lr": 1.0}'],
+])
+def test_grad_clipping_is_per_net_as_slm_lab(optims):
+    """Separate actor and critic, clip_grad_val 0.5 (a2c_gae_cartpole), SGD lr 1, stepped together on
+    loss = 3 b_a[0] + 4 b_a[1] + 12 b_c (actor / critic head biases): the actor's gradient (3, 4) has norm 5
+    and is clipped on its own to (0.3, 0.4), the critic's 12 to 0.5, as SLM-Lab's two ``train_step`` calls
+    clip them (over the joint norm 13 the actor's step would be (0.115, 0.154)). Both with two optimizers
+    and with one optimizer over both nets. The returned grad_norm is the joint norm before clipping, 13."""
+    algo = make_algo("a2c_gae_cartpole", optims)
+    assert algo.net_spec.clip_grad_val == 0.5
+    b_a, b_c = algo.nets["actor"].heads[0][0].bias, algo.nets["critic"].heads[0][0].bias
+    a0, c0 = b_a.detach().clone(), b_c.detach().clone()
+    loss = 3 * b_a[0] + 4 * b_a[1] + 12 * b_c[0]
+    clock = Clock(100, 1)
+    grad_norm = algo.optim_step(loss, tuple(algo.optims), clock)
+    assert grad_norm == pytest.approx(13.0, rel=1e-6)
+    torch.testing.assert_close(a0 - b_a.detach(), torch.tensor([0.3, 0.4]), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(c0 - b_c.detach(), torch.tensor([0.5]), rtol=1e-5, atol=1e-6)
+    assert clock.opt_step == 1
