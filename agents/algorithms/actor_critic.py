@@ -45,7 +45,9 @@ class ActorCriticSpec(AlgorithmSpec):
 
     Fields: ``lam`` (GAE lambda in [0, 1], or None), ``num_step_returns`` (n of n-step returns, used when
     ``lam`` is None; it is also the rollout length in vector steps), ``policy_loss_coef``,
-    ``val_loss_coef``, ``normalize_advantage`` (per gradient step's batch), ``normalize_v_targets``
+    ``val_loss_coef``, ``normalize_advantage`` (standardize the advantages over each gradient step's batch;
+    default true, as SLM-Lab v5.3's ``Reinforce.calc_policy_loss``, which A2C inherits, always does; the
+    lab's key to turn it off), ``normalize_v_targets``
     (value predictions and targets divided by a running scale of the targets before the value loss:
     ``agents.returns.ReturnNormalizer``, updated at every value loss, as SLM-Lab v5.3 does),
     ``training_frequency`` (vector steps per rollout with ``OnPolicyBatchReplay``, completed episodes
@@ -56,7 +58,7 @@ class ActorCriticSpec(AlgorithmSpec):
     num_step_returns: int | None = field(default=None, metadata={"gt": 0})
     policy_loss_coef: float = field(default=1.0, metadata={"ge": 0})
     val_loss_coef: float = field(default=1.0, metadata={"ge": 0})
-    normalize_advantage: bool = False
+    normalize_advantage: bool = True  # SLM-Lab v5.3 standardizes A2C's advantages in every policy loss
     normalize_v_targets: bool = False
 
 
