@@ -24,6 +24,7 @@ key ``{spec_name}@{overrides}`` so it never replaces an unmodified run. Results 
 Usage:
     python bench/learning.py benchmark/a2c/a2c_gae_cartpole.json a2c_gae_cartpole
         [--max-frame N] [--sessions N] [--data-dir DIR] [--graph-dir docs/img] [--out PATH]
+    python bench/learning.py --table          # the markdown table of bench/results/learning.json
 
 ``SPEC_FILE`` is a path, or a path relative to ``$SLM_LAB_SPECS/v5.3.0`` (SLM-Lab's spec files).
 """
@@ -161,17 +162,37 @@ def merge(out: Path, key: str, record: dict[str, Any]) -> None:
     out.write_text(json.dumps(data, indent=2) + "\n")
 
 
+def table(data: dict[str, dict[str, Any]]) -> str:
+    """Markdown table of the records in ``data`` (as written by ``merge``), in insertion order."""
+    lines = ["| entry | env | sessions | frames | total_reward_ma mean (min-max) | SLM-Lab-style 100-row ma | "
+             "published | met | fps | wall s | load1 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for key, r in data.items():
+        met = "n/a" if r["met"] is None else ("yes" if r["met"] else "no")
+        lines.append(
+            f"| `{key}` | {r['env']} | {r['sessions']} | {r['frames_per_session'][0]:,} | "
+            f"{r['total_reward_ma']:.1f} ({r['total_reward_ma_min']:.1f} to {r['total_reward_ma_max']:.1f}) | "
+            f"{r['slm_total_reward_ma']:.1f} | {r['published']} | {met} | {r['fps']:,.0f} | {r['wall_s']:,.0f} | "
+            f"{r['load1_start']:.1f}-{r['load1_end']:.1f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry (see module docstring); returns the exit code."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("spec_file")
-    ap.add_argument("spec_name")
+    ap.add_argument("spec_file", nargs="?")
+    ap.add_argument("spec_name", nargs="?")
+    ap.add_argument("--table", action="store_true", help="print the markdown table of --out and exit")
     ap.add_argument("--max-frame", type=int)
     ap.add_argument("--sessions", type=int)
     ap.add_argument("--data-dir", default=str(ROOT / "data" / "learning"))
     ap.add_argument("--graph-dir", help="copy the trial graph PNG here as {key}_trial_graph.png")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "learning.json"))
     args = ap.parse_args(argv)
+    if args.table:
+        print(table(json.loads(Path(args.out).read_text())))
+        return 0
+    if not (args.spec_file and args.spec_name):
+        ap.error("SPEC_FILE and SPEC_NAME are required (or --table)")
     spec_file = resolve_spec_file(args.spec_file)
     data_dir = Path(args.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)

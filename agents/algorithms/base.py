@@ -341,6 +341,24 @@ class Algorithm:
         """numpy -> tensor on the algorithm's device (no copy on CPU when dtypes match)."""
         return torch.as_tensor(x, dtype=dtype, device=self.device)
 
+    def clip_grads(self, optim_names: tuple[str, ...]) -> torch.Tensor:
+        """Clip the gradients of each param group of the named optimizers to its own L2 norm at the optimizer's
+        ``clip_grad_val`` (None: no clipping), as ``nn.utils.clip_grad_norm_`` per net (SLM-Lab's
+        ``Net.train_step``); return the joint L2 norm (scalar tensor) of all those gradients before clipping."""
+        sq_norms = []
+        for name in optim_names:
+            max_norm = self.clip_grad_vals[name]
+            for group in self.optims[name].param_groups:
+                # nn.utils.clip_grad_norm_ op for op (its foreach path), without its per-call Python wrappers
+                grads = [p.grad for p in group["params"] if p.grad is not None]
+                if not grads:
+                    continue
+                norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+                sq_norms.append(norm.square())
+                if max_norm is not None:
+                    torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp(max=1.0))
+        return torch.stack(sq_norms).sum().sqrt() if sq_norms else torch.tensor(0.0)
+
     def optim_step(self, loss: torch.Tensor, optim_names: tuple[str, ...], clock: Clock,
                    count: bool = True) -> float:
         """One optimizer step: zero-grad, backward, clip, step, count ``opt_step`` (unless ``count`` is false: the
@@ -371,19 +389,7 @@ class Algorithm:
         for p in params:  # what optim.zero_grad(set_to_none=True) does, without its per-call wrappers
             p.grad = None
         loss.backward()
-        sq_norms = []
-        for name, optim in zip(optim_names, optims):
-            max_norm = self.clip_grad_vals[name]
-            for group in optim.param_groups:
-                # nn.utils.clip_grad_norm_ op for op (its foreach path), without its per-call Python wrappers
-                grads = [p.grad for p in group["params"] if p.grad is not None]
-                if not grads:
-                    continue
-                norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
-                sq_norms.append(norm.square())
-                if max_norm is not None:
-                    torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp(max=1.0))
-        grad_norm = torch.stack(sq_norms).sum().sqrt() if sq_norms else torch.tensor(0.0)
+        grad_norm = self.clip_grads(optim_names)
         if self.grad_exchange is not None:
             values = self.grad_exchange(optim_names, [optim.param_groups[0]["lr"] for optim in optims],
                                         [p.grad for p in params])

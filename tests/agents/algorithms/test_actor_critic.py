@@ -31,20 +31,13 @@ def _two_step_rollout(overrides):
 
 
 def test_nstep_loss_and_critic_step_hand_computed():
-    """Advantages not standardized. Zero weights, critic bias 1: uniform policy over 2 actions (logp = -ln 2, H = ln 2) and V = 1.
+    """Advantages not standardized. Zero weights, critic bias 1: uniform policy over 2 actions (logp = -ln 2,
+    H = ln 2) and V = 1.
     Rollout T = 2, N = 1, r = 1, 1, no done, gamma 0.5: R1 = 1 + 0.5 * 1 = 1.5, R0 = 1 + 0.5 * 1.5 = 1.75,
     adv = 0.75, 0.5. policy_loss = ln 2 * 0.625 = 0.43322, val_loss = (0.75^2 + 0.5^2) / 2 = 0.40625,
     loss = 0.43322 + 0.5 * 0.40625 - 0.01 * ln 2 = 0.62941. dL/db = 0.5 * mean(2 (V - R)) = -0.625, so
     SGD lr 0.1 moves the critic bias to 1.0625."""
-    algo = make_algo("a2c_nstep_cartpole", NSTEP)
-    with torch.no_grad():
-        for net in algo.nets.values():
-            for p in net.parameters():
-                p.zero_()
-        algo.nets["critic"].heads[0][0].bias.fill_(1.0)
-    obs, no = np.zeros((1, 4), np.float32), np.zeros(1, bool)
-    for act in (0, 1):
-        algo.memory.add(obs, np.array([act]), np.ones(1, np.float32), obs, no, no)
+    algo = _two_step_rollout(NSTEP)
     clock = Clock(100, 1)
     clock.frame = 2
     assert algo.train_ready(clock)
