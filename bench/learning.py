@@ -164,7 +164,7 @@ def merge(out: Path, key: str, record: dict[str, Any]) -> None:
 
 def table(data: dict[str, dict[str, Any]]) -> str:
     """Markdown table of the records in ``data`` (as written by ``merge``), in insertion order."""
-    lines = ["| entry | env | sessions | frames | total_reward_ma mean (min-max) | SLM-Lab-style 100-row ma | "
+    lines = ["| entry | env | sessions | frames | ours: final total_reward_ma, mean (min to max) | SLM-Lab-style | "
              "published | met | fps | wall s | load1 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, r in data.items():
         met = "n/a" if r["met"] is None else ("yes" if r["met"] else "no")
