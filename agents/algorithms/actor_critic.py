@@ -16,7 +16,7 @@ and critic are one net with two heads (``net.shared``; optimizer ``net.actor_opt
 by one optimizer over both (``net.optim_spec``), or by two when ``net.actor_optim_spec`` /
 ``net.critic_optim_spec`` are given (the other falls back to ``optim_spec``). For disjoint nets the
 combined loss gives each net exactly the gradient of its own term, as SLM-Lab's two separate steps do;
-clipping (``clip_grad_val``) is over the global norm of both. Either way it is one ``opt_step``.
+clipping (``clip_grad_val``) is per net, as SLM-Lab's. Either way it is one ``opt_step``.
 
 train_df columns of its own: ``policy_loss`` (``-(logp * adv).mean()`` for A2C, the negated clipped
 surrogate for PPO) and ``val_loss`` (``L(V, v_target)``, before ``val_loss_coef``), means over the
@@ -45,7 +45,9 @@ class ActorCriticSpec(AlgorithmSpec):
 
     Fields: ``lam`` (GAE lambda in [0, 1], or None), ``num_step_returns`` (n of n-step returns, used when
     ``lam`` is None; it is also the rollout length in vector steps), ``policy_loss_coef``,
-    ``val_loss_coef``, ``normalize_advantage`` (per gradient step's batch), ``normalize_v_targets``
+    ``val_loss_coef``, ``normalize_advantage`` (standardize the advantages over each gradient step's batch;
+    default true, as SLM-Lab v5.3's ``Reinforce.calc_policy_loss``, which A2C inherits, always does; the
+    lab's key to turn it off), ``normalize_v_targets``
     (value predictions and targets divided by a running scale of the targets before the value loss:
     ``agents.returns.ReturnNormalizer``, updated at every value loss, as SLM-Lab v5.3 does),
     ``training_frequency`` (vector steps per rollout with ``OnPolicyBatchReplay``, completed episodes
@@ -56,7 +58,7 @@ class ActorCriticSpec(AlgorithmSpec):
     num_step_returns: int | None = field(default=None, metadata={"gt": 0})
     policy_loss_coef: float = field(default=1.0, metadata={"ge": 0})
     val_loss_coef: float = field(default=1.0, metadata={"ge": 0})
-    normalize_advantage: bool = False
+    normalize_advantage: bool = True  # SLM-Lab v5.3 standardizes A2C's advantages in every policy loss
     normalize_v_targets: bool = False
 
 
@@ -86,9 +88,10 @@ class ActorCritic(Algorithm):
             log_std = self.add_log_std()
             if ns.actor_optim_spec is None and ns.critic_optim_spec is None:
                 # One optimizer over both nets (as SB3 does): the same per-parameter updates as two
-                # optimizers of one spec, in one step call instead of two.
-                self.add_optim("net", [*self.nets["actor"].parameters(), *log_std,
-                                       *self.nets["critic"].parameters()], ns.optim_spec)
+                # optimizers of one spec, in one step call instead of two; a param group per net, so
+                # each net's gradient is clipped on its own (``optim_step``), as SLM-Lab's two steps do.
+                self.add_optim("net", [{"params": [*self.nets["actor"].parameters(), *log_std]},
+                                       {"params": list(self.nets["critic"].parameters())}], ns.optim_spec)
             else:
                 self.add_optim("actor", [*self.nets["actor"].parameters(), *log_std],
                                ns.actor_optim_spec or ns.optim_spec)

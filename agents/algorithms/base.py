@@ -341,11 +341,34 @@ class Algorithm:
         """numpy -> tensor on the algorithm's device (no copy on CPU when dtypes match)."""
         return torch.as_tensor(x, dtype=dtype, device=self.device)
 
+    def clip_grads(self, optim_names: tuple[str, ...]) -> torch.Tensor:
+        """Clip the gradients of each param group of the named optimizers to its own L2 norm at the optimizer's
+        ``clip_grad_val`` (None: no clipping), as ``nn.utils.clip_grad_norm_`` per net (SLM-Lab's
+        ``Net.train_step``); return the joint L2 norm (scalar tensor) of all those gradients before clipping."""
+        sq_norms = []
+        for name in optim_names:
+            max_norm = self.clip_grad_vals[name]
+            for group in self.optims[name].param_groups:
+                # nn.utils.clip_grad_norm_ op for op (its foreach path), without its per-call Python wrappers
+                grads = [p.grad for p in group["params"] if p.grad is not None]
+                if not grads:
+                    continue
+                norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+                sq_norms.append(norm.square())
+                if max_norm is not None:
+                    torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp(max=1.0))
+        return torch.stack(sq_norms).sum().sqrt() if sq_norms else torch.tensor(0.0)
+
     def optim_step(self, loss: torch.Tensor, optim_names: tuple[str, ...], clock: Clock,
                    count: bool = True) -> float:
-        """One optimizer step: zero-grad, backward, clip (at the first optimizer's ``clip_grad_val``), step, count
-        ``opt_step`` (unless ``count`` is false: the secondary losses of a multi-loss update, e.g. SAC's actor and
-        temperature).
+        """One optimizer step: zero-grad, backward, clip, step, count ``opt_step`` (unless ``count`` is false: the
+        secondary losses of a multi-loss update, e.g. SAC's actor and temperature).
+
+        Clipping is per net, as SLM-Lab's ``Net.train_step`` does (``clip_grad_norm_(net.parameters(),
+        clip_grad_val)`` for each net it steps): every param group of every stepped optimizer is clipped to
+        its own L2 norm at its optimizer's ``clip_grad_val``, so an actor and a critic stepped together on one
+        loss (two optimizers, or one optimizer with a param group per net) are clipped as SLM-Lab's two
+        separate steps clip them, not over their joint norm.
 
         Sets each optimizer's lr for ``clock.frame`` first (frame-driven schedules). With ``grad_exchange`` set
         (``meta.distributed``), the clipped gradients go to it instead of the local optimizers, and the parameters
@@ -366,13 +389,7 @@ class Algorithm:
         for p in params:  # what optim.zero_grad(set_to_none=True) does, without its per-call wrappers
             p.grad = None
         loss.backward()
-        max_norm = self.clip_grad_vals[optim_names[0]]
-        # nn.utils.clip_grad_norm_ op for op (its foreach path), without its per-call Python wrappers
-        grads = [p.grad for p in params if p.grad is not None]
-        grad_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0) if grads \
-            else torch.tensor(0.0)
-        if max_norm is not None and grads:
-            torch._foreach_mul_(grads, (max_norm / (grad_norm + 1e-6)).clamp(max=1.0))
+        grad_norm = self.clip_grads(optim_names)
         if self.grad_exchange is not None:
             values = self.grad_exchange(optim_names, [optim.param_groups[0]["lr"] for optim in optims],
                                         [p.grad for p in params])
