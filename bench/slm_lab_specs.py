@@ -33,17 +33,22 @@ update path is run by every classic entry):
 ``--shard K/N`` keeps every N-th file from the K-th (0-based), to run N sweeps side by side;
 ``--merge A.json B.json ...`` tallies the records of such shards as one sweep (``--out``, ``--markdown``).
 
+``--no-analysis`` skips the end-of-run analysis of each dev run (``orchestrator.analysis.analyze_after_run``:
+metrics and graphs, some 10 s of a 12 s classic run on a loaded machine). Its failures only warn and
+never change the exit code, so the exit codes are the same; the CI sample runs it.
+
 Each dev record has ``dev_rc`` (0 ok, 2 refused, 124 timed out, 99 an exception escaped the CLI),
 ``dev_s`` (seconds) and, unless 0, ``dev_error``: the first line of the ``error:`` message (exit 2)
 or the exception with the innermost lab frame of its traceback.
 
 Usage:
     python bench/slm_lab_specs.py [--root DIR] [--set env=CartPole-v1 ...] [--dev 300 | --dev-all 500]
-        [--timeout 300] [--only SUBSTRING] [--shard K/N] [--limit K] [--out bench/results/slm_lab_specs.json]
+        [--timeout 300] [--no-analysis] [--only SUBSTRING] [--shard K/N] [--limit K]
+        [--out bench/results/slm_lab_specs.json]
         [--verbose] [--markdown]
 
-Prints the count per outcome, per version, and the refusal reasons by frequency; exits 1 on a crash (or a dev run that
-ended other than 0 or 2).
+Prints the count per outcome, per version, and the refusal reasons by frequency; exits 1 on a crash
+(or a dev run that ended other than 0 or 2).
 """
 
 from __future__ import annotations
@@ -183,10 +188,13 @@ def _crash_line(err: BaseException) -> str:
 
 
 def dev_run(path: Path, name: str, overrides: list[str], frames: int,
-            timeout: float | None = None) -> tuple[int, float, str]:
+            timeout: float | None = None, analysis: bool = True) -> tuple[int, float, str]:
     """``(exit code, seconds, first error line)`` of ``lab FILE NAME dev -s env.max_frame=frames
     [-s ...]`` run in-process; exit code 99 for an exception that escaped the CLI, 124 when the run
-    passed ``timeout`` seconds (SIGALRM, main thread only)."""
+    passed ``timeout`` seconds (SIGALRM, main thread only). ``analysis=False`` skips the end-of-run
+    analysis (which only warns on failure)."""
+    from unittest import mock
+
     from orchestrator import cli
     err_text = io.StringIO()
     start = time.monotonic()
@@ -196,7 +204,9 @@ def dev_run(path: Path, name: str, overrides: list[str], frames: int,
         for item in overrides:
             argv += ["-s", item]
         try:
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err_text):
+            skip = mock.patch("orchestrator.analysis.analyze_after_run", return_value=None)
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err_text), \
+                    (contextlib.nullcontext() if analysis else skip):
                 if timeout:
                     signal.setitimer(signal.ITIMER_REAL, timeout)
                 try:
@@ -236,13 +246,13 @@ def is_classic(path: Path, name: str) -> bool:
 
 def sweep(root: Path, overrides: list[str], dev_frames: int, limit: int | None, verbose: bool,
           dev_all: bool = False, timeout: float | None = None, only: str | None = None,
-          shard: tuple[int, int] = (0, 1)) -> dict[str, Any]:
+          shard: tuple[int, int] = (0, 1), analysis: bool = True) -> dict[str, Any]:
     """Validate (and optionally dev-run) every entry; returns the tallies and one record per entry.
 
     ``dev_frames`` > 0 dev-runs the ``ok`` classic-control entries (all ``ok`` entries with ``dev_all``,
     then with ``dev_overrides``), at most ``limit`` of them, each under ``timeout`` seconds; ``only``
     keeps the files whose relative path contains that substring, ``shard`` ``(k, n)`` every n-th file from
-    the k-th."""
+    the k-th; ``analysis=False`` skips each dev run's end-of-run analysis."""
     from orchestrator.spec import load_spec
     records = []
     for index, (version, path) in enumerate(spec_files(root)):
@@ -265,7 +275,7 @@ def sweep(root: Path, overrides: list[str], dev_frames: int, limit: int | None, 
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
                         extra = dev_overrides(load_spec(str(path), name, overrides + fills))
-                rc, seconds, error = dev_run(path, name, overrides + fills + extra, dev_frames, timeout)
+                rc, seconds, error = dev_run(path, name, overrides + fills + extra, dev_frames, timeout, analysis)
                 rec.update(dev_rc=rc, dev_s=seconds, dev_set=extra)
                 if rc:
                     rec["dev_error"] = error
@@ -307,6 +317,8 @@ def markdown(result: dict[str, Any]) -> str:
         ok = sum(r["outcome"] == "ok" for r in recs)
         devs = [r["dev_rc"] for r in recs if "dev_rc" in r]
         dev = f"{devs.count(0)} / {len(devs)}" if devs else "-"
+        if devs and devs.count(0) < len(devs):
+            dev += " (" + ", ".join(f"{n} exit {rc}" for rc, n in sorted(Counter(devs).items()) if rc) + ")"
         why = Counter(short_reason(r["message"]) for r in recs if r["outcome"] == "refused")
         text = "; ".join(f"{k} ({v})" for k, v in why.most_common(4))
         rows.append(f"| `{fam}` | {len(recs)} | {ok} | {dev} | {text} |")
@@ -322,8 +334,31 @@ def short_reason(message: str) -> str:
     return f"`{path}`: {rest[:90]}".replace("|", "/")
 
 
+def report(result: dict[str, Any], table: bool) -> None:
+    """Print the tallies, the refusal and dev-failure reasons, the per-family table (``table``), and
+    every crash and every dev run that ended other than 0 or 2."""
+    print(f"entries: {result['entries']}  outcomes: {result['outcomes']}")
+    for version, counts in result["per_version"].items():
+        print(f"  {version}: {counts}")
+    if result["dev_rc"]:
+        print(f"dev exit codes: {result['dev_rc']}")
+        for text, count in result["dev_errors"]:
+            print(f"  {count:4d}  {text}")
+    print("refusal reasons:")
+    for text, count in result["reasons"]:
+        print(f"  {count:4d}  {text}")
+    if table:
+        print(markdown(result))
+    for rec in result["records"]:
+        if rec["outcome"].startswith("crash"):
+            print(f"CRASH {rec['file']} {rec['name']}: {rec['message']}")
+        if rec.get("dev_rc", 0) not in (0, 2):
+            print(f"DEV {rec['dev_rc']} {rec['file']} {rec['name']}: {rec.get('dev_error', '')}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the sweep, print the tallies, write the JSON record; 1 if any entry crashed."""
+    """Run the sweep (or merge shards), print the tallies, write the JSON record; 1 if any entry crashed
+    or a dev run ended other than 0 or 2."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--root", type=Path, default=DEFAULT_ROOT)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -331,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dev-all", type=int, default=0, metavar="FRAMES",
                         help="dev-run every ok entry (all env families) with the DEV_CAPS overrides")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per dev run (default 300)")
+    parser.add_argument("--no-analysis", action="store_true",
+                        help="skip each dev run's end-of-run analysis (it only warns on failure)")
     parser.add_argument("--only", default=None, metavar="SUBSTRING", help="only files whose path contains it")
     parser.add_argument("--shard", default="0/1", metavar="K/N", help="every N-th file from the K-th (0-based)")
     parser.add_argument("--merge", type=Path, nargs="+", default=None, metavar="JSON",
@@ -345,28 +382,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         k, n = (int(x) for x in args.shard.split("/"))
         result = sweep(args.root, args.overrides, args.dev_all or args.dev, args.limit, args.verbose,
-                       dev_all=bool(args.dev_all), timeout=args.timeout, only=args.only, shard=(k, n))
-    print(f"entries: {result['entries']}  outcomes: {result['outcomes']}")
-    for version, counts in result["per_version"].items():
-        print(f"  {version}: {counts}")
-    if result["dev_rc"]:
-        print(f"dev exit codes: {result['dev_rc']}")
-        for text, count in result["dev_errors"]:
-            print(f"  {count:4d}  {text}")
-    print("refusal reasons:")
-    for text, count in result["reasons"]:
-        print(f"  {count:4d}  {text}")
-    if args.markdown:
-        print(markdown(result))
-    for rec in result["records"]:
-        if rec["outcome"].startswith("crash"):
-            print(f"CRASH {rec['file']} {rec['name']}: {rec['message']}")
+                       dev_all=bool(args.dev_all), timeout=args.timeout, only=args.only, shard=(k, n),
+                       analysis=not args.no_analysis)
+    report(result, args.markdown)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1, default=str))
-    for rec in result["records"]:
-        if rec.get("dev_rc", 0) not in (0, 2):
-            print(f"DEV {rec['dev_rc']} {rec['file']} {rec['name']}: {rec.get('dev_error', '')}")
     failed = any(r["outcome"].startswith("crash") or r.get("dev_rc", 0) not in (0, 2) for r in result["records"])
     return 1 if failed else 0
 
