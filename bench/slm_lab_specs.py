@@ -18,12 +18,12 @@ A file with ``${env}`` / ``${max_frame}`` placeholders is loaded as a user would
 With ``--dev N`` every ``ok`` entry whose env is classic control is also run in-process as
 ``lab FILE NAME dev -s env.max_frame=N`` and its exit code tallied (slow: a few seconds per entry).
 ``--dev-all`` dev-runs every ``ok`` entry instead (Atari, Box2D, MuJoCo, classic: every validating
-entry has its env installed), each under a wall-clock limit (``--timeout``, seconds; an entry still
-running then is stopped by ``SIGALRM`` in-process and recorded as exit 124), with only the generic
-``-s`` overrides a user could pass, each given only where the entry has the key and its value is
-larger (``dev_overrides``, so the entry keeps its own smaller values; ``training_start_step`` is left
-as written: capping it makes the Atari conv-net updates run on CPU, 30 to 100 s an entry, and the
-update path is run by every classic entry):
+entry has its env installed), and every refused one (which must exit 2 there too), each under a
+wall-clock limit (``--timeout``, seconds; an entry still running then is stopped by ``SIGALRM``
+in-process and recorded as exit 124), with only the generic ``-s`` overrides a user could pass, each
+given only where the entry has the key and its value is larger (``dev_overrides``, so the entry keeps
+its own smaller values; ``training_start_step`` is left as written: capping it makes the Atari
+conv-net updates run on CPU, 30 to 100 s an entry, and the update path is run by every classic entry):
 
 * ``env.max_frame=N`` (every entry);
 * ``env.num_envs=4``: 16 Atari/MuJoCo sub-envs take longer to build than 500 frames take to run;
@@ -269,7 +269,10 @@ def sweep(root: Path, overrides: list[str], dev_frames: int, limit: int | None, 
             rec = {"version": version, "file": rel, "name": name, "outcome": outcome, "message": message,
                    "set": fills}
             wanted = dev_all or is_classic(path, name)
-            if dev_frames and outcome == "ok" and wanted and (limit is None or limit > 0):
+            if dev_all and outcome == "refused":  # the CLI must refuse it too: exit 2, before anything runs
+                rc, seconds, error = dev_run(path, name, overrides + fills, dev_frames, timeout, analysis)
+                rec.update(dev_rc=rc, dev_s=seconds, dev_set=[], dev_error=error)
+            elif dev_frames and outcome == "ok" and wanted and (limit is None or limit > 0):
                 extra = []
                 if dev_all:
                     with warnings.catch_warnings():
