@@ -28,7 +28,9 @@ conv-net updates run on CPU, 30 to 100 s an entry, and the update path is run by
 * ``env.max_frame=N`` (every entry);
 * ``env.num_envs=4``: 16 Atari/MuJoCo sub-envs take longer to build than 500 frames take to run;
 * ``agent.memory.max_size=10000``: a 1e6-frame Atari replay does not fit in memory (the preflight's exit 2);
-* ``meta.rigorous_eval=1``: fewer eval sub-envs to build.
+* ``meta.rigorous_eval=1``: fewer eval sub-envs to build;
+* ``agent.algorithm.training_iter=1``, ``agent.algorithm.training_batch_iter=1``: SLM-Lab's Atari DQN
+  entries take up to 32 conv-net gradient steps every 4 frames (4,000 in 500 frames: minutes on CPU).
 
 ``--shard K/N`` keeps every N-th file from the K-th (0-based), to run N sweeps side by side;
 ``--merge A.json B.json ...`` tallies the records of such shards as one sweep (``--out``, ``--markdown``).
@@ -141,6 +143,8 @@ DEV_CAPS = {
     "env.num_envs": 4,
     "agent.memory.max_size": 10000,
     "meta.rigorous_eval": 1,
+    "agent.algorithm.training_iter": 1,
+    "agent.algorithm.training_batch_iter": 1,
 }
 TIMEOUT_RC = 124  # exit code recorded for an entry stopped at its wall-clock limit
 CRASH_RC = 99  # exit code recorded for an exception that escaped the CLI (a traceback)

@@ -99,6 +99,8 @@ def test_dev_caps_apply_only_where_the_entry_has_a_larger_value():
     assert bench.dev_overrides({"env": {"num_envs": 4}, "agent": {"memory": {}}, "meta": {}}) == []
     assert bench.dev_overrides({"env": {}, "agent": {"memory": {"max_size": 1e6}}, "meta": {}}) == [
         "agent.memory.max_size=10000"]
+    algorithm = {"training_iter": 4, "training_batch_iter": 1, "training_epoch": 8}
+    assert bench.dev_overrides({"agent": {"algorithm": algorithm}}) == ["agent.algorithm.training_iter=1"]
 
 
 def test_dev_run_past_its_limit_is_recorded_as_a_timeout():
