@@ -17,12 +17,40 @@ A file with ``${env}`` / ``${max_frame}`` placeholders is loaded as a user would
 
 With ``--dev N`` every ``ok`` entry whose env is classic control is also run in-process as
 ``lab FILE NAME dev -s env.max_frame=N`` and its exit code tallied (slow: a few seconds per entry).
+``--dev-all`` dev-runs every ``ok`` entry instead (Atari, Box2D, MuJoCo, classic: every validating
+entry has its env installed), and every refused one (which must exit 2 there too), each under a
+wall-clock limit (``--timeout``, seconds; an entry still running then is stopped by ``SIGALRM``
+in-process and recorded as exit 124), with only the generic ``-s`` overrides a user could pass, each
+given only where the entry has the key and its value is larger (``dev_overrides``, so the entry keeps
+its own smaller values; ``training_start_step`` is left as written: capping it makes the Atari
+conv-net updates run on CPU, 30 to 100 s an entry, and the update path is run by every classic entry):
+
+* ``env.max_frame=N`` (every entry);
+* ``env.num_envs=4``: 16 Atari/MuJoCo sub-envs take longer to build than 500 frames take to run;
+* ``agent.memory.max_size=10000``: a 1e6-frame Atari replay does not fit in memory (the preflight's exit 2);
+* ``meta.rigorous_eval=1``: fewer eval sub-envs to build;
+* ``agent.algorithm.training_iter=1``, ``agent.algorithm.training_batch_iter=1``: SLM-Lab's Atari DQN
+  entries take up to 32 conv-net gradient steps every 4 frames (4,000 in 500 frames: minutes on CPU).
+
+``--shard K/N`` keeps every N-th file from the K-th (0-based), to run N sweeps side by side;
+``--merge A.json B.json ...`` tallies the records of such shards as one sweep (``--out``, ``--markdown``).
+
+``--no-analysis`` skips the end-of-run analysis of each dev run (``orchestrator.analysis.analyze_after_run``:
+metrics and graphs, some 10 s of a 12 s classic run on a loaded machine). Its failures only warn and
+never change the exit code, so the exit codes are the same; the CI sample runs it.
+
+Each dev record has ``dev_rc`` (0 ok, 2 refused, 124 timed out, 99 an exception escaped the CLI),
+``dev_s`` (seconds) and, unless 0, ``dev_error``: the first line of the ``error:`` message (exit 2)
+or the exception with the innermost lab frame of its traceback.
 
 Usage:
-    python bench/slm_lab_specs.py [--root DIR] [--set env=CartPole-v1 ...] [--dev 300] [--limit K]
-        [--out bench/results/slm_lab_specs.json] [--verbose] [--markdown]
+    python bench/slm_lab_specs.py [--root DIR] [--set env=CartPole-v1 ...] [--dev 300 | --dev-all 500]
+        [--timeout 300] [--no-analysis] [--only SUBSTRING] [--shard K/N] [--limit K]
+        [--out bench/results/slm_lab_specs.json]
+        [--verbose] [--markdown]
 
-Prints the count per outcome, per version, and the refusal reasons by frequency; exits 1 on a crash.
+Prints the count per outcome, per version, and the refusal reasons by frequency; exits 1 on a crash
+(or a dev run that ended other than 0 or 2).
 """
 
 from __future__ import annotations
@@ -33,8 +61,11 @@ import io
 import json
 import os
 import re
+import signal
 import sys
 import tempfile
+import time
+import traceback
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -107,20 +138,103 @@ def validate_entry(path: Path, name: str, overrides: list[str]) -> tuple[str, st
     return "ok", ""
 
 
-def dev_entry(path: Path, name: str, overrides: list[str], frames: int) -> int:
-    """Exit code of ``lab FILE NAME dev -s env.max_frame=frames`` run in-process (crash: 99)."""
+# generic ``-s`` caps of --dev-all: key path -> largest value passed (only where the entry's value is larger)
+DEV_CAPS = {
+    "env.num_envs": 4,
+    "agent.memory.max_size": 10000,
+    "meta.rigorous_eval": 1,
+    "agent.algorithm.training_iter": 1,
+    "agent.algorithm.training_batch_iter": 1,
+}
+TIMEOUT_RC = 124  # exit code recorded for an entry stopped at its wall-clock limit
+CRASH_RC = 99  # exit code recorded for an exception that escaped the CLI (a traceback)
+
+
+class DevTimeout(BaseException):
+    """Raised in the main thread by SIGALRM when a dev run passes its wall-clock limit (not an
+    ``Exception``, so the lab's own ``except Exception`` blocks do not swallow it)."""
+
+
+def dev_overrides(spec: dict[str, Any]) -> list[str]:
+    """The ``DEV_CAPS`` ``-s`` overrides that apply to a loaded (flat, defaults filled) spec: each key
+    the spec has with a number larger than its cap."""
+    out = []
+    for path, cap in DEV_CAPS.items():
+        node: Any = spec
+        for key in path.split("."):
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, (int, float)) and not isinstance(node, bool) and node > cap:
+            out.append(f"{path}={cap}")
+    return out
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise DevTimeout()
+
+
+def _first_error_line(text: str) -> str:
+    """The first problem of a captured ``error: ...`` message (the line after the header when the
+    header only names the spec)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for i, line in enumerate(lines):
+        if line.startswith("error:"):
+            if line.startswith("error: invalid spec") and i + 1 < len(lines):
+                return lines[i + 1]
+            return line
+    return lines[-1] if lines else ""
+
+
+def _crash_line(err: BaseException) -> str:
+    """``Type: message`` of an exception, with the innermost frame of the lab's own code."""
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if str(REPO) in f.filename]
+    where = f" at {Path(frames[-1].filename).relative_to(REPO)}:{frames[-1].lineno}" if frames else ""
+    return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}{where}"[:300]
+
+
+def dev_run(path: Path, name: str, overrides: list[str], frames: int,
+            timeout: float | None = None, analysis: bool = True) -> tuple[int, float, str]:
+    """``(exit code, seconds, first error line)`` of ``lab FILE NAME dev -s env.max_frame=frames
+    [-s ...]`` run in-process; exit code 99 for an exception that escaped the CLI, 124 when the run
+    passed ``timeout`` seconds (SIGALRM, main thread only). ``analysis=False`` skips the end-of-run
+    analysis (which only warns on failure)."""
+    from unittest import mock
+
     from orchestrator import cli
-    with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()), \
-            contextlib.redirect_stderr(io.StringIO()):
+    err_text = io.StringIO()
+    start = time.monotonic()
+    old = signal.signal(signal.SIGALRM, _alarm) if timeout else None
+    with tempfile.TemporaryDirectory() as tmp:
         argv = [str(path), name, "dev", "--quiet", "--data-dir", tmp, "-s", f"env.max_frame={frames}"]
         for item in overrides:
             argv += ["-s", item]
         try:
-            return int(cli.main(argv) or 0)
+            skip = mock.patch("orchestrator.analysis.analyze_after_run", return_value=None)
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err_text), \
+                    (contextlib.nullcontext() if analysis else skip):
+                if timeout:
+                    signal.setitimer(signal.ITIMER_REAL, timeout)
+                try:
+                    rc, message = int(cli.main(argv) or 0), ""
+                finally:
+                    if timeout:
+                        signal.setitimer(signal.ITIMER_REAL, 0)
         except SystemExit as err:
-            return int(err.code or 0)
-        except Exception:  # noqa: BLE001
-            return 99
+            rc, message = int(err.code or 0), ""
+        except DevTimeout:
+            rc, message = TIMEOUT_RC, f"timed out after {timeout:g} s"
+        except Exception as err:  # noqa: BLE001 - a crash is what this bench looks for
+            rc, message = CRASH_RC, _crash_line(err)
+        finally:
+            if timeout:
+                signal.signal(signal.SIGALRM, old)
+    if rc not in (0, CRASH_RC, TIMEOUT_RC) and not message:
+        message = _first_error_line(err_text.getvalue())
+    return rc, round(time.monotonic() - start, 2), message
+
+
+def dev_entry(path: Path, name: str, overrides: list[str], frames: int) -> int:
+    """Exit code of ``lab FILE NAME dev -s env.max_frame=frames`` run in-process (crash: 99)."""
+    return dev_run(path, name, overrides, frames)[0]
 
 
 def is_classic(path: Path, name: str) -> bool:
@@ -134,12 +248,22 @@ def is_classic(path: Path, name: str) -> bool:
     return isinstance(env, dict) and isinstance(env.get("name"), str) and env["name"].startswith(CLASSIC)
 
 
-def sweep(root: Path, overrides: list[str], dev_frames: int, limit: int | None, verbose: bool) -> dict[str, Any]:
-    """Validate (and optionally dev-run) every entry; returns the tallies and one record per entry."""
+def sweep(root: Path, overrides: list[str], dev_frames: int, limit: int | None, verbose: bool,
+          dev_all: bool = False, timeout: float | None = None, only: str | None = None,
+          shard: tuple[int, int] = (0, 1), analysis: bool = True) -> dict[str, Any]:
+    """Validate (and optionally dev-run) every entry; returns the tallies and one record per entry.
+
+    ``dev_frames`` > 0 dev-runs the ``ok`` classic-control entries (all ``ok`` entries with ``dev_all``,
+    then with ``dev_overrides``), at most ``limit`` of them, each under ``timeout`` seconds; ``only``
+    keeps the files whose relative path contains that substring, ``shard`` ``(k, n)`` every n-th file from
+    the k-th; ``analysis=False`` skips each dev run's end-of-run analysis."""
+    from orchestrator.spec import load_spec
     records = []
-    for version, path in spec_files(root):
-        names = entry_names(path)
+    for index, (version, path) in enumerate(spec_files(root)):
         rel = str(path.relative_to(root))
+        if (only and only not in rel) or index % shard[1] != shard[0]:
+            continue
+        names = entry_names(path)
         if isinstance(names, str):
             records.append({"version": version, "file": rel, "name": None, "outcome": "refused", "message": names})
             continue
@@ -148,11 +272,24 @@ def sweep(root: Path, overrides: list[str], dev_frames: int, limit: int | None, 
             outcome, message = validate_entry(path, name, overrides + fills)
             rec = {"version": version, "file": rel, "name": name, "outcome": outcome, "message": message,
                    "set": fills}
-            if dev_frames and outcome == "ok" and is_classic(path, name) and (limit is None or limit > 0):
-                rec["dev_rc"] = dev_entry(path, name, overrides + fills, dev_frames)
+            wanted = dev_all or is_classic(path, name)
+            if dev_all and outcome == "refused":  # the CLI must refuse it too: exit 2, before anything runs
+                rc, seconds, error = dev_run(path, name, overrides + fills, dev_frames, timeout, analysis)
+                rec.update(dev_rc=rc, dev_s=seconds, dev_set=[], dev_error=error)
+            elif dev_frames and outcome == "ok" and wanted and (limit is None or limit > 0):
+                extra = []
+                if dev_all:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        extra = dev_overrides(load_spec(str(path), name, overrides + fills))
+                rc, seconds, error = dev_run(path, name, overrides + fills + extra, dev_frames, timeout, analysis)
+                rec.update(dev_rc=rc, dev_s=seconds, dev_set=extra)
+                if rc:
+                    rec["dev_error"] = error
                 limit = None if limit is None else limit - 1
             if verbose:
-                print(f"{outcome:10s} {rel} {name} {message.splitlines()[0] if message else ''}", flush=True)
+                dev = f" dev={rec['dev_rc']} {rec['dev_s']}s {rec.get('dev_error', '')}" if "dev_rc" in rec else ""
+                print(f"{outcome:10s} {rel} {name} {message.splitlines()[0] if message else ''}{dev}", flush=True)
             records.append(rec)
     return summarize(records)
 
@@ -164,8 +301,10 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
                    for v in sorted({r["version"] for r in records})}
     reasons = Counter(reason(r["message"]) for r in records if r["outcome"] == "refused")
     dev = Counter(r["dev_rc"] for r in records if "dev_rc" in r)
+    dev_errors = Counter(reason(r["dev_error"]) for r in records if r.get("dev_error"))
     return {"entries": len(records), "outcomes": dict(outcomes), "per_version": per_version,
-            "reasons": reasons.most_common(), "dev_rc": {str(k): v for k, v in dev.items()}, "records": records}
+            "reasons": reasons.most_common(), "dev_rc": {str(k): v for k, v in sorted(dev.items())},
+            "dev_errors": dev_errors.most_common(), "records": records}
 
 
 def family(rec: dict[str, Any]) -> str:
@@ -185,6 +324,8 @@ def markdown(result: dict[str, Any]) -> str:
         ok = sum(r["outcome"] == "ok" for r in recs)
         devs = [r["dev_rc"] for r in recs if "dev_rc" in r]
         dev = f"{devs.count(0)} / {len(devs)}" if devs else "-"
+        if devs and devs.count(0) < len(devs):
+            dev += " (" + ", ".join(f"{n} exit {rc}" for rc, n in sorted(Counter(devs).items()) if rc) + ")"
         why = Counter(short_reason(r["message"]) for r in recs if r["outcome"] == "refused")
         text = "; ".join(f"{k} ({v})" for k, v in why.most_common(4))
         rows.append(f"| `{fam}` | {len(recs)} | {ok} | {dev} | {text} |")
@@ -200,35 +341,62 @@ def short_reason(message: str) -> str:
     return f"`{path}`: {rest[:90]}".replace("|", "/")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the sweep, print the tallies, write the JSON record; 1 if any entry crashed."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT)
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--dev", type=int, default=0, metavar="FRAMES", help="dev-run ok classic entries")
-    parser.add_argument("--limit", type=int, default=None, help="at most this many dev runs")
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--verbose", action="store_true")
-    parser.add_argument("--markdown", action="store_true", help="also print the per-family table")
-    args = parser.parse_args(argv)
-    result = sweep(args.root, args.overrides, args.dev, args.limit, args.verbose)
+def report(result: dict[str, Any], table: bool) -> None:
+    """Print the tallies, the refusal and dev-failure reasons, the per-family table (``table``), and
+    every crash and every dev run that ended other than 0 or 2."""
     print(f"entries: {result['entries']}  outcomes: {result['outcomes']}")
     for version, counts in result["per_version"].items():
         print(f"  {version}: {counts}")
     if result["dev_rc"]:
         print(f"dev exit codes: {result['dev_rc']}")
+        for text, count in result["dev_errors"]:
+            print(f"  {count:4d}  {text}")
     print("refusal reasons:")
     for text, count in result["reasons"]:
         print(f"  {count:4d}  {text}")
-    if args.markdown:
+    if table:
         print(markdown(result))
     for rec in result["records"]:
         if rec["outcome"].startswith("crash"):
             print(f"CRASH {rec['file']} {rec['name']}: {rec['message']}")
+        if rec.get("dev_rc", 0) not in (0, 2):
+            print(f"DEV {rec['dev_rc']} {rec['file']} {rec['name']}: {rec.get('dev_error', '')}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the sweep (or merge shards), print the tallies, write the JSON record; 1 if any entry crashed
+    or a dev run ended other than 0 or 2."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--dev", type=int, default=0, metavar="FRAMES", help="dev-run ok classic entries")
+    parser.add_argument("--dev-all", type=int, default=0, metavar="FRAMES",
+                        help="dev-run every ok entry (all env families) with the DEV_CAPS overrides")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per dev run (default 300)")
+    parser.add_argument("--no-analysis", action="store_true",
+                        help="skip each dev run's end-of-run analysis (it only warns on failure)")
+    parser.add_argument("--only", default=None, metavar="SUBSTRING", help="only files whose path contains it")
+    parser.add_argument("--shard", default="0/1", metavar="K/N", help="every N-th file from the K-th (0-based)")
+    parser.add_argument("--merge", type=Path, nargs="+", default=None, metavar="JSON",
+                        help="tally the records of these sweep results (shards) instead of sweeping")
+    parser.add_argument("--limit", type=int, default=None, help="at most this many dev runs")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--markdown", action="store_true", help="also print the per-family table")
+    args = parser.parse_args(argv)
+    if args.merge:
+        result = summarize([rec for part in args.merge for rec in json.loads(part.read_text())["records"]])
+    else:
+        k, n = (int(x) for x in args.shard.split("/"))
+        result = sweep(args.root, args.overrides, args.dev_all or args.dev, args.limit, args.verbose,
+                       dev_all=bool(args.dev_all), timeout=args.timeout, only=args.only, shard=(k, n),
+                       analysis=not args.no_analysis)
+    report(result, args.markdown)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1, default=str))
-    return 1 if any(r["outcome"].startswith("crash") for r in result["records"]) else 0
+    failed = any(r["outcome"].startswith("crash") or r.get("dev_rc", 0) not in (0, 2) for r in result["records"])
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -58,6 +58,9 @@ SESSION_METRICS = ("final_return_ma", "strength", "max_strength", "final_strengt
 TRIAL_METRICS = (*SESSION_METRICS, "consistency")
 FINAL_MA_ROWS = 100  # rows averaged into final_return_ma (SLM-Lab's PLOT_MA_WINDOW)
 BASELINE_EPISODES = 100
+# env steps after which the baseline stops starting episodes (the one under way finishes): 100 random
+# episodes of VideoPinball take tens of minutes, which a 500-frame dev run would wait for
+BASELINE_MAX_STEPS = 20_000
 BASELINE_VERSION = 1  # bump when the baseline's definition changes (invalidates caches)
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -150,27 +153,33 @@ def json_safe(metrics: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------- random baseline
 
 def compute_random_baseline(env_name: str, max_t: int | None, episodes: int = BASELINE_EPISODES,
-                            seed: int = 0) -> dict[str, Any]:
-    """Mean/std of the return of a uniformly random policy over ``episodes`` episodes (seeded)."""
+                            seed: int = 0, max_steps: int = BASELINE_MAX_STEPS) -> dict[str, Any]:
+    """Mean/std of the return of a uniformly random policy over ``episodes`` seeded episodes, or fewer
+    where they pass ``max_steps`` env steps: no episode starts after that (at least one runs; the
+    ``episodes`` field of the result counts those that ran). SLM-Lab reads the same baseline (100
+    episodes) from its precomputed ``spec/_random_baseline.json``."""
     import gymnasium as gym
 
     from envs.make import resolve_env_id
 
     env = gym.make(resolve_env_id(env_name), **({} if max_t is None else {"max_episode_steps": max_t}))
     env.action_space.seed(seed)
-    returns = []
+    returns, steps = [], 0
     try:
         for i in range(episodes):
+            if returns and steps >= max_steps:
+                break
             env.reset(seed=seed + i)
             total, done = 0.0, False
             while not done:
                 _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
                 total += float(reward)
+                steps += 1
                 done = terminated or truncated
             returns.append(total)
     finally:
         env.close()
-    return {"env": env_name, "max_t": max_t, "episodes": episodes, "seed": seed, "version": BASELINE_VERSION,
+    return {"env": env_name, "max_t": max_t, "episodes": len(returns), "seed": seed, "version": BASELINE_VERSION,
             "mean": float(np.mean(returns)), "std": float(np.std(returns))}
 
 

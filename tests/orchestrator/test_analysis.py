@@ -87,6 +87,35 @@ def test_random_baseline_is_computed_once_and_cached(tmp_path, monkeypatch):
     assert analysis.compute_random_baseline.__name__ == "fail"
 
 
+def test_random_baseline_stops_starting_episodes_after_its_step_budget():
+    """No episode starts once ``max_steps`` env steps have run (the one under way finishes, at least
+    one runs): the capped baseline is the uncapped one over its first episodes."""
+    import gymnasium as gym
+    import numpy as np
+
+    env = gym.make("CartPole-v1")
+    env.action_space.seed(0)
+    returns, lengths = [], []
+    for i in range(5):  # the same seeded random episodes, by hand
+        env.reset(seed=i)
+        total, n, done = 0.0, 0, False
+        while not done:
+            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            total, n, done = total + reward, n + 1, terminated or truncated
+        returns.append(total)
+        lengths.append(n)
+    env.close()
+    budget = lengths[0] + lengths[1] + 1  # reached during the third episode, which still finishes
+    capped = analysis.compute_random_baseline("CartPole-v1", None, episodes=5, max_steps=budget)
+    assert capped["episodes"] == 3
+    assert capped["mean"] == pytest.approx(np.mean(returns[:3]))
+    assert capped["std"] == pytest.approx(np.std(returns[:3]))
+    one = analysis.compute_random_baseline("CartPole-v1", None, episodes=5, max_steps=1)
+    assert (one["episodes"], one["mean"]) == (1, returns[0])
+    full = analysis.compute_random_baseline("CartPole-v1", None, episodes=5, max_steps=10**9)
+    assert (full["episodes"], full["mean"]) == (5, pytest.approx(np.mean(returns)))
+
+
 def test_resume_and_restart_marks_from_run_json():
     run = {"resumes": [{"from_frames": {"t0_s0": 1600, "t0_s1": 0}}, {"from_frames": {"t0_s0": 3200}}],
            "sessions": {"t0_s0": {"restarts": [{"frame_restored": 800}, {"frame_restored": 0}]}}}

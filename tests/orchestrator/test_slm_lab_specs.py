@@ -1,9 +1,10 @@
 """SLM-Lab's own spec files (v5.3.0, unmodified): every entry validates or is refused naming a feature, none
-crashes; a sample of classic-control entries runs in ``dev`` for 300 frames.
+crashes; a sample of classic-control entries runs in ``dev`` for 300 frames, and one entry of each other env
+family (Atari, Box2D, MuJoCo) for 500 frames with the full sweep's ``-s`` caps (``bench.DEV_CAPS``).
 
 The files live outside the repository (``$SLM_LAB_SPECS``, default ``../shared/slm_lab_specs`` beside the
 checkout, as on every developer machine and in CI); a missing folder fails the tests.
-``bench/slm_lab_specs.py`` runs the same sweep with counts (and ``--dev`` for all).
+``bench/slm_lab_specs.py`` runs the same sweep with counts (and ``--dev-all`` for every entry).
 """
 
 import sys
@@ -15,6 +16,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
 
 import slm_lab_specs as bench  # noqa: E402
+
+from orchestrator.spec import load_spec  # noqa: E402
 
 ROOT = bench.DEFAULT_ROOT
 FILES = bench.spec_files(ROOT)
@@ -39,6 +42,14 @@ DEV_SAMPLE = [
     ("v5.3.0/demo.json", "ppo_cartpole"),  # use_same_optim: true
     ("v5.3.0/experimental/ppo/ppo_cartpole.json", "ppo_rnn_separate_cartpole"),  # RecurrentNet
     ("v5.3.0/experimental/dqn/dqn_cartpole.json", "drqn_boltzmann_cartpole"),  # RecurrentNet under DQN
+]
+
+
+# One validating entry per other env family, run as ``--dev-all`` runs them (500 frames, DEV_CAPS, no analysis).
+FAMILY_SAMPLE = [
+    ("v5.3.0/benchmark/a2c/a2c_gae_pong.json", "a2c_gae_pong"),  # Atari: ConvNet, 16 -> 4 sub-envs
+    ("v5.3.0/benchmark/a2c/a2c_gae_lunar.json", "a2c_gae_lunar_continuous"),  # Box2D, continuous actions
+    ("v5.3.0/benchmark/a2c/a2c_nstep_mujoco.json", "a2c_nstep_humanoid"),  # MuJoCo
 ]
 
 
@@ -70,3 +81,38 @@ def test_dev_runs_sample_of_classic_entries(rel, name):
     path = ROOT / rel
     assert path.exists(), path
     assert bench.dev_entry(path, name, bench.template_fills(path), 300) == 0
+
+
+@pytest.mark.parametrize("rel, name", FAMILY_SAMPLE)
+def test_dev_runs_one_entry_per_env_family(rel, name):
+    path = ROOT / rel
+    fills = bench.template_fills(path)
+    caps = bench.dev_overrides(load_spec(str(path), name, fills))
+    rc, _, message = bench.dev_run(path, name, fills + caps, 500, timeout=120, analysis=False)
+    assert (rc, message) == (0, "")
+
+
+def test_dev_caps_apply_only_where_the_entry_has_a_larger_value():
+    spec = {"env": {"num_envs": 16, "max_frame": 10}, "agent": {"memory": {"max_size": 10000}},
+            "meta": {"rigorous_eval": 8}}
+    assert bench.dev_overrides(spec) == ["env.num_envs=4", "meta.rigorous_eval=1"]
+    assert bench.dev_overrides({"env": {"num_envs": 4}, "agent": {"memory": {}}, "meta": {}}) == []
+    assert bench.dev_overrides({"env": {}, "agent": {"memory": {"max_size": 1e6}}, "meta": {}}) == [
+        "agent.memory.max_size=10000"]
+    algorithm = {"training_iter": 4, "training_batch_iter": 1, "training_epoch": 8}
+    assert bench.dev_overrides({"agent": {"algorithm": algorithm}}) == ["agent.algorithm.training_iter=1"]
+
+
+def test_dev_run_past_its_limit_is_recorded_as_a_timeout():
+    """A run stopped by its wall-clock limit (SIGALRM in-process) is exit 124, not a crash or a hang."""
+    path = ROOT / DEV_SAMPLE[0][0]
+    rc, seconds, message = bench.dev_run(path, DEV_SAMPLE[0][1], [], 100_000, timeout=0.5, analysis=False)
+    assert (rc, message) == (bench.TIMEOUT_RC, "timed out after 0.5 s")
+    assert 0.5 <= seconds < 30
+
+
+def test_dev_run_names_the_first_problem_of_a_refusal():
+    path = ROOT / DEV_SAMPLE[0][0]
+    rc, _, message = bench.dev_run(path, DEV_SAMPLE[0][1], ["agent.algorithm.gamma=7"], 100, analysis=False)
+    assert rc == 2
+    assert message.startswith("agent.algorithm.gamma"), message
