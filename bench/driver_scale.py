@@ -27,6 +27,7 @@ Measured in the driver process over the window where every session is running (a
 Usage:
     python bench/driver_scale.py [--sessions 16 64 256] [--duration 60] [--nodes 4] [--per-host 16]
         [--log-every-s 1] [--ckpt-every 5] [--out bench/results/driver_scale.json]
+    python bench/driver_scale.py --real 16 [--real-frames 4096] [--real-cpus 0.125]   # real sessions, CLI
 """
 
 from __future__ import annotations
@@ -233,6 +234,33 @@ def run_one(n: int, args: argparse.Namespace, data_dir: str) -> dict[str, Any]:
     return out
 
 
+def real_run(n: int, frames: int, num_cpus: float) -> dict[str, Any]:
+    """``lab specs/benchmark/cartpole.json ppo_cartpole train`` with ``n`` real sessions of ``frames`` frames,
+    ``num_cpus`` CPU each, through the CLI (a fresh process, embedded Ray); wall time and every session's status."""
+    import subprocess
+
+    with tempfile.TemporaryDirectory() as data_dir:
+        items = [f"meta.max_session={n}", f"meta.resources.num_cpus={num_cpus}", f"env.max_frame={frames}",
+                 "meta.log_frequency=1024", "meta.random_seed=1", f"agent.net.lr_scheduler_spec.frame={frames}",
+                 f"agent.algorithm.clip_eps_spec.end_step={frames}"]
+        cmd = [sys.executable, str(ROOT / "run_lab.py"), str(SPEC_FILE), "ppo_cartpole", "train", "--quiet",
+               "--data-dir", data_dir, *[x for item in items for x in ("-s", item)]]
+        start = time.monotonic()
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ})
+        wall = time.monotonic() - start
+        (run_json,) = Path(data_dir).glob("ppo_cartpole_*/run.json")
+        sessions = json.loads(run_json.read_text())["sessions"]
+    statuses = {k: v["status"] for k, v in sessions.items()}
+    out = {"real_sessions": n, "frames_per_session": frames, "num_cpus_per_session": num_cpus,
+           "exit_code": proc.returncode, "wall_s": round(wall, 1),
+           "done": sum(v == "done" for v in statuses.values()),
+           "frames_done": {k: v["frame"] for k, v in sessions.items()},
+           "nodes_seen": len({v.get("node_id") for v in sessions.values()}), "load1_end": round(os.getloadavg()[0], 2),
+           "tail": proc.stdout.strip().splitlines()[-3:] + proc.stderr.strip().splitlines()[-3:]}
+    print(json.dumps(out), flush=True)
+    return out
+
+
 def main() -> None:
     """Parse arguments, start the cluster, run each size, write the JSON."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -244,7 +272,17 @@ def main() -> None:
     ap.add_argument("--ckpt-every", type=int, default=5, help="log rows per checkpoint commit")
     ap.add_argument("--label", default="", help="a name for this configuration in the JSON")
     ap.add_argument("--out", default=str(ROOT / "bench/results/driver_scale.json"))
+    ap.add_argument("--real", type=int, default=0, help="instead: a real train of this many sessions (CLI)")
+    ap.add_argument("--real-frames", type=int, default=4096)
+    ap.add_argument("--real-cpus", type=float, default=0.125, help="meta.resources.num_cpus per real session")
     args = ap.parse_args()
+    if args.real:
+        result = {"date": time.strftime("%Y-%m-%d %H:%M"), "label": args.label,
+                  **real_run(args.real, args.real_frames, args.real_cpus)}
+        out = Path(args.out)
+        old = json.loads(out.read_text()) if out.exists() else []
+        out.write_text(json.dumps([*old, result], indent=2) + "\n")
+        return
     from ray.cluster_utils import Cluster
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})

@@ -20,6 +20,8 @@ exits at once (committed checkpoints are never half-written).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import inspect
 import json
 import os
 import re
@@ -29,7 +31,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import ray
 from ray.exceptions import OutOfMemoryError, RayActorError, RayTaskError
@@ -100,7 +102,38 @@ def init_ray(address: str | None, dashboard: bool = False) -> None:
         context = ray.init(address=address, include_dashboard=True, log_to_driver=False, logging_level="ERROR")
         print(f"Ray dashboard: http://{context.dashboard_url}")
         return
+    if address == "local":
+        with lean_head_params():
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        return
     ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+
+
+@contextlib.contextmanager
+def lean_head_params() -> Iterator[None]:
+    """While a local Ray starts: no autoscaler monitor and no log monitor (about 80 MB RSS each; docs/BENCHMARKS.md
+    "Process memory"). A one-machine Ray never autoscales, and with ``log_to_driver=False`` the log monitor,
+    which only forwards worker output to drivers, has nothing to do. ``ray.init`` has no option for either,
+    so its node parameters (``RayParams``, Ray 2.60, whose ``no_monitor``/``include_log_monitor`` fields
+    ``ray start`` sets) get these two defaults; with another Ray that lacks them nothing changes."""
+    import ray._private.parameter as parameter
+
+    base = parameter.RayParams
+    if not {"no_monitor", "include_log_monitor"} <= set(inspect.signature(base).parameters):
+        yield
+        return
+
+    class LeanParams(base):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("no_monitor", True)
+            kwargs.setdefault("include_log_monitor", False)
+            super().__init__(*args, **kwargs)
+
+    parameter.RayParams = LeanParams
+    try:
+        yield
+    finally:
+        parameter.RayParams = base
 
 
 def check_resources(meta: dict[str, Any]) -> None:
