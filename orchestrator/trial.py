@@ -429,7 +429,10 @@ class Trial:
             self.release(plan)
             return
         while len(refs) < 64 and stream.next_ready():
-            refs.append(next(stream))
+            try:
+                refs.append(next(stream))
+            except StopIteration:  # next_ready is True for the end of the stream too: released next time
+                break
         try:
             events = ray.get(refs)
         except (RayTaskError, RayActorError, OutOfMemoryError):  # one failed: each ref on its own, as it comes
