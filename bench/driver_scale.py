@@ -38,7 +38,6 @@ import math
 import os
 import random
 import resource
-import statistics
 import sys
 import tempfile
 import threading
@@ -78,7 +77,6 @@ class SessionHost:
         """Emit ``started``, then a log row every ``log_every_s`` s (a checkpoint every ``ckpt_every`` rows)
         for ``duration_s`` s, then ``done``; every event carries ``t_emit`` (wall clock, s)."""
         import os
-        import random
         import socket
         import time
 
@@ -102,8 +100,8 @@ class SessionHost:
                          "grad_norm": rng.random(), "refill": False, "clip_eps": 0.2})
             if n % ckpt_every == 0:  # as SessionActor.run: a checkpoint's commit and the chunk's rows, one batch
                 t = time.time()
-                yield {"kind": "batch", "events": [{"kind": "checkpoint", "frame": frame, "seconds": 0.006, "t_emit": t},
-                                                   *({"kind": "log", "row": row, "t_emit": t} for row in rows)]}
+                commit = {"kind": "checkpoint", "frame": frame, "seconds": 0.006, "t_emit": t}
+                yield {"kind": "batch", "events": [commit, *({"kind": "log", "row": row, "t_emit": t} for row in rows)]}
                 rows.clear()
         kind = "interrupted" if key in self.stopped else "done"
         yield {"kind": kind, "frame": frame, "total_reward_ma": returns[-1] if returns else None,

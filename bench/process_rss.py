@@ -31,40 +31,33 @@ from typing import Any
 try:
     import psutil
 except ImportError:  # Ray bundles psutil (ray/thirdparty_files), on sys.path once ray is imported
-    import ray  # noqa: F401
     import psutil
+    import ray  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC_FILE = ROOT / "specs/benchmark/cartpole.json"
 ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 MB = 2 ** 20
-DAEMONS = ("gcs_server", "raylet", "dashboard", "log_monitor", "monitor", "runtime_env", "agent", "ray_client")
 
 
 def kind_of(proc: psutil.Process, driver_pid: int) -> str:
-    """The kind of a process of the run: driver, session_actor, ray_worker_idle, or the daemon's name."""
+    """The kind of a process of the run: driver, session_actor, ray_worker_other, gone, or the daemon's name."""
     if proc.pid == driver_pid:
         return "driver"
     try:
-        cmd = " ".join(proc.cmdline())
-        name = proc.name()
+        cmd, name = " ".join(proc.cmdline()), proc.name()
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return "gone"
-    if "SessionActor" in cmd or "SessionActor" in name:
-        return "session_actor"
-    for agent in ("DashboardAgent", "RuntimeEnvAgent"):  # Ray daemons the raylet starts, named like workers
-        if agent in cmd or agent in name:
-            return agent
-    for daemon in ("gcs_server", "raylet"):  # before workers: the raylet's arguments name default_worker.py
-        if daemon == name or cmd.split(" ")[0].endswith("/" + daemon):
-            return daemon
-    if cmd.startswith("ray::") or name.startswith("ray::") or "default_worker.py" in cmd:
-        return "ray_worker_other"
-    for part in ("dashboard/agent.py", "dashboard/dashboard.py", "log_monitor.py", "runtime_env/agent",
-                 "monitor.py", "dashboard"):
-        if part in cmd:
-            return part.split("/")[-1].removesuffix(".py")
-    return "other:" + name
+    exe = cmd.split(" ")[0]
+    # (kind, test) in order: the raylet's arguments name default_worker.py, Ray's agents are named like workers
+    rules = [("session_actor", lambda: "SessionActor" in cmd or "SessionActor" in name),
+             ("DashboardAgent", lambda: "DashboardAgent" in cmd), ("RuntimeEnvAgent", lambda: "RuntimeEnvAgent" in cmd),
+             ("gcs_server", lambda: name == "gcs_server" or exe.endswith("/gcs_server")),
+             ("raylet", lambda: name == "raylet" or exe.endswith("/raylet")),
+             ("ray_worker_other", lambda: cmd.startswith("ray::") or "default_worker.py" in cmd),
+             ("agent", lambda: "dashboard/agent.py" in cmd), ("dashboard", lambda: "dashboard/dashboard.py" in cmd),
+             ("log_monitor", lambda: "log_monitor.py" in cmd), ("monitor", lambda: "monitor.py" in cmd)]
+    return next((kind for kind, test in rules if test()), "other:" + name)
 
 
 def sample(driver: psutil.Process) -> dict[int, tuple[str, float, float]]:

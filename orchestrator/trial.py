@@ -248,10 +248,10 @@ class RunRecord:
         if checkpoint is not None:
             entry["checkpoint"] = checkpoint
         self.dirty = True
-        if defer:
+        if self.hold:  # the driver loop writes once at the end of its batch (flush_due)
+            self.urgent = self.urgent or not defer
+        elif defer:
             self.flush_due()
-        elif self.hold:
-            self.urgent = True
         else:
             self.save()
 
@@ -373,9 +373,11 @@ class Trial:
             self.progress = progress
             self.start_globals()
             self.record.hold = True  # one run.json write for all the starts
-            for plan in self.plans:
-                self.start(plan)
-            self.record.hold = False
+            try:
+                for plan in self.plans:
+                    self.start(plan)
+            finally:
+                self.record.hold = False
             self.record.flush_due()
             while self.streams or self.pending_restart:
                 if self.lease is not None and self.lease.lost and self.stopping_since is None:
