@@ -31,8 +31,10 @@ from typing import Any
 try:
     import psutil
 except ImportError:  # Ray bundles psutil (ray/thirdparty_files), on sys.path once ray is imported
-    import psutil
-    import ray  # noqa: F401
+    import importlib
+
+    importlib.import_module("ray")
+    psutil = importlib.import_module("psutil")
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC_FILE = ROOT / "specs/benchmark/cartpole.json"

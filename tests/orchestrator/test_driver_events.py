@@ -124,3 +124,16 @@ def test_watch_takes_every_ready_event_of_many_streams_in_order(streams, tmp_pat
     assert [p.status for p in plans] == ["done"] * 8 + ["failed"] and trial.streams == {}
     assert "injected session bug" in plans[8].error
     assert json.loads((tmp_path / "run.json").read_text())["sessions"]["t0_s3"]["checkpoint"] == 10
+
+
+def test_lean_head_params_drop_the_monitors_only_while_a_local_ray_starts():
+    import ray._private.parameter as parameter
+
+    from orchestrator.trial import lean_head_params
+
+    base = parameter.RayParams
+    with lean_head_params():
+        lean, explicit = parameter.RayParams(), parameter.RayParams(include_log_monitor=True)
+    assert (lean.no_monitor, lean.include_log_monitor) == (True, False)
+    assert explicit.include_log_monitor is True  # what the caller sets wins
+    assert parameter.RayParams is base and base().no_monitor is False
