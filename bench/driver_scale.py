@@ -1,11 +1,11 @@
 """The driver's cost per session with many sessions: a **simulation of the driver's load**, not of training.
 
-The real driver code path (``orchestrator.trial.Trial``: its ``run`` watch loop, ``next_event``/``handle``,
+The real driver code path (``orchestrator.trial.Trial``: its ``run``/``watch`` loop, ``next_events``/``handle``,
 ``RunRecord`` with its amortized ``run.json`` writes, the end-of-run bookkeeping) watches N simulated
 sessions. Each simulated session is a Ray streaming-generator task that emits the event stream a
 ``SessionActor`` emits (``started``; a train_df row every ``--log-every-s`` seconds of simulated
-training, and every ``--ckpt-every`` rows a ``checkpoint`` commit followed by that chunk's ``log`` rows,
-as ``SessionRunner.events`` yields them; ``done``; see ``orchestrator.session_actor``), with the same
+training, and every ``--ckpt-every`` rows a ``checkpoint`` commit with that chunk's ``log`` rows as one
+``batch`` event, as ``SessionActor.run`` sends them; ``done``; see ``orchestrator.session_actor``), with the same
 payloads, but does no RL and imports no torch, so hundreds of them fit in this machine's memory. Only
 ``Trial.new_actor``/``end_actor`` are replaced (they start a simulated session instead of a
 ``SessionActor``); everything the driver does with the events is the lab's code.
@@ -22,7 +22,11 @@ Measured in the driver process over the window where every session is running (a
   Python thread and Ray's core-worker threads in it), as % of one core;
 - **progress latency**: event emitted (wall clock in the session, just before ``yield``) -> handled by
   the driver (``Trial.handle``), p50/p99/max, over ``log`` and ``checkpoint`` events;
-- **run.json writes**: writes per second and bytes per second (``RunRecord.save`` counted).
+- **run.json writes**: writes per second and bytes per second (``RunRecord.save`` counted), and over the
+  whole run.
+
+``--real N`` instead runs N real sessions through the CLI (``lab ... ppo_cartpole train``, fractional CPUs)
+and records the wall time and that every session finished.
 
 Usage:
     python bench/driver_scale.py [--sessions 16 64 256] [--duration 60] [--nodes 4] [--per-host 16]
@@ -254,7 +258,7 @@ def real_run(n: int, frames: int, num_cpus: float) -> dict[str, Any]:
            "done": sum(v == "done" for v in statuses.values()),
            "frames_done": {k: v["frame"] for k, v in sessions.items()},
            "nodes_seen": len({v.get("node_id") for v in sessions.values()}), "load1_end": round(os.getloadavg()[0], 2),
-           "tail": proc.stdout.strip().splitlines()[-3:] + proc.stderr.strip().splitlines()[-3:]}
+           "stderr_tail": proc.stderr.strip().splitlines()[-3:]}
     print(json.dumps(out), flush=True)
     return out
 
