@@ -14,7 +14,8 @@ from orchestrator.trial import RunRecord, SessionPlan, Trial
 def test_checkpoint_batches_group_a_checkpoints_commit_and_its_rows(tmp_path):
     """4 log rows per checkpoint: each checkpoint's events reach the driver as one object, in events()'s order."""
     spec = load_spec(SPECS, "ppo_cartpole", ["env.max_frame=1024", "meta.log_frequency=128",
-                                             "meta.checkpoint_frequency=512", "meta.random_seed=3"])
+                                             "meta.checkpoint_frequency=512", "meta.random_seed=3",
+                                             "meta.tensorboard=false"])
     runner = SessionRunner(spec, str(tmp_path / "ppo_cartpole_2026_01_01_000000"), 0, 0, 3, resume=False)
     out = list(checkpoint_batches(runner))
     shape = [[(e["kind"], e.get("frame", e.get("row", {}).get("frame"))) for e in x["events"]]
