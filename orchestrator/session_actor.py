@@ -11,6 +11,8 @@ Events (dicts yielded by ``run``; ``kind`` is one of):
   ``checkpoint_failed`` {frame}: every write attempt of that checkpoint failed (training goes on)
   ``done``        {frame, total_reward_ma}
   ``interrupted`` {frame, checkpoint: bool}
+  ``batch``       {events}: from ``SessionActor.run`` only, the events of one checkpoint (its commit and the
+                  chunk's log rows) as one Ray object (the driver's cost is per object: docs/SCALING.md)
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class SessionRunner:
         self.best: tuple[float, int] | None = None  # (total_reward_ma, frame) of the best checkpoint
         self.tracker = SessionTracker(spec, predir, trial, session, self.log_line)  # TensorBoard, W&B, MLflow
         self.exchange: GlobalExchange | None = None
+        self.burst_open = False  # True while the event just yielded has more of its checkpoint's events after it
         if global_params is not None:
             self.exchange = GlobalExchange(global_params, self.key, self.session.algorithm)
             self.session.algorithm.grad_exchange = self.exchange
@@ -192,12 +195,16 @@ class SessionRunner:
                 if session.clock.frame not in (self.committed, pending and pending[0]):
                     start = time.perf_counter()
                     frame, files, meta = self.snapshot()
+                    self.burst_open = bool(rows)  # the rows follow the commit event (SessionActor.run batches)
                     yield from self.finish_write(pending)
                     self.tracker.log(session, self.committed)  # before this frame's write is submitted
                     pending = (frame, writer.submit(self.write, frame, files, meta),
                                time.perf_counter() - start)
                     self.append_log(rows)
-                    yield from ({"kind": "log", "row": row} for row in rows)
+                    for i, row in enumerate(rows):
+                        self.burst_open = i < len(rows) - 1
+                        yield {"kind": "log", "row": row}
+                    self.burst_open = False
                     rows.clear()
                 if session.clock.done() or session.stop_requested:
                     break
@@ -222,6 +229,20 @@ class SessionRunner:
             yield {"kind": "checkpoint", "frame": frame, "seconds": blocked_s}
         else:
             yield {"kind": "checkpoint_failed", "frame": frame}
+
+
+def checkpoint_batches(runner: SessionRunner) -> Iterator[dict[str, Any]]:
+    """``runner.events()`` with the events of one checkpoint (its commit event and the chunk's log rows, which
+    ``events`` yields back to back) grouped as one ``{"kind": "batch", "events": [...]}``; a lone event as is.
+
+    The driver pays per Ray object, so a checkpoint of N log rows costs it one object, not N + 1.
+    """
+    batch: list[dict[str, Any]] = []
+    for event in runner.events():
+        batch.append(event)
+        if not runner.burst_open:
+            yield batch[0] if len(batch) == 1 else {"kind": "batch", "events": batch}
+            batch = []
 
 
 def _best_of(store: CheckpointStore) -> tuple[float, int] | None:
@@ -270,8 +291,9 @@ class SessionActor:
 
     def run(self) -> Iterator[dict[str, Any]]:
         """Generator method: streams the session's events (see module docstring); the ``started``
-        event also names the Ray node (``node_id``, hex) and ``hostname`` the actor runs on."""
-        for event in self.runner.events():
+        event also names the Ray node (``node_id``, hex) and ``hostname`` the actor runs on. The events of
+        one checkpoint (its commit, the chunk's log rows) come as one ``batch`` event."""
+        for event in checkpoint_batches(self.runner):
             if event["kind"] == "started":
                 event.update(node_id=ray.get_runtime_context().get_node_id(), hostname=socket.gethostname())
             yield event

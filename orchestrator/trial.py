@@ -20,6 +20,9 @@ exits at once (committed checkpoints are never half-written).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import inspect
+import json
 import os
 import re
 import signal
@@ -28,7 +31,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import ray
 from ray.exceptions import OutOfMemoryError, RayActorError, RayTaskError
@@ -99,7 +102,38 @@ def init_ray(address: str | None, dashboard: bool = False) -> None:
         context = ray.init(address=address, include_dashboard=True, log_to_driver=False, logging_level="ERROR")
         print(f"Ray dashboard: http://{context.dashboard_url}")
         return
+    if address == "local":
+        with lean_head_params():
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        return
     ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+
+
+@contextlib.contextmanager
+def lean_head_params() -> Iterator[None]:
+    """While a local Ray starts: no autoscaler monitor and no log monitor (about 80 MB RSS each; docs/BENCHMARKS.md
+    "Process memory"). A one-machine Ray never autoscales, and with ``log_to_driver=False`` the log monitor,
+    which only forwards worker output to drivers, has nothing to do. ``ray.init`` has no option for either,
+    so its node parameters (``RayParams``, Ray 2.60, whose ``no_monitor``/``include_log_monitor`` fields
+    ``ray start`` sets) get these two defaults; with another Ray that lacks them nothing changes."""
+    import ray._private.parameter as parameter
+
+    base = parameter.RayParams
+    if not {"no_monitor", "include_log_monitor"} <= set(inspect.signature(base).parameters):
+        yield
+        return
+
+    class LeanParams(base):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("no_monitor", True)
+            kwargs.setdefault("include_log_monitor", False)
+            super().__init__(*args, **kwargs)
+
+    parameter.RayParams = LeanParams
+    try:
+        yield
+    finally:
+        parameter.RayParams = base
 
 
 def check_resources(meta: dict[str, Any]) -> None:
@@ -120,11 +154,13 @@ def check_resources(meta: dict[str, Any]) -> None:
 class RunRecord:
     """``run.json`` of a predir (docs/ARCHITECTURE.md section 7), written atomically.
 
-    Status changes (started, restarted, done, failed, interrupted) are written at once; the frequent
-    checkpoint-frame updates are amortized: written at most once per ``CHECKPOINT_WRITE_S`` seconds
+    Status changes (started, restarted, done, failed, interrupted) are written at once (while ``hold`` is
+    set, by the driver loop handling a batch of events, once at the end of that batch: ``flush_due``); the
+    frequent checkpoint-frame updates are amortized: written at most once per ``CHECKPOINT_WRITE_S`` seconds
     (``flush_due`` from the driver loop, ``save`` at the end), so 1,000 sessions checkpointing every
     second cost one rewrite per second, not 1,000. A driver killed in between leaves checkpoint frames up to
-    that old in run.json; a resume reads the checkpoints themselves, never these frames.
+    that old in run.json; a resume reads the checkpoints themselves, never these frames. The file holds one
+    line per session (``dumps``): a rewrite with 1,000 sessions costs milliseconds, not an indented dump.
     """
 
     CHECKPOINT_WRITE_S = 1.0
@@ -132,6 +168,7 @@ class RunRecord:
     def __init__(self, predir: str, data: dict[str, Any]) -> None:
         self.uri, self.data = storage.join(predir, "run.json"), data
         self.dirty, self.last_write = False, 0.0
+        self.hold, self.urgent = False, False  # hold: status writes wait for flush_due (end of an event batch)
 
     @classmethod
     def load_or_new(cls, predir: str, spec_name: str) -> "RunRecord":
@@ -211,20 +248,36 @@ class RunRecord:
         if checkpoint is not None:
             entry["checkpoint"] = checkpoint
         self.dirty = True
-        if not defer:
-            self.save()
-        else:
+        if self.hold:  # the driver loop writes once at the end of its batch (flush_due)
+            self.urgent = self.urgent or not defer
+        elif defer:
             self.flush_due()
+        else:
+            self.save()
 
     def flush_due(self) -> None:
-        """Write pending updates if ``CHECKPOINT_WRITE_S`` passed since the last write."""
-        if self.dirty and time.monotonic() - self.last_write >= self.CHECKPOINT_WRITE_S:
+        """Write pending updates: status changes held back (``hold``) now, checkpoint frames if
+        ``CHECKPOINT_WRITE_S`` passed since the last write."""
+        if self.urgent or (self.dirty and time.monotonic() - self.last_write >= self.CHECKPOINT_WRITE_S):
             self.save()
 
     def save(self) -> None:
         """Write run.json atomically."""
-        storage.write_json(self.uri, self.data)
-        self.dirty, self.last_write = False, time.monotonic()
+        storage.write_text(self.uri, self.dumps(self.data))
+        self.dirty, self.urgent, self.last_write = False, False, time.monotonic()
+
+    @staticmethod
+    def dumps(data: dict[str, Any]) -> str:
+        """run.json's text: JSON with one line per top-level key, per session and per resume (the C
+        encoder's speed; an indented ``json.dumps`` of 1,000 sessions takes ~40 ms in pure Python)."""
+        def block(value: Any) -> str:
+            if isinstance(value, dict) and value:
+                items = (f"    {json.dumps(k)}: {json.dumps(v, default=str)}" for k, v in value.items())
+                return "{\n" + ",\n".join(items) + "\n  }"
+            if isinstance(value, list) and value:
+                return "[\n" + ",\n".join(f"    {json.dumps(v, default=str)}" for v in value) + "\n  ]"
+            return json.dumps(value, default=str)
+        return "{\n" + ",\n".join(f"  {json.dumps(k)}: {block(v)}" for k, v in data.items()) + "\n}\n"
 
 
 class Trial:
@@ -243,6 +296,8 @@ class Trial:
         lease: the run's lease held by this driver; once another driver took it (``lease.lost``)
             the sessions are asked to stop at their next checkpoint.
     """
+
+    WATCH_BATCH_S = 0.1  # seconds the watch loop gathers events before acting on them
 
     def __init__(self, spec: dict[str, Any], predir: str, plans: list[SessionPlan], record: RunRecord,
                  quiet: bool = False,
@@ -277,14 +332,23 @@ class Trial:
     # ---------------------------------------------------------------- actors
     def start(self, plan: SessionPlan) -> None:
         """Start (or restart) the actor of a session and its event stream."""
-        res = self.meta["resources"]
-        num_cpus = float(res.get("num_cpus", 1) or 0)
-        actor = SessionActor.options(num_cpus=num_cpus, num_gpus=float(res.get("num_gpus", 0) or 0)).remote(
-            self.spec, self.predir, plan.trial, plan.session, plan.seed, plan.resume, max(1, int(num_cpus)),
-            self.globals.get(plan.trial))
+        actor = self.new_actor(plan)
         self.actors[plan.key], self.streams[plan.key] = actor, actor.run.remote()
         plan.status = "running"
         self.record.update(plan)
+
+    def new_actor(self, plan: SessionPlan) -> Any:
+        """A ``SessionActor`` for ``plan`` with the spec's per-session resources (``bench/driver_scale.py``
+        overrides this and ``end_actor`` to drive the same loop with simulated sessions)."""
+        res = self.meta["resources"]
+        num_cpus = float(res.get("num_cpus", 1) or 0)
+        return SessionActor.options(num_cpus=num_cpus, num_gpus=float(res.get("num_gpus", 0) or 0)).remote(
+            self.spec, self.predir, plan.trial, plan.session, plan.seed, plan.resume, max(1, int(num_cpus)),
+            self.globals.get(plan.trial))
+
+    def end_actor(self, actor: Any) -> None:
+        """End a session's actor (its process) once its stream is dropped."""
+        ray.kill(actor)
 
     def request_stop(self) -> None:
         """Ask every running session to commit a final checkpoint and stop; a session whose actor
@@ -308,8 +372,13 @@ class Trial:
         with SessionProgress(disable=self.quiet) as progress:
             self.progress = progress
             self.start_globals()
-            for plan in self.plans:
-                self.start(plan)
+            self.record.hold = True  # one run.json write for all the starts
+            try:
+                for plan in self.plans:
+                    self.start(plan)
+            finally:
+                self.record.hold = False
+            self.record.flush_due()
             while self.streams or self.pending_restart:
                 if self.lease is not None and self.lease.lost and self.stopping_since is None:
                     self.request_stop()
@@ -320,11 +389,7 @@ class Trial:
                 if not self.streams:
                     time.sleep(0.2)
                     continue
-                ready, _ = ray.wait(list(self.streams.values()), num_returns=1, timeout=1.0)
-                for stream in ready:
-                    key = next(k for k, s in self.streams.items() if s is stream)
-                    self.next_event(by_key[key], stream)
-                self.record.flush_due()
+                self.watch(by_key)
         self.stop_globals()
         self.record.save()
         return self.finish()
@@ -335,33 +400,77 @@ class Trial:
         self.streams.pop(plan.key, None)
         actor = self.actors.pop(plan.key, None)
         if actor is not None:
-            ray.kill(actor)
+            self.end_actor(actor)
 
-    def next_event(self, plan: SessionPlan, stream: Any) -> None:
-        """Take one event of a session's stream and act on it."""
+    def watch(self, by_key: dict[str, SessionPlan]) -> None:
+        """Wait up to ``WATCH_BATCH_S`` for events (less once every stream has one), act on every event
+        ready in every stream, and write run.json once.
+
+        One ``ray.wait`` over all streams per batch, not per event (it costs microseconds per stream:
+        with hundreds of sessions a wait per event was most of the driver's CPU); the ready events of
+        one stream are fetched with one ``ray.get``; the batch's status changes are written together
+        (``RunRecord.hold``). An event waits at most ``WATCH_BATCH_S`` (plus the batch's handling) for
+        the driver.
+        """
+        refs = list(self.streams.values())
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.WATCH_BATCH_S)
+        keys = {id(s): k for k, s in self.streams.items()}
+        self.record.hold = True
         try:
-            event = ray.get(next(stream))
+            for stream in ready:
+                self.next_events(by_key[keys[id(stream)]], stream)
+        finally:
+            self.record.hold = False
+        self.record.flush_due()
+
+    def next_events(self, plan: SessionPlan, stream: Any) -> None:
+        """Take the ready events of a session's stream (at least one; it was ready) and act on them in order."""
+        try:
+            refs = [next(stream)]
         except StopIteration:
             self.release(plan)
             return
+        while len(refs) < 64 and stream.next_ready():
+            try:
+                refs.append(next(stream))
+            except StopIteration:  # next_ready is True for the end of the stream too: released next time
+                break
+        try:
+            events = ray.get(refs)
+        except (RayTaskError, RayActorError, OutOfMemoryError):  # one failed: each ref on its own, as it comes
+            for ref in refs:
+                if not self.next_event(plan, ref):
+                    return
+            return
+        for event in events:
+            self.handle(plan, event)
+
+    def next_event(self, plan: SessionPlan, ref: Any) -> bool:
+        """Take one event of a session's stream (its object ref) and act on it; False once the stream failed."""
+        try:
+            event = ray.get(ref)
         except RayTaskError as err:  # the session's code raised: a bug, not a fault; no retry
             self.release(plan)
             plan.status, plan.error = "failed", str(err)
             self.progress.status(plan.key, "failed")
             self.record.update(plan)
             self.log_error(plan, str(err))
-            return
+            return False
         except (RayActorError, OutOfMemoryError) as err:  # process or node died, or Ray's memory monitor
             # killed it (OutOfMemoryError is no RayActorError): restart from the newest checkpoint
             self.release(plan)
             self.on_actor_died(plan, err)
-            return
+            return False
         self.handle(plan, event)
+        return True
 
     def handle(self, plan: SessionPlan, event: dict[str, Any]) -> None:
         """Update progress and run.json from one session event."""
         kind = event["kind"]
-        if kind == "log":
+        if kind == "batch":  # one checkpoint's events (SessionActor.run)
+            for inner in event["events"]:
+                self.handle(plan, inner)
+        elif kind == "log":
             plan.frame = int(event["row"]["frame"])
             self.progress.update(plan.key, event["row"], int(self.spec["env"]["max_frame"]))
             if self.on_log is not None:

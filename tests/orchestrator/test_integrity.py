@@ -203,7 +203,7 @@ def test_actor_killed_by_rays_memory_monitor_is_restarted(run_copy, monkeypatch)
     plan = SessionPlan(0, 0, 7, resume=True, status="running", frame=3000)
     trial = Trial(spec, str(run_copy), [plan], RunRecord.load_or_new(str(run_copy), "ppo_cartpole"), quiet=True)
     trial.progress = _Progress()
-    trial.next_event(plan, iter([object()]))
+    assert trial.next_event(plan, object()) is False
     assert plan.status == "restarting" and "t0_s0" in trial.pending_restart
     assert plan.restarts[0]["reason"] == "OutOfMemoryError" and plan.restarts[0]["frame_restored"] == 3000
 

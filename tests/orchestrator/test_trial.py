@@ -131,7 +131,7 @@ def test_run_json_checkpoint_updates_are_amortized(tmp_path, monkeypatch):
     clock = [100.0]
     monkeypatch.setattr("orchestrator.trial.time.monotonic", lambda: clock[0])
     writes = []
-    monkeypatch.setattr(storage, "write_json", lambda uri, data: writes.append(json.loads(json.dumps(data))))
+    monkeypatch.setattr(storage, "write_text", lambda uri, text: writes.append(json.loads(text)))
     record = RunRecord(str(tmp_path), {"sessions": {}})
     plans = [SessionPlan(0, s, s, False, status="running") for s in range(4)]
     for frame in range(1, 251):

@@ -1,0 +1,140 @@
+"""The driver's event handling at scale: checkpoint batches, the batched watch loop, held run.json writes."""
+
+import json
+
+import pytest
+from lab_helpers import SPECS
+
+from orchestrator import storage
+from orchestrator.session_actor import SessionRunner, checkpoint_batches
+from orchestrator.spec import load_spec
+from orchestrator.trial import RunRecord, SessionPlan, Trial
+
+
+def test_checkpoint_batches_group_a_checkpoints_commit_and_its_rows(tmp_path):
+    """4 log rows per checkpoint: each checkpoint's events reach the driver as one object, in events()'s order."""
+    spec = load_spec(SPECS, "ppo_cartpole", ["env.max_frame=1024", "meta.log_frequency=128",
+                                             "meta.checkpoint_frequency=512", "meta.random_seed=3",
+                                             "meta.tensorboard=false"])
+    runner = SessionRunner(spec, str(tmp_path / "ppo_cartpole_2026_01_01_000000"), 0, 0, 3, resume=False)
+    out = list(checkpoint_batches(runner))
+    shape = [[(e["kind"], e.get("frame", e.get("row", {}).get("frame"))) for e in x["events"]]
+             if x["kind"] == "batch" else (x["kind"], x.get("frame")) for x in out]
+    rows = [("log", f) for f in (128, 256, 384, 512)]
+    assert shape == [("started", None), rows,  # frame 512: no earlier write to report, the chunk's 4 rows
+                     [("checkpoint", 512), *[("log", f + 512) for _, f in rows]],  # 512 committed, rows to 1024
+                     ("checkpoint", 1024), ("done", 1024)]
+
+
+def test_trial_handles_a_batch_as_its_events_one_by_one(tmp_path):
+    spec = load_spec(SPECS, "ppo_cartpole", ["meta.max_session=1", "meta.random_seed=1"])
+    events = [{"kind": "checkpoint", "frame": 800, "seconds": 0.01},
+              *({"kind": "log", "row": {"frame": f, "fps": 1.0, "total_reward_ma": 9.0}} for f in (1000, 1200))]
+    results = []
+    for stream in (events, [{"kind": "batch", "events": events}]):
+        plan = SessionPlan(0, 0, 1, False, status="running")
+        record = RunRecord(str(tmp_path), {"sessions": {}, "resumes": []})
+        logged = []
+        trial = Trial(spec, str(tmp_path), [plan], record, quiet=True,
+                      on_log=lambda p, row: logged.append(row["frame"]))
+        for event in stream:
+            trial.handle(plan, event)
+        results.append((plan.frame, record.data["sessions"]["t0_s0"]["checkpoint"], logged))
+    assert results[0] == results[1] == (1200, 800, [1000, 1200])
+
+
+def test_status_writes_are_held_for_a_batch_then_written_once(tmp_path, monkeypatch):
+    writes = []
+    monkeypatch.setattr(storage, "write_text", lambda uri, text: writes.append(json.loads(text)))
+    record = RunRecord(str(tmp_path), {"sessions": {}})
+    plans = [SessionPlan(0, s, s, False, status="running") for s in range(3)]
+    record.hold = True
+    for plan in plans:
+        record.update(plan)
+        record.update(plan, checkpoint=1, defer=True)  # a checkpoint after a held status change waits too
+    assert writes == []
+    record.hold = False
+    record.flush_due()
+    assert len(writes) == 1 and set(writes[0]["sessions"]) == {"t0_s0", "t0_s1", "t0_s2"}
+    record.flush_due()  # nothing pending
+    plans[0].status = "done"
+    record.update(plans[0])  # not held: at once
+    assert len(writes) == 2 and writes[1]["sessions"]["t0_s0"]["status"] == "done"
+
+
+def test_run_json_text_is_json_with_one_line_per_session():
+    data = {"spec_name": "x", "versions": {"ray": "2"}, "resumes": [{"at": "t", "from_frames": {"t0_s0": 5}}],
+            "empty": {}, "sessions": {f"t0_s{s}": {"status": "running", "frame": s, "restarts": []} for s in range(5)}}
+    text = RunRecord.dumps(data)
+    assert json.loads(text) == data
+    lines = text.splitlines()
+    assert sum(line.lstrip().startswith('"t0_s') for line in lines) == 5 and len(lines) == 17
+
+
+@pytest.fixture
+def streams(ray_local):
+    """A remote generator standing in for ``SessionActor.run``: yields ``events`` (a dict raising marks an error)."""
+    @ray_local.remote(num_cpus=0)
+    def stream(events):
+        for event in events:
+            if event.get("raise"):
+                raise ValueError("injected session bug")
+            yield event
+    return stream
+
+
+def test_watch_takes_every_ready_event_of_many_streams_in_order(streams, tmp_path):
+    """8 streams of 12 events each (single and batched) and one whose code raises: every event is handled
+    in its stream's order, the finished streams are released, the raising one is failed."""
+    spec = load_spec(SPECS, "ppo_cartpole", ["meta.max_session=9", "meta.random_seed=1"])
+    plans = [SessionPlan(0, s, s, False) for s in range(9)]
+    record = RunRecord(str(tmp_path), {"sessions": {}, "resumes": []})
+
+    def events_of(s):
+        if s == 8:
+            return [{"kind": "log", "row": {"frame": 1}}, {"raise": True}]
+        rows = [{"kind": "log", "row": {"frame": f}} for f in range(1, 11)]
+        return [rows[0], {"kind": "batch", "events": rows[1:6]}, *rows[6:],
+                {"kind": "checkpoint", "frame": 10}, {"kind": "done", "frame": 10, "checkpoint": True}]
+
+    class Handle:
+        def __init__(self, s):
+            self.run = type("M", (), {"remote": staticmethod(lambda: streams.remote(events_of(s)))})
+
+    seen = {p.key: [] for p in plans}
+
+    class FakeTrial(Trial):
+        def new_actor(self, plan):
+            return Handle(plan.session)
+
+        def end_actor(self, actor):
+            pass
+
+        def handle(self, plan, event):
+            if event["kind"] == "log":
+                seen[plan.key].append(event["row"]["frame"])
+            super().handle(plan, event)
+
+        def log_error(self, plan, text):
+            seen[plan.key].append("error")
+
+    trial = FakeTrial(spec, str(tmp_path), plans, record, quiet=True, analyze=False)
+    assert trial.run() == 1  # one session failed
+    assert {k: v for k, v in seen.items() if k != "t0_s8"} == {f"t0_s{s}": list(range(1, 11)) for s in range(8)}
+    assert seen["t0_s8"] == [1, "error"]
+    assert [p.status for p in plans] == ["done"] * 8 + ["failed"] and trial.streams == {}
+    assert "injected session bug" in plans[8].error
+    assert json.loads((tmp_path / "run.json").read_text())["sessions"]["t0_s3"]["checkpoint"] == 10
+
+
+def test_lean_head_params_drop_the_monitors_only_while_a_local_ray_starts():
+    import ray._private.parameter as parameter
+
+    from orchestrator.trial import lean_head_params
+
+    base = parameter.RayParams
+    with lean_head_params():
+        lean, explicit = parameter.RayParams(), parameter.RayParams(include_log_monitor=True)
+    assert (lean.no_monitor, lean.include_log_monitor) == (True, False)
+    assert explicit.include_log_monitor is True  # what the caller sets wins
+    assert parameter.RayParams is base and base().no_monitor is False
