@@ -7,6 +7,12 @@ separate 64-64 tanh actor and critic, Adam eps 1e-5, grad clip 0.5.
 ``--algo dqn``: DQN on CartPole-v1 with zoo's ``dqn.yml`` settings (``dqn_cartpole`` overridden): 1 env,
 256-256 ReLU net, batch 64, lr 2.3e-3, buffer 100k, learning starts 1,000, train_freq 256 with 128 gradient
 steps, target replaced every 10 frames, epsilon 1 -> 0.04 over 16% of the budget, Huber loss, grad clip 10.
+``--algo ppo_atari``: SLM-Lab's Atari PPO (``specs/benchmark/atari.json`` ``ppo_atari``: Nature CNN, 4 stacked
+84x84 frames, 128 steps, 4 epochs of batch 256, clip 0.1 with the value loss clipped, entropy 0.01, AdamW lr 2.5e-4
+linear to 0, grad clip 0.5) on ``ALE/Pong-v5`` with 8 envs, against SB3's ``CnnPolicy`` on ``make_atari_env``
+(AtariWrapper) + ``VecFrameStack(4)`` with the same settings and sticky actions 0.25.
+``--algo sac_hopper``: SAC on ``Hopper-v5`` with rl-zoo's MuJoCo settings (lr 3e-4, batch 256, tau 0.005, 256-256
+nets, one gradient step per frame) but learning from frame 1,000 (zoo: 10,000) so a short budget is mostly training.
 ``--algo sac``: SAC on Pendulum-v1 with zoo's ``sac.yml`` settings (``sac_pendulum`` overridden): 1 env,
 lr 1e-3, buffer 1M, learning starts 100, batch 256, tau 0.005, one gradient step per frame, 256-256 nets,
 automatic temperature.
@@ -27,7 +33,7 @@ other load than wall time. For PPO the frame budget is a multiple of 256 (one ro
 both do the same number of rollouts and gradient steps.
 
 Usage:
-    python bench/throughput.py [--algo ppo|dqn|sac] [--frames N] [--rounds 2] [--seed 1]
+    python bench/throughput.py [--algo ppo|dqn|sac|ppo_atari|sac_hopper] [--frames N] [--rounds 2] [--seed 1]
         [--tracking] [--out bench/results/throughput[_{algo}].json]
 """
 
@@ -72,6 +78,18 @@ ZOO: dict[str, dict[str, Any]] = {
                 "agent.algorithm.training_start_step=100", "agent.memory.batch_size=256",
                 "agent.memory.max_size=1000000", 'agent.net.optim_spec={"name": "Adam", "lr": 0.001}',
                 "agent.net.hid_layers=[256, 256]", "agent.net.polyak_coef=0.005"]},
+    # SLM-Lab's Atari PPO (specs/benchmark/atari.json ppo_atari = SLM-Lab v5.3's ppo_atari) on Pong with 8 envs
+    "ppo_atari": {"file": "atari.json", "name": "ppo_atari", "frames": 10_240, "env": "ALE/Pong-v5", "n_envs": 8,
+                  "overrides": lambda f: ["env.num_envs=8", f"agent.net.lr_scheduler_spec.frame={f}"]},
+    # rl-zoo's SAC on MuJoCo (sac.yml Hopper-v5: SB3's defaults, lr 3e-4, batch 256, 256-256) on sac_pendulum's
+    # spec; learning starts after 1,000 frames (zoo: 10,000) so that a short budget times mostly training
+    "sac_hopper": {"file": "pendulum.json", "name": "sac_pendulum", "frames": 3_000, "env": "Hopper-v5",
+                   "n_envs": 1, "overrides": lambda f: [
+                       "env.name=Hopper-v5", "env.num_envs=1", "env.max_t=null", "agent.algorithm.training_iter=1",
+                       "agent.algorithm.training_frequency=1", "agent.algorithm.training_start_step=1000",
+                       "agent.memory.batch_size=256", "agent.memory.max_size=1000000",
+                       'agent.net.optim_spec={"name": "Adam", "lr": 0.0003}', "agent.net.hid_layers=[256, 256]",
+                       "agent.net.polyak_coef=0.005", "meta.eval_frequency=1000000"]},
 }
 
 
@@ -134,9 +152,20 @@ def run_sb3(algo: str, frames: int, seed: int, algo_ftz: bool = False) -> dict[s
 
     torch.set_flush_denormal(algo_ftz)  # SB3 as its users run it (denormals on), unless --sb3-ftz
     zoo = ZOO[algo]
-    env = make_vec_env(zoo["env"], n_envs=zoo["n_envs"], seed=seed)  # DummyVecEnv + Monitor
+    if algo == "ppo_atari":  # AtariWrapper (noop 30, skip 4 + max-pool, life loss, reward clip, 84x84) as ours
+        from stable_baselines3.common.env_util import make_atari_env
+        from stable_baselines3.common.vec_env import VecFrameStack
+        env = VecFrameStack(make_atari_env(zoo["env"], n_envs=zoo["n_envs"], seed=seed,
+                                           env_kwargs={"frameskip": 1, "repeat_action_probability": 0.25}), 4)
+    else:
+        env = make_vec_env(zoo["env"], n_envs=zoo["n_envs"], seed=seed)  # DummyVecEnv + Monitor
     common = {"seed": seed, "device": "cpu", "verbose": 0}
-    if algo == "ppo":
+    if algo == "ppo_atari":
+        model = sb3.PPO("CnnPolicy", env, n_steps=128, batch_size=256, n_epochs=4, gae_lambda=0.95, gamma=0.99,
+                        learning_rate=lin(2.5e-4), clip_range=0.1, clip_range_vf=0.1, ent_coef=0.01, vf_coef=0.5,
+                        max_grad_norm=0.5, policy_kwargs={"optimizer_class": torch.optim.AdamW,
+                                                          "optimizer_kwargs": {"eps": 1e-5}}, **common)
+    elif algo == "ppo":
         model = sb3.PPO("MlpPolicy", env, n_steps=32, batch_size=256, n_epochs=20, gae_lambda=0.8, gamma=0.98,
                         learning_rate=lin(1e-3), clip_range=lin(0.2), ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5,
                         policy_kwargs={"net_arch": {"pi": [64, 64], "vf": [64, 64]}}, **common)
@@ -145,6 +174,10 @@ def run_sb3(algo: str, frames: int, seed: int, algo_ftz: bool = False) -> dict[s
                         learning_starts=1000, gamma=0.99, target_update_interval=10, train_freq=256,
                         gradient_steps=128, exploration_fraction=0.16, exploration_final_eps=0.04,
                         max_grad_norm=10, policy_kwargs={"net_arch": [256, 256]}, **common)
+    elif algo == "sac_hopper":
+        model = sb3.SAC("MlpPolicy", env, learning_rate=3e-4, buffer_size=1_000_000, learning_starts=1000,
+                        batch_size=256, tau=0.005, gamma=0.99, train_freq=1, gradient_steps=1,
+                        policy_kwargs={"net_arch": [256, 256]}, **common)
     else:
         model = sb3.SAC("MlpPolicy", env, learning_rate=1e-3, buffer_size=1_000_000, learning_starts=100,
                         batch_size=256, tau=0.005, gamma=0.99, train_freq=1, gradient_steps=1,
@@ -154,7 +187,7 @@ def run_sb3(algo: str, frames: int, seed: int, algo_ftz: bool = False) -> dict[s
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     frame = model.num_timesteps
     env.close()
-    if algo == "ppo":
+    if algo.startswith("ppo"):
         opt_steps = model._n_updates * (model.n_steps * model.n_envs // model.batch_size)  # epochs x minibatches
     else:
         opt_steps = model._n_updates
@@ -182,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
                                                           else f"throughput_{args.algo}.json"))
     if args.algo == "ppo" and args.frames % 256:
         ap.error("--frames must be a multiple of 256 (8 envs x 32 steps)")
+    if args.algo == "ppo_atari" and args.frames % 1024:
+        ap.error("--frames must be a multiple of 1024 (8 envs x 128 steps)")
 
     import stable_baselines3
     torch.set_num_threads(1)
