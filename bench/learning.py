@@ -154,7 +154,8 @@ def run_entry(spec_file: Path, name: str, data_dir: Path, max_frame: int | None,
         "best_total_reward_ma_sessions": [s["best_total_reward_ma"] for s in sess],
         "published": published,
         "met": None if published is None else mean_ma >= published,
-        "wall_s": round(wall, 1), "fps": round(frames / wall, 1),
+        # a resume trains only the unfinished sessions: its fps over all sessions' frames would be wrong
+        "wall_s": round(wall, 1), "fps": None if resume is not None else round(frames / wall, 1),
         "load1_start": round(load_start, 2), "load1_end": round(load_end, 2),
         "predir": predir.name, "resumed": resume is not None, "trial_graph": str(graph),
         "platform": platform.platform(), "cpus": os.cpu_count(),
@@ -179,7 +180,7 @@ def table(data: dict[str, dict[str, Any]]) -> str:
         lines.append(
             f"| `{key}` | {r['env']} | {r['sessions']} | {r['frames_per_session'][0]:,} | "
             f"{r['total_reward_ma']:.1f} ({r['total_reward_ma_min']:.1f} to {r['total_reward_ma_max']:.1f}) | "
-            f"{r['slm_total_reward_ma']:.1f} | {r['published']} | {met} | {r['fps']:,.0f} | {r['wall_s']:,.0f} | "
+            f"{r['slm_total_reward_ma']:.1f} | {r['published']} | {met} | {r['fps'] or 0:,.0f} | {r['wall_s']:,.0f} | "
             f"{r['load1_start']:.1f}-{r['load1_end']:.1f} |")
     return "\n".join(lines)
 
