@@ -102,8 +102,13 @@ def session_scores(predir: Path) -> list[dict[str, Any]]:
 
 
 def run_entry(spec_file: Path, name: str, data_dir: Path, max_frame: int | None, sessions: int | None,
-              log_path: Path) -> dict[str, Any]:
+              log_path: Path, resume: Path | None = None) -> dict[str, Any]:
     """Run ``lab spec_file name train`` with the overrides; return the record (see module docstring).
+
+    With ``resume`` (a run directory of this entry) it runs ``lab spec_file name train@{resume}`` instead:
+    a run made with ``--sessions 2`` resumed with the spec file that says 4 adds sessions 2 and 3 from frame 0
+    with their own seeds (finished sessions are not re-run), so the trial becomes the spec's; ``wall_s``
+    is then the resume's alone.
 
     Raises:
         RuntimeError: when ``lab`` exits non-zero or prints no predir.
@@ -113,8 +118,11 @@ def run_entry(spec_file: Path, name: str, data_dir: Path, max_frame: int | None,
         sets += ["-s", f"env.max_frame={max_frame}"]
     if sessions is not None:
         sets += ["-s", f"meta.max_session={sessions}"]
-    cmd = [sys.executable, str(ROOT / "run_lab.py"), str(spec_file), name, "train",
-           "--data-dir", str(data_dir), *sets]
+    if resume is None:
+        cmd = [sys.executable, str(ROOT / "run_lab.py"), str(spec_file), name, "train",
+               "--data-dir", str(data_dir), *sets]
+    else:
+        cmd = [sys.executable, str(ROOT / "run_lab.py"), str(spec_file), name, f"train@{resume}", *sets]
     load_start = os.getloadavg()[0]
     t0 = time.time()
     with open(log_path, "w") as log:
@@ -123,9 +131,9 @@ def run_entry(spec_file: Path, name: str, data_dir: Path, max_frame: int | None,
     load_end = os.getloadavg()[0]
     text = log_path.read_text()
     m = re.search(r"^train: (\S+) \(", text, re.M)
-    if proc.returncode != 0 or not m:
+    if proc.returncode != 0 or not (m or resume):
         raise RuntimeError(f"lab exited {proc.returncode}; see {log_path}")
-    predir = Path(m.group(1))
+    predir = resume if resume is not None else Path(m.group(1))
     sess = session_scores(predir)
     trial = json.loads((predir / "info" / "t0_trial_metrics.json").read_text())
     env, algo, published = PUBLISHED.get(name, (None, None, None))
@@ -146,9 +154,10 @@ def run_entry(spec_file: Path, name: str, data_dir: Path, max_frame: int | None,
         "best_total_reward_ma_sessions": [s["best_total_reward_ma"] for s in sess],
         "published": published,
         "met": None if published is None else mean_ma >= published,
-        "wall_s": round(wall, 1), "fps": round(frames / wall, 1),
+        # a resume trains only the unfinished sessions: its fps over all sessions' frames would be wrong
+        "wall_s": round(wall, 1), "fps": None if resume is not None else round(frames / wall, 1),
         "load1_start": round(load_start, 2), "load1_end": round(load_end, 2),
-        "predir": predir.name, "trial_graph": str(graph),
+        "predir": predir.name, "resumed": resume is not None, "trial_graph": str(graph),
         "platform": platform.platform(), "cpus": os.cpu_count(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
     }
@@ -171,7 +180,7 @@ def table(data: dict[str, dict[str, Any]]) -> str:
         lines.append(
             f"| `{key}` | {r['env']} | {r['sessions']} | {r['frames_per_session'][0]:,} | "
             f"{r['total_reward_ma']:.1f} ({r['total_reward_ma_min']:.1f} to {r['total_reward_ma_max']:.1f}) | "
-            f"{r['slm_total_reward_ma']:.1f} | {r['published']} | {met} | {r['fps']:,.0f} | {r['wall_s']:,.0f} | "
+            f"{r['slm_total_reward_ma']:.1f} | {r['published']} | {met} | {r['fps'] or 0:,.0f} | {r['wall_s']:,.0f} | "
             f"{r['load1_start']:.1f}-{r['load1_end']:.1f} |")
     return "\n".join(lines)
 
@@ -186,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sessions", type=int)
     ap.add_argument("--data-dir", default=str(ROOT / "data" / "learning"))
     ap.add_argument("--graph-dir", help="copy the trial graph PNG here as {key}_trial_graph.png")
+    ap.add_argument("--resume", help="a run directory of this entry: resume it (train@) with the overrides")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "learning.json"))
     args = ap.parse_args(argv)
     if args.table:
@@ -201,8 +211,9 @@ def main(argv: list[str] | None = None) -> int:
         key += f"@max_frame={args.max_frame}"
     if args.sessions is not None:
         key += f"@sessions={args.sessions}"
-    log_path = data_dir / f"{key.replace('@', '_').replace('=', '')}.log"
-    record = run_entry(spec_file, args.spec_name, data_dir, args.max_frame, args.sessions, log_path)
+    log_path = data_dir / f"{key.replace('@', '_').replace('=', '')}{'_resume' if args.resume else ''}.log"
+    resume = Path(args.resume) if args.resume else None
+    record = run_entry(spec_file, args.spec_name, data_dir, args.max_frame, args.sessions, log_path, resume)
     if args.graph_dir:
         dst = Path(args.graph_dir) / f"{key.replace('@', '_').replace('=', '')}_trial_graph.png"
         dst.parent.mkdir(parents=True, exist_ok=True)
