@@ -795,6 +795,5 @@ def make_net(net_spec: NetSpec, obs_space: gym.Space, out_dims: int | Sequence[i
 
 def polyak_update(src: nn.Module, dst: nn.Module, coef: float) -> None:
     """In place: ``dst = coef * src + (1 - coef) * dst`` over parameters (coef 1 = hard replace)."""
-    with torch.no_grad():
-        for p_src, p_dst in zip(src.parameters(), dst.parameters()):
-            p_dst.lerp_(p_src, coef)
+    with torch.no_grad():  # one multi-tensor lerp: each tensor's ``lerp_``, without a Python loop over them
+        torch._foreach_lerp_(list(dst.parameters()), list(src.parameters()), coef)
