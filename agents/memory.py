@@ -157,11 +157,25 @@ class Replay:
         Raises:
             ValueError: if the buffer is empty.
         """
+        return {k: v[0] for k, v in self.sample_many(rng, 1).items()}
+
+    def sample_many(self, rng: np.random.Generator, n: int) -> Batch:
+        """``n`` uniform samples of ``batch_size`` in one draw and one gather: arrays with leading dims (n, B),
+        row i what the i-th of n ``sample`` calls would return (``rng.integers`` of n*B values is the same
+        stream as n calls of B).
+
+        Raises:
+            ValueError: if the buffer is empty.
+        """
         if self.size == 0:
             raise ValueError("cannot sample from an empty Replay")
-        idx = rng.integers(0, self.size, size=self.batch_size)
+        idx = rng.integers(0, self.size, size=(n, self.batch_size))
         if self.use_cer:
-            idx[-1] = (self.head - 1) % self.max_size
+            idx[:, -1] = (self.head - 1) % self.max_size
+        return self.gather(idx)
+
+    def gather(self, idx: np.ndarray) -> Batch:
+        """The stored fields of rows ``idx`` (any shape S): arrays (*S, ...)."""
         return {k: v[idx] for k, v in self.data.items()}
 
     def __len__(self) -> int:
@@ -261,16 +275,12 @@ class FrameOnceReplay(Replay):
                 out[i] = self.pending[newest[row]]
         return out
 
-    def sample(self, rng: np.random.Generator) -> Batch:
-        """As ``Replay.sample``: obs, act, reward, next_obs, terminated, each (B, ...)."""
-        if self.size == 0:
-            raise ValueError("cannot sample from an empty Replay")
-        idx = rng.integers(0, self.size, size=self.batch_size)
-        if self.use_cer:
-            idx[-1] = (self.head - 1) % self.max_size
+    def gather(self, idx: np.ndarray) -> Batch:
+        """As ``Replay.gather``: obs, act, reward, next_obs, terminated of rows ``idx`` (any shape S), (*S, ...)."""
         data = self.data
         return {"obs": data["obs"][idx], "act": data["act"][idx], "reward": data["reward"][idx],
-                "next_obs": self.next_obs(idx), "terminated": data["terminated"][idx]}
+                "next_obs": self.next_obs(idx.reshape(-1)).reshape(*idx.shape, *data["obs"].shape[1:]),
+                "terminated": data["terminated"][idx]}
 
     @property
     def nbytes(self) -> int:
@@ -536,6 +546,10 @@ class PrioritizedReplay(Replay):
     def beta(self, frame: int) -> float:
         """Importance-weight exponent at ``frame``: linear from ``beta_start`` to 1 at ``beta_end_step``."""
         return min(1.0, self.beta_start + (1.0 - self.beta_start) * frame / self.beta_end_step)
+
+    def sample_many(self, rng: np.random.Generator, n: int) -> Batch:
+        """Not available: each prioritized sample depends on the priorities the previous step set."""
+        raise NotImplementedError("PrioritizedReplay samples one batch at a time (sample)")
 
     def sample(self, rng: np.random.Generator, frame: int = 0) -> Batch:
         """Prioritized sample of ``batch_size`` rows at ``frame`` (for beta).

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterator
 
 import numpy as np
 import torch
 
 from agents import policy
-from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats, ReplayCadence, mean_metrics
+from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats, ReplayCadence
 from agents.memory import PrioritizedReplay, Replay
 from agents.nets import make_loss, polyak_update
 from envs.clock import Clock
@@ -50,17 +50,36 @@ class DQNSpec(AlgorithmSpec):
     training_batch_iter: int = field(default=1, metadata={"gt": 0})
 
 
-def sample_batch(algo: Algorithm, clock: Clock) -> dict[str, torch.Tensor]:
-    """One replay sample as tensors on ``algo.device``: act int64 for Discrete (else float32), the rest
-    float32; a ``PrioritizedReplay`` sample (beta at ``clock.frame``) adds ``weight`` (B,) and keeps ``idx``
-    (B,) as a numpy array (for ``update_priorities``)."""
-    memory = algo.memory
-    raw = memory.sample(algo.rng, clock.frame) if isinstance(memory, PrioritizedReplay) else memory.sample(algo.rng)
+GATHER_BYTES = 16 * 2**20  # at most this many bytes of observations per ``sample_batches`` gather
+
+
+def batch_tensors(algo: Algorithm, raw: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    """Replay arrays as tensors on ``algo.device``: act int64 for Discrete (else float32), the rest float32;
+    ``idx`` (a ``PrioritizedReplay`` sample's rows) stays a numpy array (for ``update_priorities``)."""
     act_dtype = torch.int64 if algo.discrete else torch.float32
     batch = {k: algo.to_tensor(v, act_dtype if k == "act" else torch.float32) for k, v in raw.items() if k != "idx"}
     if "idx" in raw:
         batch["idx"] = raw["idx"]
     return batch
+
+
+def sample_batch(algo: Algorithm, clock: Clock) -> dict[str, torch.Tensor]:
+    """One replay sample as tensors (``batch_tensors``); a ``PrioritizedReplay`` sample (beta at
+    ``clock.frame``) adds ``weight`` (B,) and ``idx`` (B,)."""
+    memory = algo.memory
+    raw = memory.sample(algo.rng, clock.frame) if isinstance(memory, PrioritizedReplay) else memory.sample(algo.rng)
+    return batch_tensors(algo, raw)
+
+
+def sample_batches(algo: Algorithm, n: int) -> Iterator[dict[str, torch.Tensor]]:
+    """``n`` uniform replay samples, the same as ``n`` ``sample_batch`` calls (same RNG draws, same rows), drawn
+    and converted in groups of up to ``GATHER_BYTES`` of observations: each yielded value is a dict of
+    tensors with leading dims (G, B), G <= n, the groups' G summing to n."""
+    memory = algo.memory
+    obs = memory.data["obs"]
+    group = max(1, min(n, GATHER_BYTES // max(1, 2 * memory.batch_size * obs[0].nbytes)))
+    for start in range(0, n, group):
+        yield batch_tensors(algo, memory.sample_many(algo.rng, min(group, n - start)))
 
 
 class DQN(ReplayCadence, Algorithm):
@@ -98,37 +117,62 @@ class DQN(ReplayCadence, Algorithm):
 
     @torch.no_grad()
     def q_target(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """``r + gamma * (1 - terminated) * max_a Q_target(s', a)``, (B,) (Q_target = Q without a target net)."""
-        next_q = self.target_net(batch["next_obs"]).max(dim=-1).values
-        return batch["reward"] + self.algo.gamma * (1.0 - batch["terminated"]) * next_q
+        """``r + gamma * (1 - terminated) * max_a Q_target(s', a)``, (*S,) for a batch of leading dims S (B, or
+        (G, B) for a group of samples) (Q_target = Q without a target net)."""
+        next_obs = batch["next_obs"]
+        lead = batch["reward"].shape
+        next_q = self.target_net(next_obs.reshape(-1, *next_obs.shape[len(lead):])).max(dim=-1).values
+        return batch["reward"] + self.algo.gamma * (1.0 - batch["terminated"]) * next_q.reshape(lead)
+
+    @property
+    def fixed_targets(self) -> bool:
+        """True when ``q_target`` reads only the target net, which no gradient step of an update changes: the
+        targets of a whole group of samples are then computed in one forward (the same values, row by row)."""
+        return self.use_target_net and type(self).q_target is DQN.q_target
+
+    def batches(self, clock: Clock, n: int) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor]]:
+        """The update's ``n`` replay samples with their TD targets (B,), in order. Uniform replays draw them in
+        groups (``sample_batches``: one gather, and with ``fixed_targets`` one target forward, per group);
+        a ``PrioritizedReplay`` draws each after the previous step set its priorities."""
+        if isinstance(self.memory, PrioritizedReplay):
+            for _ in range(n):
+                batch = sample_batch(self, clock)
+                yield batch, self.q_target(batch)
+            return
+        for group in sample_batches(self, n):
+            targets = self.q_target(group) if self.fixed_targets else None
+            for i in range(len(group["reward"])):
+                batch = {k: v[i] for k, v in group.items()}
+                yield batch, targets[i] if targets is not None else self.q_target(batch)
 
     def update(self, clock: Clock) -> LossStats:
         """Replay-sampled TD regression steps, then the target-net updates due.
 
-        Runs ``train_rounds(clock) * training_iter`` replay samples, each with ``training_batch_iter``
-        gradient steps (one ``opt_step`` each), then ``k`` target updates where ``k`` is the number of
-        multiples of ``net.update_frequency`` frames crossed since the last one.
+        Runs ``train_rounds(clock) * training_iter`` replay samples (``batches``), each with
+        ``training_batch_iter`` gradient steps (one ``opt_step`` each), then ``k`` target updates where ``k`` is
+        the number of multiples of ``net.update_frequency`` frames crossed since the last one. The metrics are
+        kept as tensors and read once at the end.
         """
         rounds = self.train_rounds(clock)
         self.last_train_frame = clock.frame
-        losses, grad_norms, metrics = [], [], {"q_mean": [], "td_error": []}
-        for _ in range(rounds * self.algo.training_iter):
-            batch = sample_batch(self, clock)
-            target = self.q_target(batch)
-            for _ in range(self.algo.training_batch_iter):
-                q = self.nets["net"](batch["obs"]).gather(-1, batch["act"].unsqueeze(-1)).squeeze(-1)
+        net, loss_fn, batch_iter = self.nets["net"], self.loss_fn, self.algo.training_batch_iter
+        losses, grad_norms, qs, targets = [], [], [], []
+        for batch, target in self.batches(clock, rounds * self.algo.training_iter):
+            for _ in range(batch_iter):
+                q = net(batch["obs"]).gather(-1, batch["act"].unsqueeze(-1)).squeeze(-1)
                 if "weight" in batch:
                     loss = (batch["weight"] * self.elem_loss_fn(q, target)).mean()
                     self.memory.update_priorities(batch["idx"], (target - q.detach()).cpu().numpy())
                 else:
-                    loss = self.loss_fn(q, target)
+                    loss = loss_fn(q, target)
                 grad_norms.append(self.optim_step(loss, ("net",), clock))
                 losses.append(loss.detach())
-                metrics["q_mean"].append(q.detach().mean())
-                metrics["td_error"].append((target - q.detach()).abs().mean())
+                qs.append(q.detach())
+                targets.append(target)
         self.update_target(clock)
-        return LossStats(float(torch.stack(losses).mean()), float("nan"), float(np.mean(grad_norms)),
-                         mean_metrics(metrics))
+        q, target = torch.stack(qs), torch.stack(targets)  # (steps, B)
+        metrics = {"q_mean": float(q.mean(dim=1).mean()), "td_error": float((target - q).abs().mean(dim=1).mean())}
+        return LossStats(float(torch.stack(losses).mean()), float("nan"), float(np.mean(grad_norms)), metrics)
 
     @property
     def target_net(self) -> torch.nn.Module:

@@ -231,7 +231,14 @@ class SoftActorCritic(ReplayCadence, Algorithm):
             entropy = -(prob * logp).sum(-1).mean().detach()
             return policy_loss, -(exp_log_alpha * (self.target_entropy - entropy)).sum()
         act, logp = policy.tanh_gaussian_sample(pdparam, self.gen)
-        q = torch.min(self.q_values("q1_net", obs, act), self.q_values("q2_net", obs, act))
+        critics = [p for k in ("q1_net", "q2_net") for p in self.nets[k].parameters()]
+        for p in critics:  # gradients reach the actor through the critics' inputs; none is kept for their weights
+            p.requires_grad_(False)
+        try:
+            q = torch.min(self.q_values("q1_net", obs, act), self.q_values("q2_net", obs, act))
+        finally:
+            for p in critics:
+                p.requires_grad_(True)
         policy_loss = (alpha * logp - q).mean()
         return policy_loss, -(exp_log_alpha * (logp.detach() + self.target_entropy)).mean()
 

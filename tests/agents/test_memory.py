@@ -281,3 +281,29 @@ def test_replay_cut_episodes_keeps_rows():
     assert (mem.head, mem.size) == (4, 4)
     for k, v in mem.data.items():
         np.testing.assert_array_equal(v, before[k])
+
+
+@pytest.mark.parametrize("frame_once", [False, True])
+@pytest.mark.parametrize("use_cer", [False, True])
+def test_replay_sample_many_is_n_sample_calls(frame_once, use_cer):
+    """One draw of n batches gives, row for row, the arrays of n ``sample`` calls from the same RNG state
+    (DQN's grouped update relies on it), and leaves the RNG where those calls leave it."""
+    from agents.memory import FrameOnceReplay
+
+    cls = FrameOnceReplay if frame_once else Replay
+    mem = cls(50, (3,), (), np.int64, batch_size=5, use_cer=use_cer)
+    rng = np.random.default_rng(0)
+    obs = rng.standard_normal((2, 3)).astype(np.float32)
+    for t in range(40):
+        nxt = rng.standard_normal((2, 3)).astype(np.float32)
+        term = np.array([t % 7 == 6, False])
+        mem.add(obs, np.array([t, -t]), np.full(2, t, np.float32), nxt, term, np.zeros(2, bool))
+        obs = np.where(term[:, None], rng.standard_normal((2, 3)).astype(np.float32), nxt)
+    one, many = np.random.default_rng(3), np.random.default_rng(3)
+    singles = [mem.sample(one) for _ in range(4)]
+    group = mem.sample_many(many, 4)
+    assert set(group) == set(singles[0]) == {"obs", "act", "reward", "next_obs", "terminated"}
+    for k, v in group.items():
+        assert v.shape == (4, 5, *singles[0][k].shape[1:])
+        np.testing.assert_array_equal(v, np.stack([s[k] for s in singles]))
+    assert one.random() == many.random()

@@ -78,3 +78,16 @@ def test_layer_norm_after_each_hidden_linear():
     torch.testing.assert_close(net.body[2](h), expected)
     assert net(x).shape == (6, 2)
     assert [type(m).__name__ for m in MLPNet(3, 2, [5]).body] == ["Flatten", "Linear", "ReLU"]
+
+
+def test_make_optim_fuses_adam_unless_told_otherwise():
+    """Adam and AdamW are built fused unless the spec sets fused or foreach; other optimizers get foreach."""
+    from agents.nets import make_optim
+
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    assert make_optim(params, {"name": "Adam", "lr": 0.1}).defaults["fused"] is True
+    assert make_optim(params, {"name": "AdamW", "lr": 0.1}).defaults["fused"] is True
+    explicit = make_optim(params, {"name": "Adam", "lr": 0.1, "foreach": True}).defaults
+    assert explicit["foreach"] is True and not explicit["fused"]
+    assert make_optim(params, {"name": "Adam", "lr": 0.1, "fused": False}).defaults["foreach"] is True
+    assert make_optim(params, {"name": "RMSprop", "lr": 0.1}).defaults["foreach"] is True

@@ -54,6 +54,27 @@ def test_k_polyak_updates_are_one_lerp():
     assert algo.update_target(clock) == 0
 
 
+@pytest.mark.parametrize("name", ["dqn_cartpole", "ddqn_cartpole"])
+def test_grouped_samples_train_as_one_sample_at_a_time(name, monkeypatch):
+    """A round of 8 samples drawn and gathered at once (one target forward for DQN) ends at the weights,
+    opt_step and metrics of the same round drawn one sample at a time (GATHER_BYTES 1: groups of one)."""
+    from agents.algorithms import dqn
+
+    def trained(gather_bytes):
+        monkeypatch.setattr(dqn, "GATHER_BYTES", gather_bytes)
+        algo = make_algo(name, ["agent.algorithm.training_frequency=16", "agent.algorithm.training_iter=8",
+                                "agent.algorithm.training_start_step=16", "agent.memory.batch_size=4",
+                                "agent.net.hid_layers=[8]"], seed=3)
+        clock = Clock(64, 1)
+        drive(algo, clock, 64)
+        return algo, clock
+
+    (a, ca), (b, cb) = trained(1), trained(dqn.GATHER_BYTES)
+    assert ca.opt_step == cb.opt_step == 4 * 8  # rounds at frames 16, 32, 48, 64
+    assert a.weights_sha256() == b.weights_sha256()
+    assert a.rng.random() == b.rng.random()
+
+
 def test_vanilla_dqn_bootstraps_from_the_online_net():
     """No target net: Q = (1, 3) everywhere, r = 1, gamma 0.5: y = 1 + 0.5 * 3 = 2.5, or 1 when terminal."""
     algo = make_algo("vanilla_dqn_cartpole", ["agent.algorithm.gamma=0.5", "agent.net.hid_layers=[2]"])

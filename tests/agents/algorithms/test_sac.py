@@ -167,3 +167,15 @@ def test_gumbel_softmax_pdtype_is_the_categorical_discrete_sac():
         acts.append(algo.act(obs, clock))
     assert acts[0].dtype == np.int64 and acts[0].shape == (5,)
     np.testing.assert_array_equal(acts[0], acts[1])
+
+
+def test_actor_loss_leaves_no_gradient_on_the_critics():
+    """The actor's loss reaches the policy through the critics' inputs only: after its backward the actor has
+    gradients, the critics none, and the critics' weights take gradients again afterwards."""
+    algo = sac_algo([])
+    obs = torch.randn(8, 3)
+    policy_loss, _ = algo.actor_losses(obs, algo.alpha, None)
+    policy_loss.backward()
+    assert all(p.grad is not None for p in algo.nets["net"].parameters())
+    for k in ("q1_net", "q2_net"):
+        assert all(p.grad is None and p.requires_grad for p in algo.nets[k].parameters())
