@@ -215,10 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     args.frames = args.frames or ZOO[args.algo]["frames"]
     args.out = args.out or str(ROOT / "bench/results" / ("throughput.json" if args.algo == "ppo"
                                                           else f"throughput_{args.algo}.json"))
-    if args.algo == "ppo" and args.frames % 256:
-        ap.error("--frames must be a multiple of 256 (8 envs x 32 steps)")
-    if args.algo == "ppo_atari" and args.frames % 1024:
-        ap.error("--frames must be a multiple of 1024 (8 envs x 128 steps)")
+    rollout = {"ppo": 8 * 32, "ppo_atari": 8 * 128}.get(args.algo)  # PPO: whole rollouts (envs x steps) only
+    if rollout and args.frames % rollout:
+        ap.error(f"--frames must be a multiple of {rollout} (one {args.algo} rollout)")
 
     import stable_baselines3
     if args.tracking:
