@@ -8,6 +8,7 @@ import pytest
 import torch
 from lab_helpers import REPO, only_predir, overrides, run_cli
 
+from agents.nets import make_optim
 from orchestrator import storage
 from orchestrator.checkpoint import CheckpointStore
 from orchestrator.global_params import EXACT_REASON, GlobalParams, global_dir
@@ -26,7 +27,7 @@ def test_global_adam_steps_like_adam_and_resumes_its_state(tmp_path):
     assert g.net_names == ["net"] and list(g.algorithm.optims) == ["net"]
     assert type(g.algorithm.optims["net"]) is torch.optim.Adam  # GlobalAdam is Adam, held by the global actor
     ref = [p.detach().clone().requires_grad_() for p in g.params]
-    ref_opt = torch.optim.Adam(ref, lr=0.02)
+    ref_opt = make_optim(ref, {"name": "Adam", "lr": 0.02})  # the lab's Adam (fused by default)
     grads = [[torch.randn_like(p) for p in ref] for _ in range(3)]
     for i, (lr, gs) in enumerate(zip((0.02, 0.01, 0.005), grads)):
         out = g.push("t0_s1", ("net",), [lr], gs)
