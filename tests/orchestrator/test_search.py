@@ -8,6 +8,7 @@ the test kills by PID.
 
 import hashlib
 import math
+import time
 
 import pandas as pd
 import pytest
@@ -219,7 +220,14 @@ def test_asha_stops_a_learning_rate_of_zero(ray_local, tmp_path):
 
     # search@ with max_frame raised: a new Tuner regenerates the same t0, t1 (Tune's state is not
     # reused); the done t0 continues from its checkpoint, the stopped t1 stays as it is
-    stopped = files_digest(predir / "t1")
+    # the stopped trial's session actors end asynchronously after Tune ends its trainable (their owner); on the
+    # tests' shared Ray one may still commit or prune after `search` returned: take t1's files once they settle
+    stopped, deadline = files_digest(predir / "t1"), time.monotonic() + 60
+    while time.monotonic() < deadline:
+        time.sleep(3)
+        if (now := files_digest(predir / "t1")) == stopped:
+            break
+        stopped = now
     longer = [i.replace("env.max_frame=4800", "env.max_frame=5600") for i in items]
     assert run_cli(SPECS, "ppo_cartpole", f"search@{predir}", "--data-dir", data, *overrides(longer)) == 0
     assert files_digest(predir / "t1") == stopped
