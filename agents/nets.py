@@ -282,8 +282,8 @@ class MLPNet(nn.Module):
         """Body output (B, hid_layers[-1]) of observations (B, *O) and extra inputs, each (B, E_k)."""
         # Each layer's own forward(), called directly: the same ops as calling the containers, without
         # torch's per-module call dispatch (these nets take no hooks), a large share of a small MLP's time.
-        # Iterating ``_modules`` directly: ``self.body[1:]`` would build a new Sequential per call.
-        layers = iter(self.body._modules.values())
+        # One iterator over the Sequential's layers: ``self.body[1:]`` would build a new Sequential per call.
+        layers = iter(self.body)
         h = next(layers).forward(x if x.is_floating_point() else x.float())
         if extra:
             h = torch.cat([h, *(e.reshape(len(e), -1).float() for e in extra)], dim=-1)
@@ -799,5 +799,6 @@ def make_net(net_spec: NetSpec, obs_space: gym.Space, out_dims: int | Sequence[i
 
 def polyak_update(src: nn.Module, dst: nn.Module, coef: float) -> None:
     """In place: ``dst = coef * src + (1 - coef) * dst`` over parameters (coef 1 = hard replace)."""
-    with torch.no_grad():  # one multi-tensor lerp: each tensor's ``lerp_``, without a Python loop over them
-        torch._foreach_lerp_(list(dst.parameters()), list(src.parameters()), coef)
+    with torch.no_grad():
+        for p_src, p_dst in zip(src.parameters(), dst.parameters()):
+            p_dst.lerp_(p_src, coef)
