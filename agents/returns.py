@@ -82,6 +82,16 @@ def calc_nstep_returns(reward_T: torch.Tensor, next_value_T: torch.Tensor, termi
     return ret
 
 
+def standardize(x: torch.Tensor, epsilon: float = 1e-8) -> torch.Tensor:
+    """``(x - mean(x)) / (std(x) + epsilon)`` over a batch (B,), unbiased std; x unchanged when B <= 1.
+
+    SLM-Lab v5.3's ``math_util.standardize``, which ``Reinforce.calc_policy_loss`` (and so A2C, which
+    inherits it) applies to the advantages of every policy loss."""
+    if len(x) <= 1:
+        return x
+    return (x - x.mean()) / (x.std() + epsilon)
+
+
 def symlog(x: torch.Tensor) -> torch.Tensor:
     """``sign(x) * log(1 + |x|)`` elementwise (Hafner et al. 2023, DreamerV3, arXiv:2301.04104)."""
     return torch.sign(x) * torch.log1p(x.abs())

@@ -35,7 +35,7 @@ from agents import policy
 from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats, mean_metrics
 from agents.memory import OnPolicyBatchReplay, OnPolicyReplay
 from agents.nets import POLICY_GAIN, VALUE_GAIN, make_loss
-from agents.returns import ReturnNormalizer, calc_gaes, calc_nstep_returns, calc_returns
+from agents.returns import ReturnNormalizer, calc_gaes, calc_nstep_returns, calc_returns, standardize
 from envs.clock import Clock
 
 
@@ -178,9 +178,7 @@ class ActorCritic(Algorithm):
 
     def normalize_adv(self, adv: torch.Tensor) -> torch.Tensor:
         """Advantages (B,) standardized over the batch when ``normalize_advantage`` (and B > 1)."""
-        if self.algo.normalize_advantage and len(adv) > 1:
-            return (adv - adv.mean()) / (adv.std() + 1e-8)
-        return adv
+        return standardize(adv) if self.algo.normalize_advantage else adv
 
     def val_loss(self, value: torch.Tensor, mb: dict[str, torch.Tensor], clock: Clock) -> torch.Tensor:
         """Scalar value loss ``L(V, v_target)`` of values (B,) against ``mb["v_target"]`` (B,), before

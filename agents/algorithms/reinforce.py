@@ -1,15 +1,21 @@
 """REINFORCE (Williams 1992, "Simple statistical gradient-following algorithms...").
 
-Policy gradient with Monte-Carlo returns, optional return centering (a constant baseline) and an
-entropy bonus. Memory: ``OnPolicyReplay`` (``training_frequency`` = completed episodes per update)
+Policy gradient with Monte-Carlo returns, optional return centering (a constant baseline), the returns
+standardized over each update's batch (SLM-Lab v5.3's ``Reinforce.calc_policy_loss`` always does;
+``normalize_advantage: false`` turns it off) and an entropy bonus:
+
+    loss = policy_loss_coef * -(logp * G').mean() - entropy_coef * H
+
+where G' are the (centred, standardized) returns. Memory: ``OnPolicyReplay`` (``training_frequency`` = completed episodes per update)
 or ``OnPolicyBatchReplay`` (``training_frequency`` = vector steps per update).
 
-train_df column of its own: ``policy_loss`` (``-(logp * G).mean()``, without the entropy term).
+train_df column of its own: ``policy_loss`` (``-(logp * G').mean()``, before ``policy_loss_coef``, without the
+entropy term).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -18,15 +24,19 @@ from agents import policy
 from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats
 from agents.memory import OnPolicyBatchReplay, OnPolicyReplay
 from agents.nets import POLICY_GAIN
-from agents.returns import calc_returns
+from agents.returns import calc_returns, standardize
 from envs.clock import Clock
 
 
 @dataclass(frozen=True)
 class ReinforceSpec(AlgorithmSpec):
-    """REINFORCE keys: ``center_return`` subtracts the batch mean return (SLM-Lab name)."""
+    """REINFORCE keys (SLM-Lab names and defaults): ``center_return`` subtracts the batch mean return
+    (default false, as SLM-Lab), ``policy_loss_coef`` scales the policy loss; ``normalize_advantage``
+    (the lab's key, default true) standardizes the returns over the batch as SLM-Lab v5.3 always does."""
 
-    center_return: bool = True
+    center_return: bool = False
+    policy_loss_coef: float = field(default=1.0, metadata={"ge": 0})
+    normalize_advantage: bool = True
 
 
 class Reinforce(Algorithm):
@@ -59,19 +69,21 @@ class Reinforce(Algorithm):
         return self.memory.ready()
 
     def update(self, clock: Clock) -> LossStats:
-        """One gradient step on the stored episodes/rollout: ``-(logp * G).mean() - c * H``."""
+        """One gradient step on the stored episodes/rollout (module docstring's loss)."""
         batch = self.memory.pop()
         reward = self.to_tensor(batch["reward"])
         done = self.to_tensor(np.logical_or(batch["terminated"], batch["truncated"]))
         ret = calc_returns(reward, done, self.algo.gamma).reshape(-1)
         if self.algo.center_return:
             ret = ret - ret.mean()
+        if self.algo.normalize_advantage:
+            ret = standardize(ret)
         obs = self.to_tensor(batch["obs"]).reshape(-1, *self.obs_space.shape)
         act_dtype = torch.int64 if self.discrete else torch.float32
         act = self.to_tensor(batch["act"], act_dtype).reshape(len(obs), *self.action_space.shape)
         logp, entropy = policy.log_prob_entropy(self.pdparam(self.nets["net"](obs)), act, self.discrete)
         policy_loss = -(logp * ret).mean()
-        loss = policy_loss - self.entropy_coef(clock.frame) * entropy.mean()
+        loss = self.algo.policy_loss_coef * policy_loss - self.entropy_coef(clock.frame) * entropy.mean()
         grad_norm = self.optim_step(loss, ("net",), clock)
         return LossStats(float(loss.detach()), float(entropy.detach().mean()), grad_norm,
                          {"policy_loss": float(policy_loss.detach())})

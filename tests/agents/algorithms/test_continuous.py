@@ -56,6 +56,39 @@ def test_reinforce_log_std_gradient_step_hand_computed():
     assert algo.nets["log_std"].value.item() == pytest.approx(0.3, rel=1e-6)
 
 
+@pytest.mark.parametrize("overrides, loss", [
+    ([], 2 ** -0.5),  # SLM-Lab v5.3: G = (1, 0) standardized to (0.7071, -0.7071): 0.5 * 0.7071 * 2
+    (["agent.algorithm.normalize_advantage=false"], 0.5 * (2.0 + 0.5 * math.log(2 * math.pi))),
+    (["agent.algorithm.center_return=true"], 2 ** -0.5),  # centring before standardizing changes nothing
+])
+def test_reinforce_standardizes_returns_hand_computed(overrides, loss):
+    """Zero policy weights: N(0, 1); one episode a = (2, 0), r = (1, 0), so G = (1, 0) and
+    logp = (-2 - c, -c), c = 0.5 ln(2 pi). Standardized: -mean(logp * (0.7071, -0.7071)) = 0.7071;
+    raw: 0.5 * (2 + c). ``policy_loss_coef`` 0.5 halves the gradient, not the logged policy_loss."""
+    no_bonus = 'agent.algorithm.entropy_coef_spec={"name": "no_decay", "start_val": 0}'
+    algo = pendulum_algo("reinforce_pendulum", [*SMALL, no_bonus, "agent.algorithm.center_return=false",
+                                                "agent.algorithm.policy_loss_coef=0.5",
+                                                'agent.net.optim_spec={"name": "SGD", "lr": 0.1}', *overrides])
+    assert algo.algo.policy_loss_coef == 0.5
+    with torch.no_grad():
+        for p in algo.nets["net"].parameters():
+            p.zero_()
+    before = [p.detach().clone() for p in algo.nets["net"].parameters()]
+    obs = np.zeros((1, 3), np.float32)
+    for a, r, term in ((2.0, 1.0, False), (0.0, 0.0, True)):
+        algo.memory.add(obs, np.array([[a]], np.float32), np.array([r], np.float32), obs, np.array([term]),
+                        np.zeros(1, bool))
+    clock = Clock(100, 1)
+    clock.tick(np.ones(1, bool))
+    assert algo.train_ready(clock)
+    stats = algo.update(clock)
+    assert stats.metrics["policy_loss"] == pytest.approx(loss, rel=1e-5)
+    # the mean head's bias gradient is -0.5 * 0.5 * sum(G' * a) / 2 (d logp / d mean = a - mean = a)
+    g = 2 ** -0.5 * 2 if "normalize_advantage=false" not in " ".join(overrides) else 2.0
+    bias = [p for p in algo.nets["net"].parameters()][-1]
+    assert (bias - before[-1]).flatten()[0].item() == pytest.approx(0.1 * 0.5 * g / 2, rel=1e-5)
+
+
 def test_env_gets_clipped_actions_memory_stores_the_samples():
     """std = e^1.5 = 4.5 on Pendulum's [-2, 2]: the env sees clipped torques, REINFORCE's memory keeps the
     raw samples (their log-probs are what it trains on)."""
