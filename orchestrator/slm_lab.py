@@ -24,7 +24,8 @@ SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
     "agent.algorithm.clip_val_loss": ((False, None), "a clipped value loss (in SLM-Lab's PPO specs; its code reads "
                                                      "clip_vloss, never clip_val_loss)"),
     "agent.algorithm.num_step_returns": ((None,), "n-step returns (read by ActorCritic and PPO only)"),
-    "agent.algorithm.policy_loss_coef": ((1.0, 1), "a policy-loss coefficient (read by REINFORCE, ActorCritic and PPO only)"),
+    "agent.algorithm.policy_loss_coef": ((1.0, 1), "a policy-loss coefficient (read by REINFORCE, ActorCritic and "
+                                                   "PPO only)"),
     "agent.algorithm.clip_eps": ((None,), "SLM-Lab v4's fixed clip range (v5 and the lab: clip_eps_spec)"),
     "agent.algorithm.entropy_coef": ((None,), "SLM-Lab v4's fixed entropy coefficient (v5 and the lab: "
                                               "entropy_coef_spec)"),

@@ -6,8 +6,8 @@ standardized over each update's batch (SLM-Lab v5.3's ``Reinforce.calc_policy_lo
 
     loss = policy_loss_coef * -(logp * G').mean() - entropy_coef * H
 
-where G' are the (centred, standardized) returns. Memory: ``OnPolicyReplay`` (``training_frequency`` = completed episodes per update)
-or ``OnPolicyBatchReplay`` (``training_frequency`` = vector steps per update).
+where G' are the (centred, standardized) returns. Memory: ``OnPolicyReplay`` (``training_frequency`` =
+completed episodes per update) or ``OnPolicyBatchReplay`` (``training_frequency`` = vector steps per update).
 
 train_df column of its own: ``policy_loss`` (``-(logp * G').mean()``, before ``policy_loss_coef``, without the
 entropy term).
