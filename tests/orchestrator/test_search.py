@@ -12,7 +12,16 @@ import time
 
 import pandas as pd
 import pytest
-from lab_helpers import SPECS, assert_continuous, files_digest, kill_driver_when, overrides, run_cli, start_driver
+from lab_helpers import (
+    SPECS,
+    assert_continuous,
+    files_digest,
+    kill_driver_when,
+    overrides,
+    pid_alive,
+    run_cli,
+    start_driver,
+)
 
 from orchestrator import storage
 from orchestrator.errors import UsageError
@@ -221,13 +230,13 @@ def test_asha_stops_a_learning_rate_of_zero(ray_local, tmp_path):
     # search@ with max_frame raised: a new Tuner regenerates the same t0, t1 (Tune's state is not
     # reused); the done t0 continues from its checkpoint, the stopped t1 stays as it is
     # the stopped trial's session actors end asynchronously after Tune ends its trainable (their owner); on the
-    # tests' shared Ray one may still commit or prune after `search` returned: take t1's files once they settle
-    stopped, deadline = files_digest(predir / "t1"), time.monotonic() + 60
-    while time.monotonic() < deadline:
-        time.sleep(3)
-        if (now := files_digest(predir / "t1")) == stopped:
-            break
-        stopped = now
+    # tests' shared Ray one may still commit or prune after `search` returned: take t1's files once its
+    # sessions' processes (pids in t1/run.json) have exited
+    pids = [entry["pid"] for entry in storage.read_json(str(predir / "t1/run.json"))["sessions"].values()]
+    deadline = time.monotonic() + 60
+    while any(pid_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    stopped = files_digest(predir / "t1")
     longer = [i.replace("env.max_frame=4800", "env.max_frame=5600") for i in items]
     assert run_cli(SPECS, "ppo_cartpole", f"search@{predir}", "--data-dir", data, *overrides(longer)) == 0
     assert files_digest(predir / "t1") == stopped
