@@ -63,6 +63,7 @@ def main() -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     cpus = os.cpu_count() or 1
+    load_start = os.getloadavg()[0]
     start = time.perf_counter()
     ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False,
              logging_level="ERROR")
@@ -77,7 +78,8 @@ def main() -> None:
     occupancy = result["train_s"] / (result["wall_s"] * slots)
     result.update({"frames_per_session": args.frames, "trials": 4, "sessions_per_trial": 2, "cpus": cpus,
                    "slots": slots, "ray_init_s": round(init_s, 2), "occupancy": round(occupancy, 3),
-                   "outside_training": round(1 - occupancy, 3), "load1": round(os.getloadavg()[0], 1)})
+                   "outside_training": round(1 - occupancy, 3), "load1_start": round(load_start, 1),
+                   "load1": round(os.getloadavg()[0], 1)})
     print("| frames/session | wall s | ray.init s | sum of session train s | slots | occupancy | outside "
           "training | load1 |")
     print("|---|---|---|---|---|---|---|---|")

@@ -61,6 +61,7 @@ from orchestrator.lease import Lease
 from orchestrator.search_space import SearchVar, apply_values, parse_search, plain
 from orchestrator.spec import SpecError, check, load_spec, resume_edits, session_seed
 from orchestrator.trial import (
+    HOSTS,
     RunRecord,
     SessionPlan,
     Trial,
@@ -390,7 +391,7 @@ def run_lab_trial(predir: str, spec: dict[str, Any], t: int) -> None:
         kept = history[plan.session].items() if plan.resume else ()
         history[plan.session] = {f: v for f, v in kept if f <= plan.frame}
     reporter = TrialReporter(t, plans, history, tune.report)
-    code = Trial(spec, predir, plans, record, quiet=True, on_log=reporter, analyze=False).run()
+    code = Trial(spec, predir, plans, record, quiet=True, on_log=reporter, analyze=False, hosts=HOSTS).run()
     if code != 0:
         failed = [f"{p.key}: {(p.error or '').strip().splitlines()[-1:]}"
                   for p in plans if p.status == "failed"]
@@ -417,7 +418,7 @@ def make_tuner(spec: dict[str, Any], predir: str, settings: dict[str, Any], quie
                                  settings["max_concurrent_trials"])
     tune_config = tune.TuneConfig(
         metric=METRIC, mode="max", num_samples=int(meta["max_trial"]), scheduler=make_scheduler(spec),
-        search_alg=search_alg, trial_name_creator=namer, trial_dirname_creator=namer, reuse_actors=False)
+        search_alg=search_alg, trial_name_creator=namer, trial_dirname_creator=namer, reuse_actors=True)
     run_config = tune.RunConfig(name=settings["tune_name"], storage_path=storage_path, storage_filesystem=fs,
                                 failure_config=tune.FailureConfig(max_failures=int(meta["max_restarts"])),
                                 verbose=0 if quiet else 1)

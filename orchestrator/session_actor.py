@@ -264,6 +264,13 @@ class SessionActor:
 
     Two concurrent calls are allowed so ``stop`` reaches the session while ``run`` streams.
 
+    One actor hosts one session at a time. Once a session is ``done``, the same actor (its process, with torch
+    and the lab imported) may host another: ``run(session=...)`` builds a new ``SessionRunner`` from scratch
+    (a search's next trial reuses its trial's actors: ``orchestrator.trial.SessionHosts``). Nothing of the
+    previous session is kept: the runner, its session, envs, nets and trackers are dropped and collected
+    first, and a ``Session`` seeds every global RNG it uses (``orchestrator.session.seed_globals``), so a
+    session's results do not depend on which process hosts it.
+
     Args:
         spec, predir, trial, session, seed, resume: see ``SessionRunner``.
         num_threads: torch intra-op threads (the actor's CPU share, at least 1).
@@ -275,11 +282,21 @@ class SessionActor:
         import torch
 
         torch.set_num_threads(max(1, num_threads))
-        self.runner = SessionRunner(spec, predir, trial, session, seed, resume, global_params)
+        self.runner: SessionRunner | None = None
+        self.open(spec, predir, trial, session, seed, resume, global_params)
         signal.signal(signal.SIGTERM, self._on_sigterm)
 
+    def open(self, spec: dict[str, Any], predir: str, trial: int, session: int, seed: int, resume: bool,
+             global_params: Any = None) -> None:
+        """Build the runner of a session in this actor, after dropping (and collecting) the previous one."""
+        import gc
+
+        self.runner = None
+        gc.collect()
+        self.runner = SessionRunner(spec, predir, trial, session, seed, resume, global_params)
+
     def _on_sigterm(self, signum: int, frame: Any) -> None:
-        self.runner.session.stop_requested = True
+        self.stop()
 
     def pid(self) -> int:
         """Process id of the actor's worker (tests kill it with ``os.kill``)."""
@@ -287,12 +304,21 @@ class SessionActor:
 
     def stop(self) -> None:
         """Ask the session to stop after the current step and commit a final checkpoint."""
-        self.runner.session.stop_requested = True
+        if self.runner is not None:
+            self.runner.session.stop_requested = True
 
-    def run(self) -> Iterator[dict[str, Any]]:
+    def run(self, session: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
         """Generator method: streams the session's events (see module docstring); the ``started``
         event also names the Ray node (``node_id``, hex) and ``hostname`` the actor runs on. The events of
-        one checkpoint (its commit, the chunk's log rows) come as one ``batch`` event."""
+        one checkpoint (its commit, the chunk's log rows) come as one ``batch`` event.
+
+        Args:
+            session: the keyword arguments of ``open`` (spec, predir, trial, session, seed, resume,
+                global_params) to host a new session in this actor first; None runs the session it was
+                built with.
+        """
+        if session is not None:
+            self.open(**session)
         for event in checkpoint_batches(self.runner):
             if event["kind"] == "started":
                 event.update(node_id=ray.get_runtime_context().get_node_id(), hostname=socket.gethostname())

@@ -280,6 +280,44 @@ class RunRecord:
         return "{\n" + ",\n".join(f"  {json.dumps(k)}: {block(v)}" for k, v in data.items()) + "\n}\n"
 
 
+class SessionHosts:
+    """Session actors whose session ended ``done``, kept warm in the process that owns them, to host the
+    sessions of the next trial that process runs (``SessionActor.run(session=...)``).
+
+    A new session actor is a new Python process that imports torch and the lab before its session starts
+    (seconds, most of a short search trial's fixed cost: docs/BENCHMARKS.md "Search overhead"). A search's
+    Tune trial actor is reused for the next trial Tune starts with the same resources (``reuse_actors``),
+    within the same placement group, so the session actors it started stay in that placement group's
+    bundles and host the next trial's sessions. An actor is reused only after its session ended ``done``
+    and only for the same resources (``key``); any other ending (failure, death, stop) ends the actor.
+    Owned by the process, hosts end with it (Tune ending its trial actor, or the driver exiting).
+    """
+
+    def __init__(self) -> None:
+        self.idle: list[tuple[tuple[Any, ...], Any]] = []
+
+    def take(self, key: tuple[Any, ...]) -> Any | None:
+        """An idle actor for sessions of resources ``key`` (None when there is none); idle actors of other
+        resources are ended (they hold resources of the placement group the new sessions need)."""
+        for _, actor in [item for item in self.idle if item[0] != key]:
+            ray.kill(actor)
+        self.idle = [item for item in self.idle if item[0] == key]
+        return self.idle.pop()[1] if self.idle else None
+
+    def put(self, key: tuple[Any, ...], actor: Any) -> None:
+        """Keep an actor whose session ended ``done`` for the next session of resources ``key``."""
+        self.idle.append((key, actor))
+
+    def clear(self) -> None:
+        """End every idle actor."""
+        for _, actor in self.idle:
+            ray.kill(actor)
+        self.idle = []
+
+
+HOSTS = SessionHosts()  # this process's warm session actors (used by search trials: orchestrator.search)
+
+
 class Trial:
     """Runs the planned sessions of one trial as Ray actors and watches them.
 
@@ -295,6 +333,8 @@ class Trial:
             (False inside a search trial: the search analyzes each trial when it ends).
         lease: the run's lease held by this driver; once another driver took it (``lease.lost``)
             the sessions are asked to stop at their next checkpoint.
+        hosts: warm session actors to start sessions in, and to keep the actors of sessions that end
+            ``done`` in (``SessionHosts``); None: one new actor per session, ended with it.
     """
 
     WATCH_BATCH_S = 0.1  # seconds the watch loop gathers events before acting on them
@@ -302,9 +342,9 @@ class Trial:
     def __init__(self, spec: dict[str, Any], predir: str, plans: list[SessionPlan], record: RunRecord,
                  quiet: bool = False,
                  on_log: Callable[[SessionPlan, dict[str, Any]], None] | None = None,
-                 analyze: bool = True, lease: Lease | None = None) -> None:
+                 analyze: bool = True, lease: Lease | None = None, hosts: SessionHosts | None = None) -> None:
         self.spec, self.predir, self.plans, self.record, self.quiet = spec, predir, plans, record, quiet
-        self.lease = lease
+        self.lease, self.hosts = lease, hosts
         self.on_log, self.analyze = on_log, analyze
         self.meta = spec["meta"]
         self.actors: dict[str, Any] = {}
@@ -331,11 +371,24 @@ class Trial:
 
     # ---------------------------------------------------------------- actors
     def start(self, plan: SessionPlan) -> None:
-        """Start (or restart) the actor of a session and its event stream."""
-        actor = self.new_actor(plan)
-        self.actors[plan.key], self.streams[plan.key] = actor, actor.run.remote()
+        """Start (or restart) the actor of a session and its event stream: in a warm actor of ``hosts``
+        when one is idle, else in a new one."""
+        actor = self.hosts.take(self.host_key()) if self.hosts is not None else None
+        if actor is None:
+            actor = self.new_actor(plan)
+            stream = actor.run.remote()
+        else:
+            stream = actor.run.remote({"spec": self.spec, "predir": self.predir, "trial": plan.trial,
+                                       "session": plan.session, "seed": plan.seed, "resume": plan.resume,
+                                       "global_params": self.globals.get(plan.trial)})
+        self.actors[plan.key], self.streams[plan.key] = actor, stream
         plan.status = "running"
         self.record.update(plan)
+
+    def host_key(self) -> tuple[Any, ...]:
+        """What a session actor is created with besides its session: (num_cpus, num_gpus) of ``meta.resources``."""
+        res = self.meta["resources"]
+        return float(res.get("num_cpus", 1) or 0), float(res.get("num_gpus", 0) or 0)
 
     def new_actor(self, plan: SessionPlan) -> Any:
         """A ``SessionActor`` for ``plan`` with the spec's per-session resources (``bench/driver_scale.py``
@@ -379,28 +432,48 @@ class Trial:
             finally:
                 self.record.hold = False
             self.record.flush_due()
-            while self.streams or self.pending_restart:
-                if self.lease is not None and self.lease.lost and self.stopping_since is None:
-                    self.request_stop()
-                self.restart_due(by_key)
-                if self.stopping_since is not None and \
-                        time.monotonic() - self.stopping_since > float(self.meta["shutdown_grace_s"]):
-                    break
-                if not self.streams:
-                    time.sleep(0.2)
-                    continue
-                self.watch(by_key)
+            try:
+                self.watch_all(by_key)
+            except BaseException:  # e.g. Tune stopping a search trial (SystemExit from tune.report)
+                self.end_all()
+                raise
         self.stop_globals()
         self.record.save()
         return self.finish()
 
-    def release(self, plan: SessionPlan) -> None:
+    def watch_all(self, by_key: dict[str, SessionPlan]) -> None:
+        """Watch the sessions until every stream ended and no restart is pending (or the stop's grace passed)."""
+        while self.streams or self.pending_restart:
+            if self.lease is not None and self.lease.lost and self.stopping_since is None:
+                self.request_stop()
+            self.restart_due(by_key)
+            if self.stopping_since is not None and \
+                    time.monotonic() - self.stopping_since > float(self.meta["shutdown_grace_s"]):
+                break
+            if not self.streams:
+                time.sleep(0.2)
+                continue
+            self.watch(by_key)
+
+    def release(self, plan: SessionPlan, ended: bool = False) -> None:
         """Drop a finished session's stream and actor handle, so Ray ends the actor and frees its
-        resources for sessions still waiting."""
+        resources for sessions still waiting; with ``hosts``, the actor of a session whose stream
+        ``ended`` after ``done`` is kept there instead (``SessionHosts``)."""
         self.streams.pop(plan.key, None)
         actor = self.actors.pop(plan.key, None)
-        if actor is not None:
+        if actor is None:
+            return
+        if ended and self.hosts is not None and plan.status == "done" and not plan.error \
+                and self.stopping_since is None:
+            self.hosts.put(self.host_key(), actor)
+        else:
             self.end_actor(actor)
+
+    def end_all(self) -> None:
+        """End every session actor still held (the trial is abandoned: e.g. Tune stopped it)."""
+        for key in list(self.actors):
+            self.streams.pop(key, None)
+            self.end_actor(self.actors.pop(key))
 
     def watch(self, by_key: dict[str, SessionPlan]) -> None:
         """Wait up to ``WATCH_BATCH_S`` for events (less once every stream has one), act on every event
@@ -428,7 +501,7 @@ class Trial:
         try:
             refs = [next(stream)]
         except StopIteration:
-            self.release(plan)
+            self.release(plan, ended=True)
             return
         while len(refs) < 64 and stream.next_ready():
             try:

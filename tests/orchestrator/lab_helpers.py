@@ -53,6 +53,15 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie, exited but not yet reaped, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
 def kill_pids(pids: list[int]) -> None:
     """SIGKILL each PID that still exists (only PIDs the test started)."""
     for pid in pids:
