@@ -90,7 +90,8 @@ def run_lab(frames: int, root: Path = ROOT) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         t0 = time.time()
-        proc = subprocess.Popen(lab_command(frames, str(data), root), cwd=tmp, env=ENV, stdout=subprocess.PIPE,
+        env = {**ENV, "PYTHONPATH": str(root)}  # its code, also in the Ray workers (they inherit the environment)
+        proc = subprocess.Popen(lab_command(frames, str(data), root), cwd=tmp, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
         out: list[str] = []
         reader = threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True)

@@ -239,8 +239,12 @@ def run_search_mode(args: argparse.Namespace) -> int:
 def run_train_mode(args: argparse.Namespace) -> int:
     """``train`` / ``train@...`` (imports Ray only when needed; ``train`` checks its spec, preflight and
     ``agent.net.init_from`` included, in ``orchestrator.spec_check`` while Ray starts)."""
+    checked = None
+    if args.mode == "train":  # the check's child process starts before this process imports Ray
+        from orchestrator import spec_check
+        checked = spec_check.start(spec_check.request_of(args))
     from orchestrator.trial import run_train
-    return run_train(args)
+    return run_train(args, checked)
 
 
 def run_enjoy_mode(args: argparse.Namespace) -> int:

@@ -947,8 +947,11 @@ def refuse_dev_run(predir: str, mode: str) -> None:
                          f"start a train run instead: {lab_command(predir_mod.spec_file(predir, name), name, 'train')}")
 
 
-def run_train(args: argparse.Namespace) -> int:
+def run_train(args: argparse.Namespace, checked: Callable[[], dict[str, Any]] | None = None) -> int:
     """``train`` and ``train@...`` modes (see module docstring); returns the exit code.
+
+    ``checked``: for ``train``, the spec check already started (``orchestrator.spec_check.start``); started
+    here when None.
 
     The driver holds the run's lease (``orchestrator.lease``) from before it reads the run until it
     exits, so a second driver on the same run exits 2 naming this one.
@@ -958,7 +961,7 @@ def run_train(args: argparse.Namespace) -> int:
     """
     args.data_dir = storage.absolute(args.data_dir)  # actors may run in another working directory
     if args.mode == "train":
-        checked = spec_check.start(spec_check.request_of(args))  # a child process checks while Ray starts
+        checked = checked or spec_check.start(spec_check.request_of(args))  # a child process checks while Ray starts
         init_ray(args.address, getattr(args, "dashboard", False))
         new_spec = checked()
         check_resources(new_spec["meta"])
