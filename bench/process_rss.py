@@ -6,7 +6,8 @@ size, MB = 2**20 bytes, from psutil) of the driver and of every process below it
 (``gcs_server``, ``raylet``, the dashboard and its agents, the log monitor, the runtime-env agent, ...),
 the session actor's worker (``ray::SessionActor``), idle Ray workers and the driver's spec-check child
 (``orchestrator.spec_check``: torch and gymnasium for a few seconds while Ray starts; reported on its
-own, not a daemon). Reported per process kind: the peak RSS of one process, and for the daemons the peak of their sum. Goals (issue 13): a CPU session
+own, not a daemon). Reported per process kind: the peak RSS (the kernel's ``VmHWM``, so no peak between
+samples is missed) of one process, and for the daemons the peak of their sum. Goals (issue 13): a CPU session
 actor <= 350 MB, the driver <= 250 MB, Ray's daemons <= 250 MB together.
 
 RSS counts shared pages (libraries such as torch's) in every process that maps them; USS (unique set
@@ -66,8 +67,18 @@ def kind_of(proc: psutil.Process, driver_pid: int) -> str:
     return next((kind for kind, test in rules if test()), "other:" + name)
 
 
-def sample(driver: psutil.Process) -> dict[int, tuple[str, float, float]]:
-    """pid -> (kind, rss MB, uss MB) of the driver and all its descendants now."""
+def peak_rss(pid: int) -> int:
+    """The kernel's peak RSS of a process so far (``VmHWM`` of /proc/PID/status, bytes; 0 where unreadable):
+    exact, where 0.2 s samples can miss a peak."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:")), 0)
+    except OSError:
+        return 0
+
+
+def sample(driver: psutil.Process) -> dict[int, tuple[str, float, float, float]]:
+    """pid -> (kind, rss MB, uss MB, peak rss MB so far) of the driver and all its descendants now."""
     out = {}
     try:
         procs = [driver, *driver.children(recursive=True)]
@@ -76,7 +87,7 @@ def sample(driver: psutil.Process) -> dict[int, tuple[str, float, float]]:
     for proc in procs:
         try:
             mem = proc.memory_full_info()
-            out[proc.pid] = (kind_of(proc, driver.pid), mem.rss / MB, mem.uss / MB)
+            out[proc.pid] = (kind_of(proc, driver.pid), mem.rss / MB, mem.uss / MB, peak_rss(proc.pid) / MB)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return out
@@ -96,13 +107,13 @@ def measure(frames: int, extra: list[str], root: Path = ROOT) -> dict[str, Any]:
         daemons_sum_peak, kinds_seen = 0.0, {}
         while proc.poll() is None:
             now = sample(driver)
-            for pid, (kind, rss, uss) in now.items():
+            for pid, (kind, rss, uss, hwm) in now.items():
                 old = peak.get(pid, (kind, 0.0, 0.0))
                 if kind in ("gone", "ray_worker_other") and old[0] not in ("gone",):
                     kind = old[0]  # a worker keeps the kind it had as an actor; a dying process its kind
-                peak[pid] = (kind, max(old[1], rss), max(old[2], uss))
+                peak[pid] = (kind, max(old[1], rss, hwm), max(old[2], uss))
                 kinds_seen.setdefault(kind, set()).add(pid)
-            daemons_sum_peak = max(daemons_sum_peak, sum(r for k, r, _ in now.values() if k not in NOT_DAEMONS))
+            daemons_sum_peak = max(daemons_sum_peak, sum(r for k, r, _, _ in now.values() if k not in NOT_DAEMONS))
             time.sleep(0.2)
         output = proc.stdout.read()
         wall = time.monotonic() - start

@@ -11,6 +11,9 @@ Both are timed from outside, as a user sees them, each a fresh process started b
 - **done -> exit**: the rest, until the process has exited (the lab: trial_df, metrics, graphs, the
   summary, ``ray.shutdown``; SB3: nothing but the interpreter's exit).
 - **whole**: command -> exit.
+- **cpu**: CPU seconds (user + system) of the process and every descendant it reaped (the lab: its Ray
+  daemons and workers, the spec-check child), from ``getrusage(RUSAGE_CHILDREN)``: unlike the seconds above,
+  barely moved by other jobs sharing the cores.
 
 Same work: PPO on CartPole-v1 with ``ppo_cartpole``'s hyperparameters (as ``bench/throughput.py``: 8 envs,
 time_horizon/n_steps 32, batch 256, 20 epochs, linear lr and clip to 0 over the budget), one torch
@@ -28,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -85,8 +89,15 @@ def session_entry(data_dir: Path) -> dict[str, Any]:
     return {}
 
 
+def children_cpu() -> float:
+    """CPU seconds (user + system) of this process's reaped descendants so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_lab(frames: int, root: Path = ROOT) -> dict[str, Any]:
     """One ``lab ... train`` of the checkout at ``root``; phase times in seconds."""
+    cpu0 = children_cpu()
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         t0 = time.time()
@@ -108,19 +119,20 @@ def run_lab(frames: int, root: Path = ROOT) -> dict[str, Any]:
         reader.join()
         if proc.returncode != 0 or first is None or done is None:
             raise RuntimeError(f"lab train failed ({proc.returncode}):\n{''.join(out)[-3000:]}")
-    return {"first_frame_s": first - t0, "train_s": done - first, "done_to_exit_s": end - done, "whole_s": end - t0}
+    return {"first_frame_s": first - t0, "train_s": done - first, "done_to_exit_s": end - done, "whole_s": end - t0,
+            "cpu_s": children_cpu() - cpu0}
 
 
 def run_sb3(frames: int) -> dict[str, Any]:
     """One SB3 process doing the same training; phase times in seconds."""
-    t0 = time.time()
+    t0, cpu0 = time.time(), children_cpu()
     proc = subprocess.run([sys.executable, "-c", SB3_SCRIPT, str(frames)], env=ENV, capture_output=True, text=True)
     end = time.time()
     if proc.returncode != 0:
         raise RuntimeError(f"SB3 failed:\n{proc.stderr[-3000:]}")
     marks = {line.split()[1]: float(line.split()[2]) for line in proc.stdout.splitlines() if line.startswith("T ")}
     return {"first_frame_s": marks["first_frame"] - t0, "train_s": marks["done"] - marks["first_frame"],
-            "done_to_exit_s": end - marks["done"], "whole_s": end - t0}
+            "done_to_exit_s": end - marks["done"], "whole_s": end - t0, "cpu_s": children_cpu() - cpu0}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,9 +161,10 @@ def main(argv: list[str] | None = None) -> int:
             rec = {"impl": impl, "round": r, "load1_start": load, **fn(args.frames), "load1_end": os.getloadavg()[0]}
             runs.append(rec)
             print(f"round {r} {impl}: first frame {rec['first_frame_s']:.1f} s, train {rec['train_s']:.1f} s, "
-                  f"done->exit {rec['done_to_exit_s']:.1f} s, whole {rec['whole_s']:.1f} s (load1 {load:.2f})",
+                  f"done->exit {rec['done_to_exit_s']:.1f} s, whole {rec['whole_s']:.1f} s, cpu {rec['cpu_s']:.1f} s "
+                  f"(load1 {load:.2f})",
                   flush=True)
-    keys = ("first_frame_s", "train_s", "done_to_exit_s", "whole_s")
+    keys = ("first_frame_s", "train_s", "done_to_exit_s", "whole_s", "cpu_s")
     summary = {impl: {k: statistics.median(x[k] for x in runs if x["impl"] == impl) for k in keys}
                for impl in sorted({x["impl"] for x in runs})}
     import ray
