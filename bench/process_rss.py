@@ -101,7 +101,9 @@ def measure(frames: int, extra: list[str], root: Path = ROOT) -> dict[str, Any]:
                "-s", "meta.random_seed=1", *extra]
         start = time.monotonic()
         env = {**ENV, "PYTHONPATH": str(root)}  # its code, also in the Ray workers (they inherit the environment)
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # cwd: Ray workers put the driver's working directory first on sys.path, so not a checkout's root
+        proc = subprocess.Popen(cmd, env=env, cwd=data_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
         driver = psutil.Process(proc.pid)
         peak: dict[int, tuple[str, float, float]] = {}
         daemons_sum_peak, kinds_seen = 0.0, {}
