@@ -7,12 +7,13 @@ the true final observation is in ``info["final_obs"]``.
 
 Env families (installed by ``pip install -e .``): classic control; Box2D (``box2d``: LunarLander-v3,
 BipedalWalker-v3, CarRacing-v3); MuJoCo v5 (``mujoco``: Hopper-v5, HalfCheetah-v5, ...); Atari (``ale-py``,
-whose wheels carry the ROMs; its ``ALE/*`` and ``*NoFrameskip-v4`` ids are registered by ``ensure_registered`` on
-the first lookup of an id gymnasium does not know). Atari sub-envs are composed from maintained wrappers as SLM-Lab v5 and SB3 run
-Atari (Machado et al. 2018 for sticky actions; Mnih et al. 2015 for the rest), see ``make_sub_env``:
-``AtariPreprocessing`` (noop resets, frame skip 4 with a max-pool over the last two frames, 84x84 grayscale
-uint8), ``FrameStackObservation`` (``frame_op``), ``RecordEpisodeStatistics`` (true game scores), then
-``LifeLossTermination`` (``life_loss_info``) and reward clipping (``reward_scale``) for training only.
+whose wheels carry the ROMs; its ``ALE/*`` and ``*NoFrameskip-v4`` ids are registered by
+``ensure_registered`` on the first lookup of an id gymnasium does not know). Atari sub-envs are composed from
+maintained wrappers as SLM-Lab v5 and SB3 run Atari (Machado et al. 2018 for sticky actions; Mnih et al. 2015
+for the rest), see ``make_sub_env``: ``AtariPreprocessing`` (noop resets, frame skip 4 with a max-pool over the
+last two frames, 84x84 grayscale uint8), ``FrameStackObservation`` (``frame_op``), ``RecordEpisodeStatistics``
+(true game scores), then ``LifeLossTermination`` (``life_loss_info``) and reward clipping (``reward_scale``) for
+training only.
 Frames are agent steps (the clock's unit): one Atari frame here is 4 emulator frames.
 
 The sync vector env is built from ``functools.partial`` sub-env factories so it pickles (docs/ARCHITECTURE.md
