@@ -22,7 +22,12 @@ from orchestrator.session_actor import SessionRunner
 spec, predir = json.loads(sys.argv[1]), sys.argv[2]
 runner = SessionRunner(spec, predir, 0, 0, 1, resume=False)
 events = [e["kind"] for e in runner.events()]
-print(json.dumps({"events": events, "frame": runner.session.clock.frame, "modules": sorted(sys.modules)}))
+modules = sorted(sys.modules)
+# pandas, once imported (train_df), works with pyarrow as usual after storage.skip_pandas_probe
+from orchestrator import storage
+copy = storage.read_parquet(runner.session_dir + "/train_df.parquet")
+same = copy.equals(runner.session.train_df) and len(copy) == 2
+print(json.dumps({"events": events, "frame": runner.session.clock.frame, "modules": modules, "same": same}))
 """
 
 DRIVER_CHILD = """
@@ -50,6 +55,7 @@ def test_cartpole_session_actor_loads_no_pandas_plotting_tune_torcharc_or_ale(tm
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["frame"] == 512 and result["events"][0] == "started" and result["events"][-1] == "done"
     assert "checkpoint" in result["events"]  # it committed checkpoints (Parquet of train_df included)
+    assert result["same"]  # the exported train_df.parquet, read through pandas, equals the session's train_df
     modules = set(result["modules"])
     assert {"torch", "gymnasium", "orchestrator.session"} <= modules  # what it did import is seen
     loaded = sorted(m for m in modules if any(m == bad or m.startswith(bad + ".") for bad in NOT_IN_SESSION))
