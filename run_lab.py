@@ -1,8 +1,6 @@
 """Run the lab: ``python run_lab.py SPEC_FILE SPEC_NAME MODE [options]`` (see orchestrator/cli.py)."""
 
-import sys
-
-from orchestrator.cli import main
+from orchestrator.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()  # main(), then a fast exit (orchestrator.cli.entry)

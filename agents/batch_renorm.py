@@ -13,7 +13,7 @@ ramp linearly with the training step t: ``r_max = 1 + min(t / warmup_steps, 1) *
 ``(x - running_mean) / sqrt(running_var + eps)``. Output ``weight * x_hat + bias``. Statistics and t are
 buffers (checkpointed, hashed). ``LazyBatchRenorm1d`` infers F from its first input.
 
-Both are registered in ``torch.nn`` (``torcharc.register_nn`` when torcharc is installed) so torcharc 2 arcs
+Both are registered in ``torch.nn`` (as ``torcharc.register_nn`` does, without importing torcharc) so torcharc 2 arcs
 can name them, as SLM-Lab's CrossQ specs do (``LazyBatchRenorm1d: {momentum, eps, warmup_steps}``).
 Reference: SLM-Lab ``slm_lab/agent/net/batch_renorm.py``.
 """
@@ -107,15 +107,13 @@ class LazyBatchRenorm1d(LazyModuleMixin, BatchRenorm1d):
 
 
 def _register() -> None:
-    """Make both classes resolvable by name from ``torch.nn`` (torcharc builds arcs from there)."""
+    """Make both classes resolvable by name from ``torch.nn`` (torcharc builds arcs from there).
+
+    What ``torcharc.register_nn`` does (a ``setattr`` on ``torch.nn``), without importing torcharc and
+    pydantic (~20 MB, ~0.5 s) into every process that imports the nets: torcharc is imported only when a
+    ``TorchArcNet`` is built (``agents.nets.build_arc``)."""
     for cls in (BatchRenorm1d, LazyBatchRenorm1d):
-        if getattr(nn, cls.__name__, None) is cls:
-            continue
-        try:
-            from torcharc import register_nn
-            register_nn(cls)
-        except ImportError:
-            setattr(nn, cls.__name__, cls)
+        setattr(nn, cls.__name__, cls)
 
 
 _register()

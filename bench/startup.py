@@ -11,6 +11,10 @@ Both are timed from outside, as a user sees them, each a fresh process started b
 - **done -> exit**: the rest, until the process has exited (the lab: trial_df, metrics, graphs, the
   summary, ``ray.shutdown``; SB3: nothing but the interpreter's exit).
 - **whole**: command -> exit.
+- **cpu**: CPU seconds (user + system) of the process and all its descendants (the lab: its Ray daemons and
+  workers, the session actor, the spec-check child), each process's last value sampled every 0.1 s with
+  psutil (so up to 0.1 s per process is missed): unlike the seconds above, little moved by other jobs
+  sharing the cores.
 
 Same work: PPO on CartPole-v1 with ``ppo_cartpole``'s hyperparameters (as ``bench/throughput.py``: 8 envs,
 time_horizon/n_steps 32, batch 256, 20 epochs, linear lr and clip to 0 over the budget), one torch
@@ -85,13 +89,53 @@ def session_entry(data_dir: Path) -> dict[str, Any]:
     return {}
 
 
+class TreeCPU:
+    """CPU seconds (user + system) of a process and its descendants, sampled every ``period`` seconds on a
+    thread; ``total`` sums each process's last sample."""
+
+    def __init__(self, pid: int, period: float = 0.1) -> None:
+        try:
+            import psutil
+        except ImportError:  # Ray bundles psutil (ray/thirdparty_files), on sys.path once ray is imported
+            import importlib
+
+            importlib.import_module("ray")
+            psutil = importlib.import_module("psutil")
+        self.psutil, self.root, self.period, self.seen = psutil, psutil.Process(pid), period, {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                procs = [self.root, *self.root.children(recursive=True)]
+            except self.psutil.Error:
+                procs = []
+            for proc in procs:
+                try:
+                    times = proc.cpu_times()
+                    self.seen[proc.pid] = times.user + times.system
+                except self.psutil.Error:
+                    continue
+            self.stop.wait(self.period)
+
+    def total(self) -> float:
+        """Stop sampling; the CPU seconds seen."""
+        self.stop.set()
+        self.thread.join()
+        return sum(self.seen.values())
+
+
 def run_lab(frames: int, root: Path = ROOT) -> dict[str, Any]:
     """One ``lab ... train`` of the checkout at ``root``; phase times in seconds."""
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         t0 = time.time()
-        proc = subprocess.Popen(lab_command(frames, str(data), root), cwd=tmp, env=ENV, stdout=subprocess.PIPE,
+        env = {**ENV, "PYTHONPATH": str(root)}  # its code, also in the Ray workers (they inherit the environment)
+        proc = subprocess.Popen(lab_command(frames, str(data), root), cwd=tmp, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
+        cpu = TreeCPU(proc.pid)
         out: list[str] = []
         reader = threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True)
         reader.start()
@@ -104,22 +148,28 @@ def run_lab(frames: int, root: Path = ROOT) -> dict[str, Any]:
                 done = time.time()
             time.sleep(0.02)
         end = time.time()
+        cpu_s = cpu.total()
         reader.join()
         if proc.returncode != 0 or first is None or done is None:
             raise RuntimeError(f"lab train failed ({proc.returncode}):\n{''.join(out)[-3000:]}")
-    return {"first_frame_s": first - t0, "train_s": done - first, "done_to_exit_s": end - done, "whole_s": end - t0}
+    return {"first_frame_s": first - t0, "train_s": done - first, "done_to_exit_s": end - done, "whole_s": end - t0,
+            "cpu_s": cpu_s}
 
 
 def run_sb3(frames: int) -> dict[str, Any]:
     """One SB3 process doing the same training; phase times in seconds."""
     t0 = time.time()
-    proc = subprocess.run([sys.executable, "-c", SB3_SCRIPT, str(frames)], env=ENV, capture_output=True, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", SB3_SCRIPT, str(frames)], env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    cpu = TreeCPU(proc.pid)
+    stdout, stderr = proc.communicate()
     end = time.time()
+    cpu_s = cpu.total()
     if proc.returncode != 0:
-        raise RuntimeError(f"SB3 failed:\n{proc.stderr[-3000:]}")
-    marks = {line.split()[1]: float(line.split()[2]) for line in proc.stdout.splitlines() if line.startswith("T ")}
+        raise RuntimeError(f"SB3 failed:\n{stderr[-3000:]}")
+    marks = {line.split()[1]: float(line.split()[2]) for line in stdout.splitlines() if line.startswith("T ")}
     return {"first_frame_s": marks["first_frame"] - t0, "train_s": marks["done"] - marks["first_frame"],
-            "done_to_exit_s": end - marks["done"], "whole_s": end - t0}
+            "done_to_exit_s": end - marks["done"], "whole_s": end - t0, "cpu_s": cpu_s}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,9 +198,10 @@ def main(argv: list[str] | None = None) -> int:
             rec = {"impl": impl, "round": r, "load1_start": load, **fn(args.frames), "load1_end": os.getloadavg()[0]}
             runs.append(rec)
             print(f"round {r} {impl}: first frame {rec['first_frame_s']:.1f} s, train {rec['train_s']:.1f} s, "
-                  f"done->exit {rec['done_to_exit_s']:.1f} s, whole {rec['whole_s']:.1f} s (load1 {load:.2f})",
+                  f"done->exit {rec['done_to_exit_s']:.1f} s, whole {rec['whole_s']:.1f} s, cpu {rec['cpu_s']:.1f} s "
+                  f"(load1 {load:.2f})",
                   flush=True)
-    keys = ("first_frame_s", "train_s", "done_to_exit_s", "whole_s")
+    keys = ("first_frame_s", "train_s", "done_to_exit_s", "whole_s", "cpu_s")
     summary = {impl: {k: statistics.median(x[k] for x in runs if x["impl"] == impl) for k in keys}
                for impl in sorted({x["impl"] for x in runs})}
     import ray

@@ -7,12 +7,13 @@ the true final observation is in ``info["final_obs"]``.
 
 Env families (installed by ``pip install -e .``): classic control; Box2D (``box2d``: LunarLander-v3,
 BipedalWalker-v3, CarRacing-v3); MuJoCo v5 (``mujoco``: Hopper-v5, HalfCheetah-v5, ...); Atari (``ale-py``,
-whose wheels carry the ROMs; importing this module registers the ``ALE/*`` ids and ale-py's own
-``*NoFrameskip-v4`` ids). Atari sub-envs are composed from maintained wrappers as SLM-Lab v5 and SB3 run
-Atari (Machado et al. 2018 for sticky actions; Mnih et al. 2015 for the rest), see ``make_sub_env``:
-``AtariPreprocessing`` (noop resets, frame skip 4 with a max-pool over the last two frames, 84x84 grayscale
-uint8), ``FrameStackObservation`` (``frame_op``), ``RecordEpisodeStatistics`` (true game scores), then
-``LifeLossTermination`` (``life_loss_info``) and reward clipping (``reward_scale``) for training only.
+whose wheels carry the ROMs; its ``ALE/*`` and ``*NoFrameskip-v4`` ids are registered by
+``ensure_registered`` on the first lookup of an id gymnasium does not know). Atari sub-envs are composed from
+maintained wrappers as SLM-Lab v5 and SB3 run Atari (Machado et al. 2018 for sticky actions; Mnih et al. 2015
+for the rest), see ``make_sub_env``: ``AtariPreprocessing`` (noop resets, frame skip 4 with a max-pool over the
+last two frames, 84x84 grayscale uint8), ``FrameStackObservation`` (``frame_op``), ``RecordEpisodeStatistics``
+(true game scores), then ``LifeLossTermination`` (``life_loss_info``) and reward clipping (``reward_scale``) for
+training only.
 Frames are agent steps (the clock's unit): one Atari frame here is 4 emulator frames.
 
 The sync vector env is built from ``functools.partial`` sub-env factories so it pickles (docs/ARCHITECTURE.md
@@ -44,12 +45,33 @@ from gymnasium.wrappers.utils import RunningMeanStd
 
 from envs.wrappers import LifeLossTermination, ObsWindow, SimStatePickle, sim_kind
 
-try:  # ale-py registers the ALE/* ids (and its *NoFrameskip-v4 ids) with gymnasium
-    import ale_py
+_ale_registered = False  # ale-py's ids are registered with gymnasium in this process
 
+
+def ensure_registered(env_id: str) -> None:
+    """Register ale-py's ids (``ALE/*``, ``*NoFrameskip-v4``, ``Pong-v4``, ...) with gymnasium the first time an id
+    gymnasium does not know is looked up, so that only processes that make or check an Atari env import ale-py
+    (~15 MB, ~0.3 s); without ale-py installed nothing is registered (the id stays unknown)."""
+    global _ale_registered
+    if _ale_registered or env_id.split(":")[-1] in gym.registry:
+        return
+    try:
+        import ale_py
+    except ImportError:
+        return
     gym.register_envs(ale_py)
-except ImportError:  # pragma: no cover - ale-py is a dependency; without it Atari ids are unknown
-    ale_py = None
+    _ale_registered = True
+
+
+def _ale_missing(name: str) -> bool:
+    """True when ``name`` looks like an ale-py id (``ALE/...``, ``...NoFrameskip-v4``) and ale-py cannot be imported."""
+    if not (name.startswith("ALE/") or "NoFrameskip" in name):
+        return False
+    try:
+        import ale_py  # noqa: F401
+    except ImportError:
+        return True
+    return False
 
 TRAIN_STREAM = 0  # sub_env_seeds stream of the training env's resets (index: resume_count)
 EVAL_STREAM = 1  # sub_env_seeds stream of the evaluation env's resets (index: frame)
@@ -77,6 +99,7 @@ OLD_ENV_IDS: dict[str, str] = {
 
 def _runs(env_id: str) -> bool:
     """Registered with a real entry point (gymnasium's mujoco-py stubs have a function that raises)."""
+    ensure_registered(env_id)
     return env_id in gym.registry and isinstance(gym.registry[env_id].entry_point, str)
 
 
@@ -144,6 +167,7 @@ def is_atari(env_id: str) -> bool:
     Raises:
         KeyError: ``env_id`` is not registered.
     """
+    ensure_registered(env_id)
     entry = gym.registry[env_id.split(":")[-1]].entry_point
     return isinstance(entry, str) and entry.startswith("ale_py")
 
@@ -183,12 +207,15 @@ def resolve_env_id(name: str) -> str:
         if env_id not in gym.registry:
             raise ValueError(f"unknown env id '{env_id}': module '{module}' does not register it")
         return name
+    ensure_registered(name)
     new = OLD_ENV_IDS.get(name)
     if name in gym.registry and (new is None or _runs(name)):
         return name
     if new is not None and _runs(new):
         warnings.warn(f"env '{name}' is not in gymnasium; using its successor '{new}'", stacklevel=2)
         return new
+    if _ale_missing(name):
+        raise ValueError(f"env '{name}' needs ale-py, which is not installed: pip install ale-py")
     raise ValueError(f"unknown env id '{name}': gymnasium has no such environment registered")
 
 
@@ -312,6 +339,7 @@ def sticky_probability(env_id: str, spec: EnvSpec) -> float:
     """
     if spec.repeat_action_probability is not None:
         return float(spec.repeat_action_probability)
+    ensure_registered(env_id)
     return float(gym.registry[env_id.split(":")[-1]].kwargs.get("repeat_action_probability", 0.25))
 
 

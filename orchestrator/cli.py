@@ -34,8 +34,11 @@ import warnings
 from typing import Any, NoReturn
 
 from orchestrator import storage
-from orchestrator.errors import UsageError
-from orchestrator.spec import SpecError, load_spec, session_seed
+from orchestrator.errors import SpecError, UsageError
+from orchestrator.predir import session_seed
+
+# orchestrator.spec (and with it torch and gymnasium) is imported only by the modes that check in this
+# process: a ``train`` driver checks its spec in a child process (orchestrator/spec_check.py).
 
 MODES = ("dev", "train", "train@latest", "train@{predir}", "search", "search@latest", "search@{predir}",
          "enjoy@{session_spec_file}[@latest]")
@@ -234,12 +237,14 @@ def run_search_mode(args: argparse.Namespace) -> int:
 
 
 def run_train_mode(args: argparse.Namespace) -> int:
-    """``train`` / ``train@...`` (imports Ray only when needed)."""
+    """``train`` / ``train@...`` (imports Ray only when needed; ``train`` checks its spec, preflight and
+    ``agent.net.init_from`` included, in ``orchestrator.spec_check`` while Ray starts)."""
+    checked = None
+    if args.mode == "train":  # the check's child process starts before this process imports Ray
+        from orchestrator import spec_check
+        checked = spec_check.start(spec_check.request_of(args))
     from orchestrator.trial import run_train
-    if args.mode == "train":  # a bad agent.net.init_from fails here (exit 2), not inside the actors
-        from orchestrator.transfer import check_init_from
-        check_init_from(load_spec(args.spec_file, args.spec_name, args.overrides))
-    return run_train(args)
+    return run_train(args, checked)
 
 
 def run_enjoy_mode(args: argparse.Namespace) -> int:
@@ -250,6 +255,7 @@ def run_enjoy_mode(args: argparse.Namespace) -> int:
 
 def run_dev_mode(args: argparse.Namespace) -> int:
     """``dev``: one in-process session."""
+    from orchestrator.spec import load_spec
     spec = load_spec(args.spec_file, args.spec_name, args.overrides)
     return run_dev(spec, storage.absolute(args.data_dir), args.quiet)
 
@@ -294,8 +300,9 @@ def dispatch(args: argparse.Namespace) -> int:
     if handler is None or (args.mode == "dev@" or args.mode.startswith("dev@")):
         raise UsageError(f"unknown mode '{args.mode}'; expected one of: {', '.join(MODES)}"
                          + order_hint(args))
-    from orchestrator.preflight import preflight
-    preflight(args)  # env dependencies and memory sizes, before any run dir or actor exists
+    if args.mode != "train":  # train: in orchestrator.spec_check, with the spec check, while Ray starts
+        from orchestrator.preflight import preflight
+        preflight(args)  # env dependencies and memory sizes, before any run dir or actor exists
     return handler(args)
 
 
@@ -376,5 +383,29 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def entry() -> NoReturn:
+    """The ``lab`` command and ``run_lab.py``: ``main``, then the exit handlers (``ray.shutdown`` among them)
+    and a flush of stdout/stderr, then ``os._exit`` with main's code.
+
+    This skips only the interpreter's final teardown (finalizing every module: pandas, matplotlib, plotly,
+    Ray; ~1 s on 2 busy cores, docs/BENCHMARKS.md "Start-up and exit"); everything the lab writes is written
+    before ``main`` returns, and the ``atexit`` handlers (Ray's, tracking libraries') still run. An exception
+    other than ``SystemExit`` leaves as usual (traceback and normal exit).
+    """
+    import atexit
+
+    try:
+        code: Any = main()
+    except SystemExit as exc:
+        code = exc.code
+    if code is not None and not isinstance(code, int):  # sys.exit("message"): Python prints it, exits 1
+        print(code, file=sys.stderr)
+        code = 1
+    atexit._run_exitfuncs()  # CPython's own exit handlers: what a normal exit runs before the teardown
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code or 0)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -33,13 +33,15 @@ from __future__ import annotations
 
 import io
 import signal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
-import torch
 
 from orchestrator import storage
 from orchestrator.checkpoint import CheckpointStore
+
+if TYPE_CHECKING:
+    import torch  # annotations only: the driver imports this module and must not load torch
 
 EXACT_REASON = ("meta.distributed: the sessions train one global net asynchronously; the order of their "
                 "gradient pushes depends on timing, and sessions and the global state are checkpointed apart")
@@ -148,6 +150,8 @@ class GlobalParams:
             orchestrator.checkpoint.CheckpointError / storage.StorageError: the write failed.
         """
         if self.committed != self.step:
+            import torch
+
             buf = io.BytesIO()
             torch.save({"nets": {k: self.algorithm.nets[k].state_dict() for k in self.net_names},
                         "optims": {k: v.state_dict() for k, v in self.algorithm.optims.items()},
@@ -171,6 +175,8 @@ class GlobalParams:
                 from orchestrator.checkpoint import CheckpointError
                 raise CheckpointError(f"global state: {selection.describe()}")
             return
+        import torch
+
         state = torch.load(io.BytesIO(selection.files["global.pt"]), weights_only=True, map_location="cpu")
         for name in self.net_names:
             self.algorithm.nets[name].load_state_dict(state["nets"][name])
@@ -188,6 +194,8 @@ class GlobalParamsActor:
         # The sessions' final checkpoints after a SIGTERM/SIGINT still need it; the Trial ends it (ray.kill).
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        import torch
+
         torch.set_num_threads(1)
         self.core = GlobalParams(spec, predir, trial, seed, resume)
 
@@ -233,6 +241,8 @@ class GlobalExchange:
 
     def load(self, values: list[torch.Tensor]) -> None:
         """Copy global values (``GlobalParams.pull`` order) into the session's parameters."""
+        import torch
+
         params = optim_params(self.algorithm, tuple(self.algorithm.optims))
         with torch.no_grad():
             for p, v in zip(params, values, strict=True):

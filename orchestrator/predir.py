@@ -19,6 +19,11 @@ TS_FORMAT = "%Y_%m_%d_%H%M%S"
 TS_RE = r"\d{4}_\d{2}_\d{2}_\d{6}"
 
 
+def session_seed(base_seed: int, trial: int, session: int) -> int:
+    """Seed of session ``session`` of trial ``trial``: ``base_seed + 1000 * trial + session``."""
+    return int(base_seed) + 1000 * int(trial) + int(session)
+
+
 def new_predir(data_dir: str, spec_name: str) -> str:
     """Create and return a fresh predir URI ``{data_dir}/{spec_name}_{ts}``.
 

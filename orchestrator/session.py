@@ -32,7 +32,6 @@ from collections import deque
 from typing import Any, Callable
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
@@ -58,6 +57,19 @@ TRAIN_COLUMNS = ("frame", "epi", "t", "opt_step", "wall_t", "fps", "total_reward
 EVAL_COLUMNS = ("frame", "epi", "opt_step", "wall_t", "total_reward", "total_reward_std", "total_reward_ma")
 
 LogCallback = Callable[["Session", dict[str, Any]], None]
+
+
+class _LazyPandas:
+    """``pandas`` (~100 MB RSS with its imports) loaded at the first attribute used: a session actor never
+    needs it on the training path (rows are dicts, Parquet goes through pyarrow); ``train_df``/``eval_df`` and
+    reading a checkpoint's Parquet do. Not put in ``sys.modules``: pandas is loaded only once really used."""
+
+    def __getattr__(self, name: str) -> Any:
+        import pandas
+        return getattr(pandas, name)
+
+
+pd = _LazyPandas()
 
 
 def seed_globals(seed: int) -> None:
@@ -190,12 +202,14 @@ class Session:
 
     @property
     def train_df(self) -> pd.DataFrame:
-        """One row per log checkpoint, columns ``train_columns``."""
+        """One row per log checkpoint, columns ``train_columns`` (imports pandas on first use)."""
+        import pandas as pd
         return pd.DataFrame(self.train_rows, columns=list(self.train_columns))
 
     @property
     def eval_df(self) -> pd.DataFrame:
-        """One row per eval checkpoint, columns ``EVAL_COLUMNS``."""
+        """One row per eval checkpoint, columns ``EVAL_COLUMNS`` (imports pandas on first use)."""
+        import pandas as pd
         return pd.DataFrame(self.eval_rows, columns=list(EVAL_COLUMNS))
 
     # ---------------------------------------------------------------- evaluation

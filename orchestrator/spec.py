@@ -47,17 +47,11 @@ from agents.nets import (
 from agents.schedules import DECAYS, LR_SCHEDULERS, VarSchedule, lr_factor
 from envs.make import EnvSpec, is_atari, resolve_env_id
 from orchestrator import storage
+from orchestrator.errors import SpecError  # noqa: F401  (defined there so the driver needs no torch; re-exported)
+from orchestrator.predir import session_seed  # noqa: F401  (re-exported)
 from orchestrator.search_space import search_problems
 from orchestrator.slm_lab import SHADOWED_BY, SLM_LAB_KEYS, slm_lab_key_problem, slm_lab_name_problem
 from orchestrator.tracking import tracking_problems
-
-
-class SpecError(Exception):
-    """One or more problems in a spec; ``problems`` lists each with its dotted path."""
-
-    def __init__(self, problems: list[str] | str) -> None:
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
-        super().__init__("\n".join(self.problems))
 
 
 MAX_SEED = 2**62  # seeds go to torch.manual_seed (uint64) after session offsets are added
@@ -958,11 +952,6 @@ def build(spec: dict[str, Any]) -> RunSpec:
 def spec_hash(spec: dict[str, Any]) -> str:
     """sha256 of the canonical JSON of a spec (first 16 hex digits)."""
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def session_seed(base_seed: int, trial: int, session: int) -> int:
-    """Seed of session ``session`` of trial ``trial``: ``base_seed + 1000 * trial + session``."""
-    return int(base_seed) + 1000 * int(trial) + int(session)
 
 
 

@@ -37,14 +37,17 @@ import ray
 from ray.exceptions import OutOfMemoryError, RayActorError, RayTaskError
 
 from orchestrator import predir as predir_mod
-from orchestrator import storage
+from orchestrator import spec_check, storage
 from orchestrator.checkpoint import CheckpointError, CheckpointStore, Selection
-from orchestrator.errors import UsageError
+from orchestrator.errors import SpecError, UsageError
 from orchestrator.global_params import GlobalParamsActor, distributed
 from orchestrator.lease import Lease
+from orchestrator.predir import session_seed
 from orchestrator.progress import SessionProgress
 from orchestrator.session_actor import EXPORTED_FILES, SessionActor
-from orchestrator.spec import SpecError, check, load_spec, resume_edits, session_seed
+
+# No torch in the driver of a ``train``: orchestrator.spec is imported by the resume path only (it checks
+# the merged spec here); a fresh ``train`` checks in orchestrator.spec_check's child process.
 
 
 @dataclass
@@ -72,12 +75,18 @@ def now_iso() -> str:
 
 
 def versions() -> dict[str, str]:
-    """Versions of the libraries a run depends on (written to run.json)."""
-    import gymnasium
-    import numpy
-    import torch
-    return {"python": sys.version.split()[0], "ray": ray.__version__, "torch": torch.__version__,
-            "gymnasium": gymnasium.__version__, "numpy": numpy.__version__}
+    """Versions of the libraries a run depends on (written to run.json), from the installed packages'
+    metadata (``importlib.metadata``: importing torch and gymnasium for them would cost the driver ~250 MB);
+    "unknown" for one that is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(dist: str) -> str:
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            return "unknown"
+    return {"python": sys.version.split()[0], "ray": ray.__version__, "torch": of("torch"),
+            "gymnasium": of("gymnasium"), "numpy": of("numpy")}
 
 
 def init_ray(address: str | None, dashboard: bool = False) -> None:
@@ -901,6 +910,8 @@ def plan_resume(predir: str, new_spec: dict[str, Any],
         UsageError: the saved spec is missing or damaged; sessions with no valid checkpoint (unless
             ``allow_fresh``); unreadable checkpoints.
     """
+    from orchestrator.spec import check, resume_edits
+
     saved = read_json_file(predir_mod.spec_file(predir, new_spec["name"]), "the run's saved spec")
     merged, applied, conflicts = resume_edits(saved, new_spec)
     if conflicts:
@@ -1009,8 +1020,11 @@ def refuse_dev_run(predir: str, mode: str) -> None:
                          f"start a train run instead: {lab_command(predir_mod.spec_file(predir, name), name, 'train')}")
 
 
-def run_train(args: argparse.Namespace) -> int:
+def run_train(args: argparse.Namespace, checked: Callable[[], dict[str, Any]] | None = None) -> int:
     """``train`` and ``train@...`` modes (see module docstring); returns the exit code.
+
+    ``checked``: for ``train``, the spec check already started (``orchestrator.spec_check.start``); started
+    here when None.
 
     The driver holds the run's lease (``orchestrator.lease``) from before it reads the run until it
     exits, so a second driver on the same run exits 2 naming this one.
@@ -1018,16 +1032,20 @@ def run_train(args: argparse.Namespace) -> int:
     Raises:
         UsageError / SpecError: bad input (exit 2), including a run held by another live driver.
     """
-    new_spec = load_spec(args.spec_file, args.spec_name, args.overrides)
     args.data_dir = storage.absolute(args.data_dir)  # actors may run in another working directory
     if args.mode == "train":
+        checked = checked or spec_check.start(spec_check.request_of(args))  # a child process checks while Ray starts
         init_ray(args.address, getattr(args, "dashboard", False))
+        new_spec = checked()
         check_resources(new_spec["meta"])
         predir, plans = plan_fresh(new_spec, args.data_dir)
         with Lease(predir, args.mode) as lease:
             record = RunRecord.load_or_new(predir, new_spec["name"])
             print(f"{args.mode}: {predir} ({len(plans)} session(s))")
             return run_with_signals(Trial(new_spec, predir, plans, record, quiet=args.quiet, lease=lease), new_spec)
+    from orchestrator.spec import load_spec
+
+    new_spec = load_spec(args.spec_file, args.spec_name, args.overrides)
     predir = resolve_predir(args.mode.split("@", 1)[1], args.data_dir, args.spec_name)
     if storage.exists(storage.join(predir, "search.json")):
         raise UsageError(f"{args.mode}: '{predir}' is a search; resume it with search@{predir}")

@@ -1,0 +1,89 @@
+"""Lean processes (docs/BENCHMARKS.md "Process memory"): what a session actor and a ``train`` driver import,
+each checked in a fresh interpreter (``sys.modules`` after the work, not after the imports alone)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from orchestrator.spec import load_spec
+
+REPO = Path(__file__).resolve().parents[2]
+SPECS = str(REPO / "specs/benchmark/cartpole.json")
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled",
+       "RAY_USAGE_STATS_ENABLED": "0"}
+# loaded by none of a CartPole session's work: plotting, Tune, the DataFrame library, TorchArcNet's builder, Atari
+NOT_IN_SESSION = ("pandas", "matplotlib", "plotly", "ray.tune", "torcharc", "ale_py")
+
+SESSION_CHILD = """
+import json, sys
+from orchestrator.session_actor import SessionRunner
+spec, predir = json.loads(sys.argv[1]), sys.argv[2]
+runner = SessionRunner(spec, predir, 0, 0, 1, resume=False)
+events = [e["kind"] for e in runner.events()]
+modules = sorted(sys.modules)
+# pandas, once imported (train_df), works with pyarrow as usual after storage.skip_pandas_probe
+from orchestrator import storage
+copy = storage.read_parquet(runner.session_dir + "/train_df.parquet")
+same = copy.equals(runner.session.train_df) and len(copy) == 2
+print(json.dumps({"events": events, "frame": runner.session.clock.frame, "modules": modules, "same": same}))
+"""
+
+DRIVER_CHILD = """
+import json, sys
+from orchestrator import cli, trial
+trial.init_ray = lambda *args, **kwargs: None  # no Ray here: the driver's own imports are the subject
+trial.check_resources = lambda meta: None
+def run_with_signals(tr, spec):
+    print("RESULT " + json.dumps({"modules": sorted(sys.modules), "spec": spec, "predir": tr.predir}))
+    return 0
+trial.run_with_signals = run_with_signals
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def child(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", script, *args], cwd=cwd, env=ENV, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_cartpole_session_actor_loads_no_pandas_plotting_tune_torcharc_or_ale(tmp_path):
+    spec = load_spec(SPECS, "ppo_cartpole", ["env.max_frame=512", "meta.log_frequency=256"])
+    out = child(SESSION_CHILD, json.dumps(spec), str(tmp_path / "ppo_cartpole_2026_01_01_000000"), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["frame"] == 512 and result["events"][0] == "started" and result["events"][-1] == "done"
+    assert "checkpoint" in result["events"]  # it committed checkpoints (Parquet of train_df included)
+    assert result["same"]  # the exported train_df.parquet, read through pandas, equals the session's train_df
+    modules = set(result["modules"])
+    assert {"torch", "gymnasium", "orchestrator.session"} <= modules  # what it did import is seen
+    loaded = sorted(m for m in modules if any(m == bad or m.startswith(bad + ".") for bad in NOT_IN_SESSION))
+    assert loaded == [], loaded
+
+
+def test_train_driver_loads_no_torch_and_gets_the_checked_spec_from_the_check_process(tmp_path):
+    data = tmp_path / "data"
+    out = child(DRIVER_CHILD, SPECS, "ppo_cartpole", "train", "--quiet", "--data-dir", str(data),
+                "-s", "env.max_frame=512", "-s", "meta.random_seed=5", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
+    modules = set(result["modules"])
+    assert {"ray", "orchestrator.trial", "orchestrator.spec_check"} <= modules
+    heavy = sorted(m for m in modules if m.split(".")[0] in ("torch", "gymnasium", "ale_py", "mujoco", "torcharc",
+                                                             "pandas", "matplotlib", "orchestrator.spec"))
+    assert heavy == [] and "orchestrator.spec" not in modules, heavy
+    expected = json.loads(json.dumps(load_spec(SPECS, "ppo_cartpole", ["env.max_frame=512", "meta.random_seed=5"])))
+    assert result["spec"] == expected  # defaults filled, as checked in-process
+    saved = json.loads((Path(result["predir"]) / "ppo_cartpole_spec.json").read_text())
+    assert saved == expected
+
+
+def test_train_driver_bad_spec_from_the_check_process_exits_2_creating_nothing(tmp_path):
+    data = tmp_path / "data"
+    out = child(DRIVER_CHILD, SPECS, "ppo_cartpole", "train", "--quiet", "--data-dir", str(data),
+                "-s", "agent.net.optim_spec={\"name\": \"Adam\", \"lrr\": 0.01}", cwd=tmp_path)
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert out.stderr.startswith("error: ") and "Traceback" not in out.stderr + out.stdout
+    assert "agent.net.optim_spec" in out.stderr and "lrr" in out.stderr, out.stderr
+    assert not data.exists()
