@@ -195,3 +195,79 @@ def test_reinforce_partial_episodes_dropped_when_env_not_restored():
     second.run_rl(until_frame=130 + 4 * 3)  # 3 vector steps: shorter than any CartPole episode
     assert [len(ep) for ep in restored_mem.current] == [3, 3, 3, 3]
     np.testing.assert_array_equal(np.stack([ep[0][0] for ep in restored_mem.current]), reset_obs)
+
+
+# ---------------------------------------------------------------- the checkpoint time gate (meta.checkpoint_interval_s)
+GATED = ["env.max_frame=2000", "meta.log_frequency=200"]  # reinforce_cartpole: 4 sub-envs, a log row per 200 frames
+
+
+def frame_timer(runner_box):
+    """A fake ``timer`` for ``SessionRunner``: 0.25 s of "training time" per 200 frames trained (exact in binary), so
+    the gate's decisions depend on frames only (a checkpoint itself takes no time)."""
+    return lambda: runner_box[0].session.clock.frame / 800 if runner_box else 0.0
+
+
+def gated_runner(spec, predir, resume=False):
+    box = []
+    runner = SessionRunner(spec, predir, 0, 0, 7, resume=resume, timer=frame_timer(box))
+    box.append(runner)
+    return runner
+
+
+@pytest.mark.parametrize("overrides, frames", [
+    (["meta.checkpoint_interval_s=0.6"], [600, 1200, 1800, 2000]),  # 0.75 s >= 0.6 s at every 3rd row; the last
+    (["meta.checkpoint_interval_s=0.5"], [400, 800, 1200, 1600, 2000]),  # exactly the interval counts
+    (["meta.checkpoint_interval_s=0"], list(range(200, 2001, 200))),  # every log row
+    (["meta.checkpoint_interval_s=5"], [2000]),  # only max_frame
+    (["meta.checkpoint_interval_s=0.6", "meta.checkpoint_frequency=400"], [400, 800, 1200, 1600, 2000]),  # frames
+])
+def test_time_gate_picks_log_rows(tmp_path, overrides, frames):
+    """Without ``checkpoint_frequency`` a log row is checkpointed once ``checkpoint_interval_s`` of training time
+    passed since the previous checkpoint; every log row still reaches the driver."""
+    spec = load_spec(SPECS, "reinforce_cartpole", GATED + overrides)
+    runner = gated_runner(spec, str(tmp_path / "reinforce_cartpole_2026_01_01_000000"))
+    events = list(runner.events())
+    assert [e["frame"] for e in events if e["kind"] == "checkpoint"] == frames
+    assert runner.store.frames() == frames[-3:]  # keep_checkpoints=3
+    rows = [e["row"]["frame"] for e in events if e["kind"] == "log"]
+    assert rows == list(range(200, 2001, 200)) and events[-1]["kind"] == "done"
+
+
+def test_time_gate_stop_checkpoints_and_default_interval(tmp_path):
+    """A stop between gated checkpoints (SIGTERM at frame 1100, mid-chunk) still commits a final one; with no key
+    the default interval (1 s) is used: 0.25 s per log row, so the first gated checkpoint is at frame 800."""
+    spec = load_spec(SPECS, "reinforce_cartpole", GATED)
+    assert spec["meta"]["checkpoint_interval_s"] == 1.0
+    runner = gated_runner(spec, str(tmp_path / "reinforce_cartpole_2026_01_01_000000"))
+    train = runner.session.run_rl
+
+    def run_until_sigterm(until_frame=None, on_log=None):
+        train(until_frame=min(until_frame, 1100), on_log=on_log)
+        runner.session.stop_requested = runner.session.clock.frame == 1100
+
+    runner.session.run_rl = run_until_sigterm
+    events = list(runner.events())
+    assert [e["frame"] for e in events if e["kind"] == "checkpoint"] == [800, 1100]
+    assert runner.store.frames() == [800, 1100]
+    assert events[-1] == {"kind": "interrupted", "frame": 1100, "total_reward_ma": events[-1]["total_reward_ma"],
+                          "checkpoint": True}
+
+
+def test_resume_from_time_gated_checkpoint_is_exact(tmp_path):
+    """A run killed after its time-gated checkpoint at frame 1200 (no final checkpoint) resumes from it and ends
+    equal to the uninterrupted run."""
+    spec = load_spec(SPECS, "reinforce_cartpole", GATED + ["meta.checkpoint_interval_s=0.6"])
+    predir = str(tmp_path / "reinforce_cartpole_2026_01_01_000000")
+    straight = uninterrupted(spec, seed=7)
+    first = gated_runner(spec, predir)
+    events = first.events()
+    for event in events:
+        if event["kind"] == "checkpoint" and event["frame"] == 1200:
+            break
+    events.close()  # as a SIGKILL: the snapshot of 1800 taken since is never written
+    assert first.store.frames() == [600, 1200]
+    second = gated_runner(spec, predir, resume=True)
+    assert [e["frame"] for e in second.events() if e["kind"] == "checkpoint"] == [1800, 2000]
+    assert second.restored_frame == 1200
+    pd.testing.assert_frame_equal(COMPARED(straight.train_df), COMPARED(second.session.train_df))
+    assert straight.weights_sha256() == second.session.weights_sha256()
