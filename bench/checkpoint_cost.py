@@ -1,10 +1,20 @@
-"""Checkpoint cost as a fraction of training time at the default cadence (a checkpoint every
-``meta.log_frequency`` frames), per benchmark spec, one session in-process (no Ray).
+"""Checkpoint cost as a fraction of training time at the default cadence, per benchmark spec, one session
+in-process (no Ray), with the peer cadence "a checkpoint at every log row" (``meta.checkpoint_interval_s=0``, the
+lab's default before the time gate) measured in the same run.
 
-The cost is the time the training thread spends on checkpoints: serializing the session plus any
-wait for the previous background write. Usage:
+The cost is the time the training thread spends on checkpoints: serializing the session plus any wait for the
+previous background write (``SessionRunner.events``' ``seconds``; the tracking writes of the rows are not counted,
+see ``bench/tracking_cost.py``). Default cadence: a log row is checkpointed once ``meta.checkpoint_interval_s`` (1 s)
+of training passed since the previous checkpoint, unless the spec sets ``meta.checkpoint_frequency`` (the Atari
+specs: every 100k frames). A spec whose cadence does not fit the frame budget (Atari) is run with the probe cadence
+``--probe-frequency`` to measure the cost of one checkpoint; its fraction at the default cadence is then projected as
+``ms per checkpoint / (checkpoint_frequency / fps)`` (column ``basis``: ``projected``). Usage:
 
-    python bench/checkpoint_cost.py [--frames 30000] [--out bench/results/checkpoint_cost.json]
+    python bench/checkpoint_cost.py [--specs cartpole.json:ppo_cartpole atari.json ...] [--all]
+        [--frames-scale 1.0] [--out bench/results/checkpoint_cost.json]
+
+``--specs`` takes ``FILE`` (every spec of a file in specs/benchmark/) or ``FILE:NAME``; without it a representative
+set of every file runs (``CASES``); ``--all`` runs every spec of every file.
 """
 
 from __future__ import annotations
@@ -18,21 +28,40 @@ import time
 
 import torch
 
-from orchestrator.session_actor import SessionRunner
+from orchestrator.session_actor import SessionRunner, checkpoint_frequency, checkpoint_interval_s
 from orchestrator.spec import load_spec
 
-SPECS = "specs/benchmark/cartpole.json"
-CASES = [
-    ("ppo_cartpole", []),
-    ("reinforce_cartpole", []),
-    ("dqn_cartpole", []),
-    ("dqn_cartpole (memory.checkpoint)", ["agent.memory.checkpoint=true"]),
+SPEC_DIR = "specs/benchmark"
+FRAMES = {"cartpole.json": 30000, "pendulum.json": 20000, "box2d.json": 20000, "mujoco.json": 40000,
+          "atari.json": 8000}  # per file: several checkpoint intervals (Atari: several probe checkpoints)
+CASES = [  # (file, spec name, overrides)
+    ("cartpole.json", "ppo_cartpole", []),
+    ("cartpole.json", "reinforce_cartpole", []),
+    ("cartpole.json", "a2c_gae_cartpole", []),
+    ("cartpole.json", "dqn_cartpole", []),
+    ("cartpole.json", "dqn_cartpole", ["agent.memory.checkpoint=true"]),
+    ("pendulum.json", "ppo_pendulum", []),
+    ("pendulum.json", "sac_pendulum", []),
+    ("box2d.json", "ppo_lunar", []),
+    ("box2d.json", "dqn_lunar", []),
+    ("box2d.json", "ppo_bipedalwalker", []),
+    ("mujoco.json", "ppo_hopper", []),
+    ("atari.json", "ppo_atari", []),
+    ("atari.json", "dqn_atari", []),
 ]
+PEERS = {"default": [], "every log row": ["meta.checkpoint_interval_s=0"]}
 
 
-def measure(name: str, overrides: list[str], frames: int) -> dict:
-    """Train ``frames`` frames with checkpoints; return counts and seconds."""
-    spec = load_spec(SPECS, name.split()[0], [f"env.max_frame={frames}", *overrides])
+def measure(file: str, name: str, overrides: list[str], frames: int, probe_frequency: int) -> dict:
+    """Train ``frames`` frames with checkpoints at the spec's cadence (or the probe cadence when the spec's
+    ``checkpoint_frequency`` exceeds ``frames``); return counts, seconds and the fraction at the spec's cadence."""
+    spec = load_spec(os.path.join(SPEC_DIR, file), name, [f"env.max_frame={frames}", *overrides])
+    meta = spec["meta"]
+    default_frequency = meta.get("checkpoint_frequency")
+    projected = bool(default_frequency) and default_frequency > frames // 2
+    if projected:
+        spec = load_spec(os.path.join(SPEC_DIR, file), name, [f"env.max_frame={frames}", *overrides,
+                                                              f"meta.checkpoint_frequency={probe_frequency}"])
     root = tempfile.mkdtemp(prefix="ckpt_bench_")
     try:
         runner = SessionRunner(spec, os.path.join(root, f"{spec['name']}_2026_01_01_000000"), 0, 0, 1, resume=False)
@@ -46,24 +75,60 @@ def measure(name: str, overrides: list[str], frames: int) -> dict:
                    for f in fs)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    return {"spec": name, "frames": frames, "log_frequency": spec["meta"]["log_frequency"], "checkpoints": count,
-            "train_s": round(total, 2), "checkpoint_s": round(blocked, 3),
-            "fraction_pct": round(100 * blocked / total, 2), "ms_per_checkpoint": round(1000 * blocked / count, 1),
-            "checkpoint_bytes": size, "load1": os.getloadavg()[0]}
+    ms = 1000 * blocked / count
+    if projected:  # the spec's own cadence: one checkpoint per default_frequency frames at this fps
+        between_s = default_frequency / (frames / (total - blocked))
+        fraction = ms / 1000 / (between_s + ms / 1000)
+    else:
+        between_s, fraction = (total - blocked) / count, blocked / total
+    label = " ".join([name, *[o for o in overrides if "checkpoint_interval_s" not in o]])
+    return {"spec": f"{file}:{label}", "frames": frames, "log_frequency": meta["log_frequency"],
+            "cadence": (f"{default_frequency} frames" if default_frequency else
+                        f"{checkpoint_interval_s(meta):g} s at log rows" if checkpoint_interval_s(meta) else
+                        f"every log row ({checkpoint_frequency(meta)} frames)"),
+            "basis": "projected" if projected else "measured", "checkpoints": count, "train_s": round(total, 2),
+            "checkpoint_s": round(blocked, 3), "fraction_pct": round(100 * fraction, 2),
+            "ms_per_checkpoint": round(ms, 1), "s_between_checkpoints": round(between_s, 2),
+            "checkpoint_bytes": size, "load1": round(os.getloadavg()[0], 1)}
+
+
+def cases(args: argparse.Namespace) -> list[tuple[str, str, list[str]]]:
+    """The (file, name, overrides) to run from ``--specs``/``--all`` (default ``CASES``)."""
+    if not args.specs and not args.all:
+        return CASES
+    picked = args.specs or sorted(os.listdir(SPEC_DIR))
+    out = []
+    for item in picked:
+        file, _, name = item.partition(":")
+        names = [name] if name else list(json.load(open(os.path.join(SPEC_DIR, file))))
+        out += [(file, n, []) for n in names]
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--frames", type=int, default=30000)
+    parser.add_argument("--specs", nargs="*", default=None, help="FILE or FILE:NAME in specs/benchmark/")
+    parser.add_argument("--all", action="store_true", help="every spec of every file in specs/benchmark/")
+    parser.add_argument("--frames-scale", type=float, default=1.0, help="multiplies each file's frame budget")
+    parser.add_argument("--probe-frequency", type=int, default=2000,
+                        help="checkpoint_frequency used to measure specs whose own cadence exceeds the budget")
+    parser.add_argument("--peers", nargs="*", default=list(PEERS), choices=list(PEERS))
     parser.add_argument("--out", default="bench/results/checkpoint_cost.json")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    results = [measure(name, overrides, args.frames) for name, overrides in CASES]
-    print("| spec | checkpoints | train s | checkpoint s | fraction | ms/ckpt | bytes | load1 |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in results:
-        print(f"| {r['spec']} | {r['checkpoints']} | {r['train_s']} | {r['checkpoint_s']} | {r['fraction_pct']}% "
-              f"| {r['ms_per_checkpoint']} | {r['checkpoint_bytes']} | {r['load1']:.1f} |")
+    results = []
+    print("| spec | cadence | basis | checkpoints | train s | checkpoint s | fraction (goal < 1%) | ms/ckpt "
+          "| s between ckpts | bytes | load1 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for file, name, overrides in cases(args):
+        frames = int(FRAMES.get(file, 20000) * args.frames_scale)
+        explicit = load_spec(os.path.join(SPEC_DIR, file), name, overrides)["meta"].get("checkpoint_frequency")
+        for peer in args.peers if not explicit else ["default"]:  # the interval does not apply to a frame cadence
+            r = measure(file, name, overrides + PEERS[peer], frames, args.probe_frequency)
+            results.append(r)
+            print(f"| {r['spec']} | {r['cadence']} | {r['basis']} | {r['checkpoints']} | {r['train_s']} "
+                  f"| {r['checkpoint_s']} | {r['fraction_pct']}% | {r['ms_per_checkpoint']} "
+                  f"| {r['s_between_checkpoints']} | {r['checkpoint_bytes']:,} | {r['load1']:.1f} |", flush=True)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(results, f, indent=2)

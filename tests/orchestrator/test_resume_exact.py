@@ -3,6 +3,7 @@ checkpoint store and resumed, gives the same train_df (all columns but wall_t, f
 weights as the uninterrupted run (docs/ARCHITECTURE.md section 5; issue: exactness)."""
 
 import io
+import math
 
 import numpy as np
 import pandas as pd
@@ -271,3 +272,52 @@ def test_resume_from_time_gated_checkpoint_is_exact(tmp_path):
     assert second.restored_frame == 1200
     pd.testing.assert_frame_equal(COMPARED(straight.train_df), COMPARED(second.session.train_df))
     assert straight.weights_sha256() == second.session.weights_sha256()
+
+
+# ---------------------------------------------------------------- the checkpoint's encoding
+def test_parquet_rows_encode_incrementally_as_one_shot():
+    """``ParquetRows`` converts only new rows, and its bytes equal a one-shot pyarrow encoding at every step, also
+    when a new row widens a column's type (int -> float, null -> float: the whole table is converted again)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from orchestrator.session import ParquetRows, _read_parquet
+
+    columns = ["frame", "loss", "refill", "x"]
+    values = [None, None, 1, 2, 2.5, math.nan, 3.0]  # x: null, then int, then float
+    enc, rows = ParquetRows(columns), []
+    assert _read_parquet(enc.encode(rows)) == [] and pq.read_table(pa.BufferReader(enc.encode(rows))).column_names \
+        == columns
+    for i, x in enumerate(values):
+        rows.append({"frame": 100 * i, "loss": math.nan if i < 2 else 0.5 * i, "refill": i == 0, "x": x})
+        out = pa.BufferOutputStream()
+        pq.write_table(pa.Table.from_pylist(rows).select(columns), out)
+        assert enc.encode(rows) == out.getvalue().to_pybytes(), i
+    back = _read_parquet(enc.encode(rows))
+    assert [r["frame"] for r in back] == [0, 100, 200, 300, 400, 500, 600]
+    assert back[-1] == {"frame": 600, "loss": 3.0, "refill": False, "x": 3.0} and math.isnan(back[1]["loss"])
+    assert back[0]["x"] is None and math.isnan(back[5]["x"])
+    assert enc.encode(list(rows)) == enc.encode(rows)  # another list of the same rows: encoded afresh, same bytes
+
+
+def test_checkpoint_with_the_older_rng_encoding_restores():
+    """``state.pt`` from before the tensor encoding (python/numpy RNG states as lists of ints) still restores the
+    global RNGs exactly."""
+    import random
+
+    spec = load_spec(SPECS, "reinforce_cartpole", ["env.max_frame=400", "meta.log_frequency=200"])
+    first = Session(spec, 3)
+    first.run_rl(until_frame=200)
+    files, _ = first.to_checkpoint()
+    expected = (random.random(), np.random.random(), torch.rand(1).item())
+    state = torch.load(io.BytesIO(files["state.pt"]), weights_only=True)
+    version, internal, gauss = state["global_rng"]["python"]
+    assert isinstance(internal, torch.Tensor) and internal.dtype == torch.int64 and internal.numel() == 625
+    state["global_rng"]["python"] = (version, tuple(internal.tolist()), gauss)
+    state["global_rng"]["numpy"][1] = state["global_rng"]["numpy"][1].tolist()
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    for data in (files["state.pt"], buf.getvalue()):
+        second = restored(spec, 3, {**files, "state.pt": data})
+        assert (random.random(), np.random.random(), torch.rand(1).item()) == expected
+        second.close()
