@@ -408,9 +408,9 @@ class ParquetRows:
     """Parquet bytes of an append-only list of log rows (dicts), pyarrow only, converting only the rows added since
     the previous ``encode`` of the same list (train_df grows by a few rows per checkpoint).
 
-    The bytes equal a one-shot ``pa.Table.from_pylist(rows).select(columns)`` written with ``pq.write_table``: a
-    new row that does not fit the types inferred so far (an int column meeting a float, a null column meeting a
-    value) makes the whole table be converted again. Rows already encoded must not be changed in place.
+    The bytes equal a one-shot ``pa.Table.from_pylist(rows).select(columns)`` written with ``pq.write_table``: new
+    rows whose inferred types differ from the table's (an int column meeting a float, a null column meeting a value)
+    make the whole table be converted again. Rows already encoded must not be changed in place.
 
     Args:
         columns: the column order of the file.
@@ -433,11 +433,10 @@ class ParquetRows:
             return self._bytes
         if not rows:
             table = pa.table({c: pa.nulls(0) for c in self.columns})
-        elif done and done < len(rows):
-            try:
-                table = pa.concat_tables([self._table, pa.Table.from_pylist(rows[done:], schema=self._table.schema)])
-            except (pa.ArrowInvalid, pa.ArrowTypeError):
-                table = _row_table(rows, self.columns)
+        elif done:  # types inferred from the new rows alone (a schema given to from_pylist would truncate 2.5 to 2)
+            part = _row_table(rows[done:], self.columns)
+            table = pa.concat_tables([self._table, part]) if part.schema == self._table.schema else \
+                _row_table(rows, self.columns)
         else:
             table = _row_table(rows, self.columns)
         out = pa.BufferOutputStream()
