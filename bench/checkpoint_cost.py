@@ -1,11 +1,12 @@
 """Checkpoint cost as a fraction of training time at the default cadence, per benchmark spec, one session
-in-process (no Ray), with the peer cadence "a checkpoint at every log row" (``meta.checkpoint_interval_s=0``, the
-lab's default before the time gate) measured in the same run.
+in-process (no Ray), with the peer cadence "a checkpoint at every log row" (``meta.checkpoint_frequency`` =
+``log_frequency``, the lab's default before the time gate) measured in the same run.
 
 The cost is the time the training thread spends on checkpoints: serializing the session plus any wait for the
 previous background write (``SessionRunner.events``' ``seconds``; the tracking writes of the rows are not counted,
 see ``bench/tracking_cost.py``). Default cadence: a log row is checkpointed once ``meta.checkpoint_interval_s`` (1 s)
-of training passed since the previous checkpoint, unless the spec sets ``meta.checkpoint_frequency`` (the Atari
+of training, and 99x the previous checkpoint's cost, passed since the previous checkpoint
+(``orchestrator.session_actor.checkpoint_gap_s``), unless the spec sets ``meta.checkpoint_frequency`` (the Atari
 specs: every 100k frames). A spec whose cadence does not fit the frame budget (Atari) is run with the probe cadence
 ``--probe-frequency`` to measure the cost of one checkpoint; its fraction at the default cadence is then projected as
 ``ms per checkpoint / (checkpoint_frequency / fps)`` (column ``basis``: ``projected``). Usage:
@@ -28,7 +29,7 @@ import time
 
 import torch
 
-from orchestrator.session_actor import SessionRunner, checkpoint_frequency, checkpoint_interval_s
+from orchestrator.session_actor import SessionRunner, checkpoint_gap_s
 from orchestrator.spec import load_spec
 
 SPEC_DIR = "specs/benchmark"
@@ -49,13 +50,15 @@ CASES = [  # (file, spec name, overrides)
     ("atari.json", "ppo_atari", []),
     ("atari.json", "dqn_atari", []),
 ]
-PEERS = {"default": [], "every log row": ["meta.checkpoint_interval_s=0"]}
+PEERS = {"default": [], "every log row": ["meta.checkpoint_frequency={log_frequency}"]}  # the old default cadence
 
 
-def measure(file: str, name: str, overrides: list[str], frames: int, probe_frequency: int) -> dict:
-    """Train ``frames`` frames with checkpoints at the spec's cadence (or the probe cadence when the spec's
-    ``checkpoint_frequency`` exceeds ``frames``); return counts, seconds and the fraction at the spec's cadence."""
-    spec = load_spec(os.path.join(SPEC_DIR, file), name, [f"env.max_frame={frames}", *overrides])
+def measure(file: str, name: str, overrides: list[str], peer: str, frames: int, probe_frequency: int) -> dict:
+    """Train ``frames`` frames with checkpoints at the ``peer`` cadence (or the probe cadence when the spec's
+    ``checkpoint_frequency`` exceeds ``frames``); return counts, seconds and the fraction at that cadence."""
+    base = load_spec(os.path.join(SPEC_DIR, file), name, overrides)
+    peer_overrides = [o.format(log_frequency=base["meta"]["log_frequency"]) for o in PEERS[peer]]
+    spec = load_spec(os.path.join(SPEC_DIR, file), name, [f"env.max_frame={frames}", *overrides, *peer_overrides])
     meta = spec["meta"]
     default_frequency = meta.get("checkpoint_frequency")
     projected = bool(default_frequency) and default_frequency > frames // 2
@@ -81,11 +84,9 @@ def measure(file: str, name: str, overrides: list[str], frames: int, probe_frequ
         fraction = ms / 1000 / (between_s + ms / 1000)
     else:
         between_s, fraction = (total - blocked) / count, blocked / total
-    label = " ".join([name, *[o for o in overrides if "checkpoint_interval_s" not in o]])
-    return {"spec": f"{file}:{label}", "frames": frames, "log_frequency": meta["log_frequency"],
-            "cadence": (f"{default_frequency} frames" if default_frequency else
-                        f"{checkpoint_interval_s(meta):g} s at log rows" if checkpoint_interval_s(meta) else
-                        f"every log row ({checkpoint_frequency(meta)} frames)"),
+    cadence = f"{default_frequency} frames" if default_frequency else f">= {checkpoint_gap_s(meta):g} s, log rows"
+    return {"spec": f"{file}:{' '.join([name, *overrides])}", "peer": peer, "frames": frames,
+            "log_frequency": meta["log_frequency"], "cadence": f"{peer}: {cadence}",
             "basis": "projected" if projected else "measured", "checkpoints": count, "train_s": round(total, 2),
             "checkpoint_s": round(blocked, 3), "fraction_pct": round(100 * fraction, 2),
             "ms_per_checkpoint": round(ms, 1), "s_between_checkpoints": round(between_s, 2),
@@ -123,8 +124,8 @@ def main() -> None:
     for file, name, overrides in cases(args):
         frames = int(FRAMES.get(file, 20000) * args.frames_scale)
         explicit = load_spec(os.path.join(SPEC_DIR, file), name, overrides)["meta"].get("checkpoint_frequency")
-        for peer in args.peers if not explicit else ["default"]:  # the interval does not apply to a frame cadence
-            r = measure(file, name, overrides + PEERS[peer], frames, args.probe_frequency)
+        for peer in args.peers if not explicit else ["default"]:  # the spec's own frame cadence: no peer
+            r = measure(file, name, overrides, peer, frames, args.probe_frequency)
             results.append(r)
             print(f"| {r['spec']} | {r['cadence']} | {r['basis']} | {r['checkpoints']} | {r['train_s']} "
                   f"| {r['checkpoint_s']} | {r['fraction_pct']}% | {r['ms_per_checkpoint']} "

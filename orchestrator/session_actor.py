@@ -34,6 +34,7 @@ from orchestrator.spec import DEFAULT_CHECKPOINT_INTERVAL_S
 from orchestrator.tracking import SessionTracker
 
 COMMIT_BACKOFF_S = (0.5, 1.0, 2.0)  # waits between checkpoint write attempts, seconds
+CHECKPOINT_TIME_SHARE = 0.01  # without checkpoint_frequency: the most of training time checkpoints may take
 EXPORTED_FILES = ("train_df.parquet", "eval_df.parquet")  # checkpoint files copied to the session dir
 
 
@@ -42,14 +43,20 @@ def checkpoint_frequency(meta: dict[str, Any]) -> int:
     return int(meta.get("checkpoint_frequency") or meta["log_frequency"])
 
 
-def checkpoint_interval_s(meta: dict[str, Any]) -> float:
-    """Least training seconds between two checkpoints: ``meta.checkpoint_interval_s`` (default
-    ``orchestrator.spec.DEFAULT_CHECKPOINT_INTERVAL_S``) when ``meta.checkpoint_frequency`` is unset, else 0 (an
-    explicit frame cadence checkpoints at every one of its boundaries)."""
+def checkpoint_gap_s(meta: dict[str, Any], cost_s: float = 0.0) -> float:
+    """Least training seconds from the end of a checkpoint to the next one (taken at the first chunk end after it).
+
+    With ``meta.checkpoint_frequency`` set: 0 (frames alone decide: a checkpoint at every boundary). Otherwise the
+    larger of ``meta.checkpoint_interval_s`` (default ``orchestrator.spec.DEFAULT_CHECKPOINT_INTERVAL_S``) and
+    ``cost_s * (1 - CHECKPOINT_TIME_SHARE) / CHECKPOINT_TIME_SHARE``, so that a checkpoint costing as much as the
+    previous one (``cost_s``: seconds the training thread spent on it) takes at most ``CHECKPOINT_TIME_SHARE`` of
+    training time, however slow the machine or large the checkpoint.
+    """
     if meta.get("checkpoint_frequency"):
         return 0.0
     value = meta.get("checkpoint_interval_s")
-    return float(DEFAULT_CHECKPOINT_INTERVAL_S if value is None else value)
+    interval = float(DEFAULT_CHECKPOINT_INTERVAL_S if value is None else value)
+    return max(interval, cost_s * (1 - CHECKPOINT_TIME_SHARE) / CHECKPOINT_TIME_SHARE)
 
 
 class SessionRunner:
@@ -65,7 +72,7 @@ class SessionRunner:
             checkpoint loads) the global weights, and its manifests say ``exact: false``
             (``orchestrator.global_params``); the manifest meta gains ``global_step`` and
             ``global_weights_sha256``.
-        timer: seconds (monotonic) for the checkpoint time gate (``checkpoint_interval_s``); tests inject one.
+        timer: seconds (monotonic) for the checkpoint time gate (``checkpoint_gap_s``); tests inject one.
 
     Raises:
         orchestrator.checkpoint.CheckpointError: ``resume`` is set and no checkpoint exists.
@@ -183,11 +190,12 @@ class SessionRunner:
         """Run to ``max_frame`` (or until ``stop_requested``), yielding progress events.
 
         Cadence: the session trains in chunks up to the next multiple of ``checkpoint_frequency`` frames (by default
-        ``log_frequency``, so every log row is a chance); at the end of a chunk a checkpoint is taken when at least
-        ``checkpoint_interval_s`` seconds of ``timer`` passed since the previous one ended (since the start or the
-        restore for the first), and always at ``max_frame`` and on a stop. An explicit
-        ``meta.checkpoint_frequency`` gives interval 0: a checkpoint at every boundary, as frames alone decide. Which
-        frames get a checkpoint never changes the training: chunks end on log boundaries either way.
+        ``log_frequency``, so every log row is a chance); at the end of a chunk a checkpoint is taken once
+        ``checkpoint_gap_s(meta, cost)`` seconds of ``timer`` passed since the previous one ended (``cost``: its
+        ``timer`` seconds; for the first, ``checkpoint_interval_s`` since the start or the restore), and always at
+        ``max_frame`` and on a stop. An explicit ``meta.checkpoint_frequency`` gives gap 0: a checkpoint at every
+        boundary, as frames alone decide. Which frames get a checkpoint never changes the training: chunks end on
+        the same boundaries either way.
 
         Checkpoints are serialized on the training thread (a consistent snapshot) and written by
         one background writer thread while the next chunk trains; at most one write is in flight.
@@ -204,7 +212,7 @@ class SessionRunner:
         yield {"kind": "started", "pid": os.getpid(), "restored_frame": self.restored_frame,
                "set_aside": self.set_aside, "tracking": self.tracker.record(),
                "device": str(session.algorithm.device), "exact": session.exact}
-        freq, interval = checkpoint_frequency(self.spec["meta"]), checkpoint_interval_s(self.spec["meta"])
+        freq, gap = checkpoint_frequency(self.spec["meta"]), checkpoint_gap_s(self.spec["meta"])
         rows: list[dict[str, Any]] = []
         self.committed = self.restored_frame
         last_end = self.timer()  # when the previous checkpoint's work on this thread ended
@@ -214,13 +222,14 @@ class SessionRunner:
                 if not session.clock.done() and not session.stop_requested:
                     next_ckpt = (session.clock.frame // freq + 1) * freq
                     session.run_rl(until_frame=next_ckpt, on_log=lambda _s, row: rows.append(row))
-                due = session.clock.done() or session.stop_requested or self.timer() - last_end >= interval
+                due = session.clock.done() or session.stop_requested or self.timer() - last_end >= gap
                 if due and session.clock.frame not in (self.committed, pending and pending[0]):
-                    start = time.perf_counter()
+                    start, timer_start = time.perf_counter(), self.timer()
                     frame, files, meta = self.snapshot()
                     self.burst_open = bool(rows)  # the rows follow the commit event (SessionActor.run batches)
                     yield from self.finish_write(pending)
                     blocked_s = time.perf_counter() - start
+                    gap = checkpoint_gap_s(self.spec["meta"], self.timer() - timer_start)
                     self.tracker.log(session, self.committed)  # before this frame's write is submitted
                     pending = (frame, writer.submit(self.write, frame, files, meta), blocked_s)
                     self.append_log(rows)

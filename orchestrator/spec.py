@@ -63,7 +63,7 @@ class SpecError(Exception):
 MAX_SEED = 2**62  # seeds go to torch.manual_seed (uint64) after session offsets are added
 MAX_LR = 10.0  # learning rates above this diverge at once (weights become NaN within an update)
 MAX_PASSES = 10_000  # passes over the data per update: more would not finish in any run
-DEFAULT_CHECKPOINT_INTERVAL_S = 1.0  # a checkpoint costs ~3-6 ms (docs/BENCHMARKS.md "Checkpoint cost"): < 1%
+DEFAULT_CHECKPOINT_INTERVAL_S = 1.0  # least seconds between checkpoints (docs/BENCHMARKS.md "Checkpoint cost")
 
 # Upper limits on algorithm keys whose fields (agents/algorithms) only require > 0: repeat counts
 # per update whose absurd values hang a session (found by bench/spec_fuzz.py).
@@ -90,8 +90,9 @@ class MetaSpec:
         checkpoint_frequency: frames between checkpoints (None: at log rows, time-gated by
             ``checkpoint_interval_s``).
         checkpoint_interval_s: without ``checkpoint_frequency``, the least training seconds between two checkpoints:
-            a log row is checkpointed once this much time passed since the previous checkpoint (0: every log row;
-            ``max_frame`` and stops always are). Ignored with ``checkpoint_frequency``.
+            a log row is checkpointed once this much time, and 99x the previous checkpoint's cost (so checkpoints
+            take at most 1% of training time), passed since the previous one; ``max_frame`` and stops always are
+            (``orchestrator.session_actor.checkpoint_gap_s``). Ignored with ``checkpoint_frequency``.
         keep_checkpoints: newest checkpoints kept per session (plus the best).
         resources: per-session Ray resources ``{"num_cpus": float, "num_gpus": float}``.
         max_restarts: replacements of a dead session actor before it is marked failed.
@@ -974,7 +975,8 @@ def session_seed(base_seed: int, trial: int, session: int) -> int:
 
 # Edits a resume may apply: they change only the future of a run (docs/ARCHITECTURE.md section 5).
 RESUME_EDITABLE = ("env.max_frame", "meta.log_frequency", "meta.eval_frequency", "meta.checkpoint_frequency",
-                   "meta.checkpoint_interval_s", "meta.keep_checkpoints", "meta.resources", "meta.max_session", "meta.rigorous_eval",
+                   "meta.checkpoint_interval_s", "meta.keep_checkpoints", "meta.resources", "meta.max_session",
+                   "meta.rigorous_eval",
                    "meta.max_restarts", "meta.shutdown_grace_s", "meta.tensorboard", "meta.tracking",
                    "meta.tracking_options")
 

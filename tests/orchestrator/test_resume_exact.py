@@ -218,7 +218,7 @@ def gated_runner(spec, predir, resume=False):
 @pytest.mark.parametrize("overrides, frames", [
     (["meta.checkpoint_interval_s=0.6"], [600, 1200, 1800, 2000]),  # 0.75 s >= 0.6 s at every 3rd row; the last
     (["meta.checkpoint_interval_s=0.5"], [400, 800, 1200, 1600, 2000]),  # exactly the interval counts
-    (["meta.checkpoint_interval_s=0"], list(range(200, 2001, 200))),  # every log row
+    (["meta.checkpoint_interval_s=0"], list(range(200, 2001, 200))),  # every log row (free checkpoints)
     (["meta.checkpoint_interval_s=5"], [2000]),  # only max_frame
     (["meta.checkpoint_interval_s=0.6", "meta.checkpoint_frequency=400"], [400, 800, 1200, 1600, 2000]),  # frames
 ])
@@ -232,6 +232,27 @@ def test_time_gate_picks_log_rows(tmp_path, overrides, frames):
     assert runner.store.frames() == frames[-3:]  # keep_checkpoints=3
     rows = [e["row"]["frame"] for e in events if e["kind"] == "log"]
     assert rows == list(range(200, 2001, 200)) and events[-1]["kind"] == "done"
+
+
+def test_time_gate_waits_99x_the_previous_checkpoints_cost(tmp_path):
+    """The fake timer advances by ``cost`` during each ``snapshot`` (the training thread's time on a checkpoint);
+    rows come every 0.25 s, interval 0.3 s. Free checkpoints: every 2nd row. 6 ms each: the next waits
+    max(0.3, 99 * 0.006 = 0.594) s, every 3rd row. 10 ms: 0.99 s, every 4th. The first only waits the interval."""
+    spec = load_spec(SPECS, "reinforce_cartpole", GATED + ["meta.checkpoint_interval_s=0.3"])
+    for cost, frames in ((0.0, [400, 800, 1200, 1600, 2000]), (0.006, [400, 1000, 1600, 2000]),
+                         (0.01, [400, 1200, 2000])):
+        box, spent = [], [0.0]
+        runner = SessionRunner(spec, str(tmp_path / f"c{cost}" / "reinforce_cartpole_2026_01_01_000000"), 0, 0, 7,
+                               resume=False, timer=lambda: (box[0].session.clock.frame / 800 if box else 0.0) + spent[0])
+        box.append(runner)
+        snapshot = runner.snapshot
+
+        def costly_snapshot():
+            spent[0] += cost
+            return snapshot()
+
+        runner.snapshot = costly_snapshot
+        assert [e["frame"] for e in runner.events() if e["kind"] == "checkpoint"] == frames, cost
 
 
 def test_time_gate_stop_checkpoints_and_default_interval(tmp_path):
