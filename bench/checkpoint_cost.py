@@ -33,7 +33,7 @@ from orchestrator.session_actor import SessionRunner, checkpoint_gap_s
 from orchestrator.spec import load_spec
 
 SPEC_DIR = "specs/benchmark"
-FRAMES = {"cartpole.json": 30000, "pendulum.json": 20000, "box2d.json": 20000, "mujoco.json": 40000,
+FRAMES = {"cartpole.json": 30000, "pendulum.json": 10000, "box2d.json": 10000, "mujoco.json": 40000,
           "atari.json": 8000}  # per file: several checkpoint intervals (Atari: several probe checkpoints)
 CASES = [  # (file, spec name, overrides)
     ("cartpole.json", "ppo_cartpole", []),
@@ -127,12 +127,12 @@ def main() -> None:
         for peer in args.peers if not explicit else ["default"]:  # the spec's own frame cadence: no peer
             r = measure(file, name, overrides, peer, frames, args.probe_frequency)
             results.append(r)
+            os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+            with open(args.out, "w") as f:  # after every case: a long run stopped early keeps what it measured
+                json.dump(results, f, indent=2)
             print(f"| {r['spec']} | {r['cadence']} | {r['basis']} | {r['checkpoints']} | {r['train_s']} "
                   f"| {r['checkpoint_s']} | {r['fraction_pct']}% | {r['ms_per_checkpoint']} "
                   f"| {r['s_between_checkpoints']} | {r['checkpoint_bytes']:,} | {r['load1']:.1f} |", flush=True)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=2)
 
 
 if __name__ == "__main__":
