@@ -234,13 +234,13 @@ def test_time_gate_picks_log_rows(tmp_path, overrides, frames):
     assert rows == list(range(200, 2001, 200)) and events[-1]["kind"] == "done"
 
 
-def test_time_gate_waits_99x_the_previous_checkpoints_cost(tmp_path):
+def test_time_gate_waits_199x_the_previous_checkpoints_cost(tmp_path):
     """The fake timer advances by ``cost`` during each ``snapshot`` (the training thread's time on a checkpoint);
-    rows come every 0.25 s, interval 0.3 s. Free checkpoints: every 2nd row. 6 ms each: the next waits
-    max(0.3, 99 * 0.006 = 0.594) s, every 3rd row. 10 ms: 0.99 s, every 4th. The first only waits the interval."""
+    rows come every 0.25 s, interval 0.3 s. Free checkpoints: every 2nd row. 3 ms each: the next waits
+    max(0.3, 199 * 0.003 = 0.597) s, every 3rd row. 5 ms: 0.995 s, every 4th. The first only waits the interval."""
     spec = load_spec(SPECS, "reinforce_cartpole", GATED + ["meta.checkpoint_interval_s=0.3"])
-    for cost, frames in ((0.0, [400, 800, 1200, 1600, 2000]), (0.006, [400, 1000, 1600, 2000]),
-                         (0.01, [400, 1200, 2000])):
+    for cost, frames in ((0.0, [400, 800, 1200, 1600, 2000]), (0.003, [400, 1000, 1600, 2000]),
+                         (0.005, [400, 1200, 2000])):
         box, spent = [], [0.0]
         runner = SessionRunner(spec, str(tmp_path / f"c{cost}" / "reinforce_cartpole_2026_01_01_000000"), 0, 0, 7,
                                resume=False, timer=lambda: (box[0].session.clock.frame / 800 if box else 0.0) + spent[0])
