@@ -15,7 +15,9 @@ specs: every 100k frames). A spec whose cadence does not fit the frame budget (A
         [--frames-scale 1.0] [--out bench/results/checkpoint_cost.json]
 
 ``--specs`` takes ``FILE`` (every spec of a file in specs/benchmark/) or ``FILE:NAME``; without it a representative
-set of every file runs (``CASES``); ``--all`` runs every spec of every file.
+set of every file runs (``CASES``); ``--all`` runs every spec of every file. ``--snapshot-ab`` instead times
+``Session.to_checkpoint`` alone against the previous encoding (global RNG states as lists of ints, train_df converted
+from every row at every checkpoint), interleaved in one process.
 """
 
 from __future__ import annotations
@@ -93,6 +95,52 @@ def measure(file: str, name: str, overrides: list[str], peer: str, frames: int, 
             "checkpoint_bytes": size, "load1": round(os.getloadavg()[0], 1)}
 
 
+def snapshot_ab(name: str, frames: int, reps: int) -> dict:
+    """Milliseconds of ``Session.to_checkpoint`` (min and median of ``reps``, interleaved) with the lab's encoding
+    and with the previous one, for a session trained ``frames`` frames (its train_df holds every row)."""
+    import random
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from orchestrator.session import Session
+
+    spec = load_spec(os.path.join(SPEC_DIR, "cartpole.json"), name, [f"env.max_frame={frames}"])
+    s = Session(spec, 1)
+    s.run_rl()
+    new_state, new_rows = s.state_dict, s._train_parquet
+
+    def old_state():
+        state, np_state = new_state(), np.random.get_state()
+        state["global_rng"] = {"python": random.getstate(), "torch": torch.get_rng_state(),
+                               "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]]}
+        return state
+
+    class OneShot:
+        def encode(self, rows):
+            out = pa.BufferOutputStream()
+            pq.write_table(pa.Table.from_pylist(rows).select(list(s.train_columns)), out)
+            return out.getvalue().to_pybytes()
+
+    times = {"new": [], "old": []}
+    for i in range(reps):
+        s.train_rows = list(s.train_rows)  # as after a new row: the incremental encoder sees a changed list
+        s.train_rows.append(dict(s.train_rows[-1], frame=s.train_rows[-1]["frame"] + 1))
+        for which in ("new", "old") if i % 2 else ("old", "new"):
+            s.state_dict = new_state if which == "new" else old_state
+            s._train_parquet = new_rows if which == "new" else OneShot()
+            start = time.perf_counter()
+            s.to_checkpoint()
+            times[which].append(1000 * (time.perf_counter() - start))
+    s.close()
+    out = {"spec": name, "rows": len(s.train_rows), "load1": round(os.getloadavg()[0], 1)}
+    for which, ts in times.items():
+        ts.sort()
+        out[f"{which}_min_ms"], out[f"{which}_median_ms"] = round(ts[0], 2), round(ts[len(ts) // 2], 2)
+    return out
+
+
 def cases(args: argparse.Namespace) -> list[tuple[str, str, list[str]]]:
     """The (file, name, overrides) to run from ``--specs``/``--all`` (default ``CASES``)."""
     if not args.specs and not args.all:
@@ -114,9 +162,15 @@ def main() -> None:
     parser.add_argument("--probe-frequency", type=int, default=2000,
                         help="checkpoint_frequency used to measure specs whose own cadence exceeds the budget")
     parser.add_argument("--peers", nargs="*", default=list(PEERS), choices=list(PEERS))
+    parser.add_argument("--snapshot-ab", type=int, default=0, metavar="FRAMES",
+                        help="time to_checkpoint alone, new vs previous encoding, after FRAMES frames of CartPole")
     parser.add_argument("--out", default="bench/results/checkpoint_cost.json")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.snapshot_ab:
+        for name in ("ppo_cartpole", "reinforce_cartpole"):
+            print(snapshot_ab(name, args.snapshot_ab, 100), flush=True)
+        return
     results = []
     print("| spec | cadence | basis | checkpoints | train s | checkpoint s | fraction (goal < 1%) | ms/ckpt "
           "| s between ckpts | bytes | load1 |")

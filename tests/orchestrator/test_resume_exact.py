@@ -242,8 +242,9 @@ def test_time_gate_waits_199x_the_previous_checkpoints_cost(tmp_path):
     for cost, frames in ((0.0, [400, 800, 1200, 1600, 2000]), (0.003, [400, 1000, 1600, 2000]),
                          (0.005, [400, 1200, 2000])):
         box, spent = [], [0.0]
-        runner = SessionRunner(spec, str(tmp_path / f"c{cost}" / "reinforce_cartpole_2026_01_01_000000"), 0, 0, 7,
-                               resume=False, timer=lambda: (box[0].session.clock.frame / 800 if box else 0.0) + spent[0])
+        predir = str(tmp_path / f"c{cost}" / "reinforce_cartpole_2026_01_01_000000")
+        runner = SessionRunner(spec, predir, 0, 0, 7, resume=False,
+                               timer=lambda: (box[0].session.clock.frame / 800 if box else 0.0) + spent[0])
         box.append(runner)
         snapshot = runner.snapshot
 
