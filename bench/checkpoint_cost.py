@@ -125,8 +125,7 @@ def snapshot_ab(name: str, frames: int, reps: int) -> dict:
 
     times = {"new": [], "old": []}
     for i in range(reps):
-        s.train_rows = list(s.train_rows)  # as after a new row: the incremental encoder sees a changed list
-        s.train_rows.append(dict(s.train_rows[-1], frame=s.train_rows[-1]["frame"] + 1))
+        s.train_rows.append(dict(s.train_rows[-1], frame=s.train_rows[-1]["frame"] + 1))  # a new row per checkpoint
         for which in ("new", "old") if i % 2 else ("old", "new"):
             s.state_dict = new_state if which == "new" else old_state
             s._train_parquet = new_rows if which == "new" else OneShot()
