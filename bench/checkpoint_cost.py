@@ -36,7 +36,7 @@ from orchestrator.spec import load_spec
 
 SPEC_DIR = "specs/benchmark"
 FRAMES = {"cartpole.json": 30000, "pendulum.json": 10000, "box2d.json": 10000, "mujoco.json": 40000,
-          "atari.json": 8000}  # per file: several checkpoint intervals (Atari: several probe checkpoints)
+          "atari.json": 8000}  # per file, at least 4 log rows: several checkpoint intervals (Atari: probe checkpoints)
 CASES = [  # (file, spec name, overrides)
     ("cartpole.json", "ppo_cartpole", []),
     ("cartpole.json", "reinforce_cartpole", []),
@@ -76,8 +76,8 @@ def measure(file: str, name: str, overrides: list[str], peer: str, frames: int, 
                 blocked += event["seconds"]
                 count += 1
         total = time.perf_counter() - start
-        size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(runner.store.frame_uri(frames))
-                   for f in fs)
+        newest = runner.store.frame_uri(runner.store.frames()[-1])  # max_frame rounded up to whole vector steps
+        size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(newest) for f in fs)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     ms = 1000 * blocked / count
@@ -175,7 +175,8 @@ def main() -> None:
           "| s between ckpts | bytes | load1 |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for file, name, overrides in cases(args):
-        frames = int(FRAMES.get(file, 20000) * args.frames_scale)
+        log_frequency = load_spec(os.path.join(SPEC_DIR, file), name, overrides)["meta"]["log_frequency"]
+        frames = int(max(FRAMES.get(file, 20000), 4 * log_frequency) * args.frames_scale)  # several log rows
         explicit = load_spec(os.path.join(SPEC_DIR, file), name, overrides)["meta"].get("checkpoint_frequency")
         for peer in args.peers if not explicit else ["default"]:  # the spec's own frame cadence: no peer
             r = measure(file, name, overrides, peer, frames, args.probe_frequency)
