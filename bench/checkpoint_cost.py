@@ -175,9 +175,10 @@ def main() -> None:
           "| s between ckpts | bytes | load1 |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for file, name, overrides in cases(args):
-        log_frequency = load_spec(os.path.join(SPEC_DIR, file), name, overrides)["meta"]["log_frequency"]
-        frames = int(max(FRAMES.get(file, 20000), 4 * log_frequency) * args.frames_scale)  # several log rows
-        explicit = load_spec(os.path.join(SPEC_DIR, file), name, overrides)["meta"].get("checkpoint_frequency")
+        meta = load_spec(os.path.join(SPEC_DIR, file), name, overrides)["meta"]
+        explicit = meta.get("checkpoint_frequency")
+        rows = 0 if explicit else 4 * meta["log_frequency"]  # several log rows (a frame cadence is probed instead)
+        frames = int(max(FRAMES.get(file, 20000), rows) * args.frames_scale)
         for peer in args.peers if not explicit else ["default"]:  # the spec's own frame cadence: no peer
             r = measure(file, name, overrides, peer, frames, args.probe_frequency)
             results.append(r)
