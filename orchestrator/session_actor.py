@@ -201,8 +201,9 @@ class SessionRunner:
         Checkpoints are serialized on the training thread (a consistent snapshot) and written by
         one background writer thread while the next chunk trains; at most one write is in flight.
         A ``checkpoint`` event is yielded once its write committed; its ``seconds`` is the time the
-        training thread spent on it (serializing plus waiting for the previous write; the chunk's tracking
-        writes, ``SessionTracker.log``, are not counted). Log rows are yielded with the checkpoint that follows them.
+        training thread spent on it (serializing plus waiting for its own write to finish, each wait counted once;
+        the chunk's tracking writes, ``SessionTracker.log``, are not counted). Log rows are yielded with the
+        checkpoint that follows them.
         """
         session = self.session
         if self.resume:
@@ -227,12 +228,12 @@ class SessionRunner:
                 if due and session.clock.frame not in (self.committed, pending and pending[0]):
                     start, timer_start = time.perf_counter(), self.timer()
                     frame, files, meta = self.snapshot()
+                    snapshot_s = time.perf_counter() - start  # this one's wait for its write is added when it ends
                     self.burst_open = bool(rows)  # the rows follow the commit event (SessionActor.run batches)
-                    yield from self.finish_write(pending)
-                    blocked_s = time.perf_counter() - start
+                    yield from self.finish_write(pending)  # adds the wait to the previous checkpoint's seconds
                     gap = checkpoint_gap_s(self.spec["meta"], self.timer() - timer_start)
                     self.tracker.log(session, self.committed)  # before this frame's write is submitted
-                    pending = (frame, writer.submit(self.write, frame, files, meta), blocked_s)
+                    pending = (frame, writer.submit(self.write, frame, files, meta), snapshot_s)
                     self.append_log(rows)
                     for i, row in enumerate(rows):
                         self.burst_open = i < len(rows) - 1
