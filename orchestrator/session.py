@@ -428,7 +428,8 @@ class ParquetRows:
         Raises:
             KeyError: a row lacks one of ``columns``.
         """
-        done = self._table.num_rows if self._table is not None and rows is self._rows else 0
+        same = self._table is not None and rows is self._rows and self._table.num_rows <= len(rows)
+        done = self._table.num_rows if same else 0
         if done and done == len(rows):
             return self._bytes
         if not rows:
@@ -459,6 +460,6 @@ def _row_table(rows: list[dict[str, Any]], columns: list[str]) -> pa.Table:
 
 
 def _read_parquet(data: bytes) -> list[dict[str, Any]]:
-    """Log rows (one dict per row, python values) from Parquet bytes written by ``_parquet``/``ParquetRows`` (or by
-    pandas, as older checkpoints were)."""
+    """Log rows (one dict per row, python values) from Parquet bytes written by ``ParquetRows`` (or by pandas, as
+    older checkpoints' empty tables were)."""
     return pq.read_table(pa.BufferReader(data)).to_pylist()
