@@ -22,7 +22,7 @@ import signal
 import socket
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import ray
 
@@ -30,15 +30,34 @@ from orchestrator import predir as predir_mod
 from orchestrator import storage
 from orchestrator.checkpoint import CheckpointError, CheckpointStore
 from orchestrator.global_params import EXACT_REASON, GlobalExchange
+from orchestrator.spec import DEFAULT_CHECKPOINT_INTERVAL_S
 from orchestrator.tracking import SessionTracker
 
 COMMIT_BACKOFF_S = (0.5, 1.0, 2.0)  # waits between checkpoint write attempts, seconds
+CHECKPOINT_TIME_SHARE = 0.005  # without checkpoint_frequency: the share of training time checkpoints may take
+# (half the < 1% goal: the first checkpoint, after the interval alone, and the last one, forced, come on top)
 EXPORTED_FILES = ("train_df.parquet", "eval_df.parquet")  # checkpoint files copied to the session dir
 
 
 def checkpoint_frequency(meta: dict[str, Any]) -> int:
-    """Frames between checkpoints: ``meta.checkpoint_frequency`` or ``meta.log_frequency``."""
+    """Frames between checkpoint opportunities: ``meta.checkpoint_frequency`` or ``meta.log_frequency``."""
     return int(meta.get("checkpoint_frequency") or meta["log_frequency"])
+
+
+def checkpoint_gap_s(meta: dict[str, Any], cost_s: float = 0.0) -> float:
+    """Least training seconds from the end of a checkpoint to the next one (taken at the first chunk end after it).
+
+    With ``meta.checkpoint_frequency`` set: 0 (frames alone decide: a checkpoint at every boundary). Otherwise the
+    larger of ``meta.checkpoint_interval_s`` (default ``orchestrator.spec.DEFAULT_CHECKPOINT_INTERVAL_S``) and
+    ``cost_s * (1 - CHECKPOINT_TIME_SHARE) / CHECKPOINT_TIME_SHARE``, so that a checkpoint costing as much as the
+    previous one (``cost_s``: seconds the training thread spent on it) takes at most ``CHECKPOINT_TIME_SHARE`` of
+    training time, however slow the machine or large the checkpoint.
+    """
+    if meta.get("checkpoint_frequency"):
+        return 0.0
+    value = meta.get("checkpoint_interval_s")
+    interval = float(DEFAULT_CHECKPOINT_INTERVAL_S if value is None else value)
+    return max(interval, cost_s * (1 - CHECKPOINT_TIME_SHARE) / CHECKPOINT_TIME_SHARE)
 
 
 class SessionRunner:
@@ -54,13 +73,14 @@ class SessionRunner:
             checkpoint loads) the global weights, and its manifests say ``exact: false``
             (``orchestrator.global_params``); the manifest meta gains ``global_step`` and
             ``global_weights_sha256``.
+        timer: seconds (monotonic) for the checkpoint time gate (``checkpoint_gap_s``); tests inject one.
 
     Raises:
         orchestrator.checkpoint.CheckpointError: ``resume`` is set and no checkpoint exists.
     """
 
     def __init__(self, spec: dict[str, Any], predir: str, trial: int, session: int, seed: int,
-                 resume: bool, global_params: Any = None) -> None:
+                 resume: bool, global_params: Any = None, timer: Callable[[], float] = time.monotonic) -> None:
         from orchestrator.session import Session  # heavy (torch): imported inside the worker
 
         storage.skip_pandas_probe()  # Parquet through pyarrow without importing pandas (docs/BENCHMARKS.md)
@@ -69,6 +89,7 @@ class SessionRunner:
         self.store = CheckpointStore(self.session_dir, keep=int(spec["meta"]["keep_checkpoints"]))
         self.session = Session(spec, seed, trial, session, fresh=not resume)
         self.resume = resume
+        self.timer = timer
         self.restored_frame: int | None = None
         self.set_aside: list[dict[str, Any]] = []  # checkpoints ``restore`` set aside as corrupt
         self.best: tuple[float, int] | None = None  # (total_reward_ma, frame) of the best checkpoint
@@ -170,10 +191,20 @@ class SessionRunner:
     def events(self) -> Iterator[dict[str, Any]]:
         """Run to ``max_frame`` (or until ``stop_requested``), yielding progress events.
 
+        Cadence: the session trains in chunks up to the next multiple of ``checkpoint_frequency`` frames (by default
+        ``log_frequency``, so every log row is a chance); at the end of a chunk a checkpoint is taken once
+        ``checkpoint_gap_s(meta, cost)`` seconds of ``timer`` passed since the previous one ended (``cost``: its
+        ``timer`` seconds; for the first, ``checkpoint_interval_s`` since the start or the restore), and always at
+        ``max_frame`` and on a stop. An explicit ``meta.checkpoint_frequency`` gives gap 0: a checkpoint at every
+        boundary, as frames alone decide. Which frames get a checkpoint never changes the training: chunks end on
+        the same boundaries either way.
+
         Checkpoints are serialized on the training thread (a consistent snapshot) and written by
         one background writer thread while the next chunk trains; at most one write is in flight.
         A ``checkpoint`` event is yielded once its write committed; its ``seconds`` is the time the
-        training thread spent on it (serializing plus waiting for the previous write).
+        training thread spent on it (serializing plus waiting for its own write to finish, each wait counted once;
+        the chunk's tracking writes, ``SessionTracker.log``, are not counted). Log rows are yielded with the
+        checkpoint that follows them.
         """
         session = self.session
         if self.resume:
@@ -184,29 +215,33 @@ class SessionRunner:
         yield {"kind": "started", "pid": os.getpid(), "restored_frame": self.restored_frame,
                "set_aside": self.set_aside, "tracking": self.tracker.record(),
                "device": str(session.algorithm.device), "exact": session.exact}
-        freq = checkpoint_frequency(self.spec["meta"])
+        freq, gap = checkpoint_frequency(self.spec["meta"]), checkpoint_gap_s(self.spec["meta"])
         rows: list[dict[str, Any]] = []
         self.committed = self.restored_frame
+        last_end = self.timer()  # when the previous checkpoint's work on this thread ended
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-writer") as writer:
             pending = None
             while True:
                 if not session.clock.done() and not session.stop_requested:
                     next_ckpt = (session.clock.frame // freq + 1) * freq
                     session.run_rl(until_frame=next_ckpt, on_log=lambda _s, row: rows.append(row))
-                if session.clock.frame not in (self.committed, pending and pending[0]):
-                    start = time.perf_counter()
+                due = session.clock.done() or session.stop_requested or self.timer() - last_end >= gap
+                if due and session.clock.frame not in (self.committed, pending and pending[0]):
+                    start, timer_start = time.perf_counter(), self.timer()
                     frame, files, meta = self.snapshot()
+                    snapshot_s = time.perf_counter() - start  # this one's wait for its write is added when it ends
                     self.burst_open = bool(rows)  # the rows follow the commit event (SessionActor.run batches)
-                    yield from self.finish_write(pending)
+                    yield from self.finish_write(pending)  # adds the wait to the previous checkpoint's seconds
+                    gap = checkpoint_gap_s(self.spec["meta"], self.timer() - timer_start)
                     self.tracker.log(session, self.committed)  # before this frame's write is submitted
-                    pending = (frame, writer.submit(self.write, frame, files, meta),
-                               time.perf_counter() - start)
+                    pending = (frame, writer.submit(self.write, frame, files, meta), snapshot_s)
                     self.append_log(rows)
                     for i, row in enumerate(rows):
                         self.burst_open = i < len(rows) - 1
                         yield {"kind": "log", "row": row}
                     self.burst_open = False
                     rows.clear()
+                    last_end = self.timer()
                 if session.clock.done() or session.stop_requested:
                     break
             yield from self.finish_write(pending)

@@ -57,6 +57,7 @@ from orchestrator.tracking import tracking_problems
 MAX_SEED = 2**62  # seeds go to torch.manual_seed (uint64) after session offsets are added
 MAX_LR = 10.0  # learning rates above this diverge at once (weights become NaN within an update)
 MAX_PASSES = 10_000  # passes over the data per update: more would not finish in any run
+DEFAULT_CHECKPOINT_INTERVAL_S = 1.0  # least seconds between checkpoints (docs/BENCHMARKS.md "Checkpoint cost")
 
 # Upper limits on algorithm keys whose fields (agents/algorithms) only require > 0: repeat counts
 # per update whose absurd values hang a session (found by bench/spec_fuzz.py).
@@ -80,7 +81,12 @@ class MetaSpec:
         random_seed: base seed in [0, 2**62]; session s of trial t uses ``random_seed + 1000 * t + s``. None: a
             seed is drawn once and written into the saved spec.
         ma_window: episodes in the ``total_reward_ma`` moving average.
-        checkpoint_frequency: frames between checkpoints (None: ``log_frequency``).
+        checkpoint_frequency: frames between checkpoints (None: at log rows, time-gated by
+            ``checkpoint_interval_s``).
+        checkpoint_interval_s: without ``checkpoint_frequency``, the least training seconds between two checkpoints:
+            a log row is checkpointed once this much time, and 199x the previous checkpoint's cost (so checkpoints
+            take at most 0.5% of training time), passed since the previous one; ``max_frame`` and stops always are
+            (``orchestrator.session_actor.checkpoint_gap_s``). Ignored with ``checkpoint_frequency``.
         keep_checkpoints: newest checkpoints kept per session (plus the best).
         resources: per-session Ray resources ``{"num_cpus": float, "num_gpus": float}``.
         max_restarts: replacements of a dead session actor before it is marked failed.
@@ -108,6 +114,7 @@ class MetaSpec:
     random_seed: int | None = field(default=None, metadata={"ge": 0, "le": MAX_SEED})
     ma_window: int = field(default=20, metadata={"gt": 0})
     checkpoint_frequency: int | None = field(default=None, metadata={"gt": 0})
+    checkpoint_interval_s: float = field(default=DEFAULT_CHECKPOINT_INTERVAL_S, metadata={"ge": 0})
     keep_checkpoints: int = field(default=3, metadata={"gt": 0})
     resources: dict = field(default_factory=lambda: {"num_cpus": 1, "num_gpus": 0})
     max_restarts: int = field(default=3, metadata={"ge": 0})
@@ -957,7 +964,8 @@ def spec_hash(spec: dict[str, Any]) -> str:
 
 # Edits a resume may apply: they change only the future of a run (docs/ARCHITECTURE.md section 5).
 RESUME_EDITABLE = ("env.max_frame", "meta.log_frequency", "meta.eval_frequency", "meta.checkpoint_frequency",
-                   "meta.keep_checkpoints", "meta.resources", "meta.max_session", "meta.rigorous_eval",
+                   "meta.checkpoint_interval_s", "meta.keep_checkpoints", "meta.resources", "meta.max_session",
+                   "meta.rigorous_eval",
                    "meta.max_restarts", "meta.shutdown_grace_s", "meta.tensorboard", "meta.tracking",
                    "meta.tracking_options")
 

@@ -6,7 +6,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 CARTPOLE_SPECS = str(REPO / "specs/benchmark/cartpole.json")
-TRAINED_PPO = ["env.max_frame=16000", "meta.max_session=1", "meta.log_frequency=2000", "meta.random_seed=5"]
+TRAINED_PPO = ["env.max_frame=16000", "meta.max_session=1", "meta.log_frequency=2000", "meta.checkpoint_frequency=2000",
+               "meta.random_seed=5"]
 
 
 @pytest.fixture(scope="session")

@@ -214,7 +214,8 @@ def test_train_over_two_nodes_survives_losing_one(cluster, s3_bucket):
     """Last in this file: it ends the second node."""
     head, worker = cluster.nodes
     data = f"{s3_bucket}/train"
-    items = TINY + ["meta.max_session=4", f"env.max_frame={MAX_FRAME}", "meta.log_frequency=1024"]
+    items = TINY + ["meta.max_session=4", f"env.max_frame={MAX_FRAME}", "meta.log_frequency=1024",
+                    "meta.checkpoint_frequency=1024"]
     proc = subprocess.Popen([LAB, SPECS, "ppo_cartpole", "train", "--data-dir", data, "--address", cluster.address,
                              "--quiet", *overrides(items)], env=cluster.env, cwd=cluster.root,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)

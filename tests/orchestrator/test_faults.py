@@ -19,7 +19,7 @@ from orchestrator import checkpoint, session_actor, storage
 from orchestrator.session_actor import SessionRunner
 from orchestrator.spec import load_spec
 
-PPO = ["meta.max_session=2", "meta.log_frequency=1000", "meta.random_seed=10"]
+PPO = ["meta.max_session=2", "meta.log_frequency=1000", "meta.checkpoint_frequency=1000", "meta.random_seed=10"]
 
 
 def run_in_thread(*argv):
@@ -153,7 +153,8 @@ NODE_LOSS_SCRIPT = textwrap.dedent("""
     data = sys.argv[1]
     args = argparse.Namespace(spec_file=sys.argv[2], spec_name="ppo_cartpole", mode="train", data_dir=data,
                               address=None, allow_fresh=False, quiet=True,
-                              overrides=["meta.max_session=1", "meta.log_frequency=1000", "env.max_frame=10000"])
+                              overrides=["meta.max_session=1", "meta.log_frequency=1000",
+                                         "meta.checkpoint_frequency=1000", "env.max_frame=10000"])
     def remove_node():
         while True:
             runs = [os.path.join(data, d, "run.json") for d in os.listdir(data)] if os.path.isdir(data) else []
@@ -190,7 +191,8 @@ def test_node_loss_session_comes_back_on_remaining_node(tmp_path):
 
 
 def test_failed_checkpoint_writes_are_retried_and_training_continues(tmp_path, monkeypatch):
-    spec = load_spec(SPECS, "ppo_cartpole", ["env.max_frame=4000", "meta.log_frequency=1000"])
+    spec = load_spec(SPECS, "ppo_cartpole", ["env.max_frame=4000", "meta.log_frequency=1000",
+                                             "meta.checkpoint_frequency=1000"])
     monkeypatch.setattr(session_actor, "COMMIT_BACKOFF_S", (0.0, 0.0))
     real_commit, calls = checkpoint.CheckpointStore.commit, []
 

@@ -36,7 +36,8 @@ from orchestrator.checkpoint import CheckpointStore
 from orchestrator.spec import load_spec
 from orchestrator.trial import RunRecord, SessionPlan, Trial
 
-ITEMS = ["meta.max_session=1", "meta.log_frequency=1000", "env.max_frame=3000", "meta.random_seed=7"]
+ITEMS = ["meta.max_session=1", "meta.log_frequency=1000", "meta.checkpoint_frequency=1000", "env.max_frame=3000",
+         "meta.random_seed=7"]
 
 
 @pytest.fixture(scope="module")

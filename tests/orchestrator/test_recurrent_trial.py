@@ -13,7 +13,8 @@ from orchestrator.session import Session
 from orchestrator.spec import load_spec, session_seed
 
 RNN_SPECS = str(REPO / "specs" / "recurrent.json")
-ITEMS = ["meta.max_session=2", "meta.log_frequency=256", "meta.random_seed=5", "env.max_frame=2048"]
+ITEMS = ["meta.max_session=2", "meta.log_frequency=256", "meta.checkpoint_frequency=256", "meta.random_seed=5",
+         "env.max_frame=2048"]
 
 
 def test_recurrent_train_sigkill_driver_then_resume_latest(ray_local, tmp_path):

@@ -3,6 +3,7 @@ checkpoint store and resumed, gives the same train_df (all columns but wall_t, f
 weights as the uninterrupted run (docs/ARCHITECTURE.md section 5; issue: exactness)."""
 
 import io
+import math
 
 import numpy as np
 import pandas as pd
@@ -195,3 +196,150 @@ def test_reinforce_partial_episodes_dropped_when_env_not_restored():
     second.run_rl(until_frame=130 + 4 * 3)  # 3 vector steps: shorter than any CartPole episode
     assert [len(ep) for ep in restored_mem.current] == [3, 3, 3, 3]
     np.testing.assert_array_equal(np.stack([ep[0][0] for ep in restored_mem.current]), reset_obs)
+
+
+# ---------------------------------------------------------------- the checkpoint time gate (meta.checkpoint_interval_s)
+GATED = ["env.max_frame=2000", "meta.log_frequency=200"]  # reinforce_cartpole: 4 sub-envs, a log row per 200 frames
+
+
+def frame_timer(runner_box):
+    """A fake ``timer`` for ``SessionRunner``: 0.25 s of "training time" per 200 frames trained (exact in binary), so
+    the gate's decisions depend on frames only (a checkpoint itself takes no time)."""
+    return lambda: runner_box[0].session.clock.frame / 800 if runner_box else 0.0
+
+
+def gated_runner(spec, predir, resume=False):
+    box = []
+    runner = SessionRunner(spec, predir, 0, 0, 7, resume=resume, timer=frame_timer(box))
+    box.append(runner)
+    return runner
+
+
+@pytest.mark.parametrize("overrides, frames", [
+    (["meta.checkpoint_interval_s=0.6"], [600, 1200, 1800, 2000]),  # 0.75 s >= 0.6 s at every 3rd row; the last
+    (["meta.checkpoint_interval_s=0.5"], [400, 800, 1200, 1600, 2000]),  # exactly the interval counts
+    (["meta.checkpoint_interval_s=0"], list(range(200, 2001, 200))),  # every log row (free checkpoints)
+    (["meta.checkpoint_interval_s=5"], [2000]),  # only max_frame
+    (["meta.checkpoint_interval_s=0.6", "meta.checkpoint_frequency=400"], [400, 800, 1200, 1600, 2000]),  # frames
+])
+def test_time_gate_picks_log_rows(tmp_path, overrides, frames):
+    """Without ``checkpoint_frequency`` a log row is checkpointed once ``checkpoint_interval_s`` of training time
+    passed since the previous checkpoint; every log row still reaches the driver."""
+    spec = load_spec(SPECS, "reinforce_cartpole", GATED + overrides)
+    runner = gated_runner(spec, str(tmp_path / "reinforce_cartpole_2026_01_01_000000"))
+    events = list(runner.events())
+    assert [e["frame"] for e in events if e["kind"] == "checkpoint"] == frames
+    assert runner.store.frames() == frames[-3:]  # keep_checkpoints=3
+    rows = [e["row"]["frame"] for e in events if e["kind"] == "log"]
+    assert rows == list(range(200, 2001, 200)) and events[-1]["kind"] == "done"
+
+
+def test_time_gate_waits_199x_the_previous_checkpoints_cost(tmp_path):
+    """The fake timer advances by ``cost`` during each ``snapshot`` (the training thread's time on a checkpoint);
+    rows come every 0.25 s, interval 0.3 s. Free checkpoints: every 2nd row. 3 ms each: the next waits
+    max(0.3, 199 * 0.003 = 0.597) s, every 3rd row. 5 ms: 0.995 s, every 4th. The first only waits the interval."""
+    spec = load_spec(SPECS, "reinforce_cartpole", GATED + ["meta.checkpoint_interval_s=0.3"])
+    for cost, frames in ((0.0, [400, 800, 1200, 1600, 2000]), (0.003, [400, 1000, 1600, 2000]),
+                         (0.005, [400, 1200, 2000])):
+        box, spent = [], [0.0]
+        predir = str(tmp_path / f"c{cost}" / "reinforce_cartpole_2026_01_01_000000")
+        runner = SessionRunner(spec, predir, 0, 0, 7, resume=False,
+                               timer=lambda: (box[0].session.clock.frame / 800 if box else 0.0) + spent[0])
+        box.append(runner)
+        snapshot = runner.snapshot
+
+        def costly_snapshot():
+            spent[0] += cost
+            return snapshot()
+
+        runner.snapshot = costly_snapshot
+        assert [e["frame"] for e in runner.events() if e["kind"] == "checkpoint"] == frames, cost
+
+
+def test_time_gate_stop_checkpoints_and_default_interval(tmp_path):
+    """A stop between gated checkpoints (SIGTERM at frame 1100, mid-chunk) still commits a final one; with no key
+    the default interval (1 s) is used: 0.25 s per log row, so the first gated checkpoint is at frame 800."""
+    spec = load_spec(SPECS, "reinforce_cartpole", GATED)
+    assert spec["meta"]["checkpoint_interval_s"] == 1.0
+    runner = gated_runner(spec, str(tmp_path / "reinforce_cartpole_2026_01_01_000000"))
+    train = runner.session.run_rl
+
+    def run_until_sigterm(until_frame=None, on_log=None):
+        train(until_frame=min(until_frame, 1100), on_log=on_log)
+        runner.session.stop_requested = runner.session.clock.frame == 1100
+
+    runner.session.run_rl = run_until_sigterm
+    events = list(runner.events())
+    assert [e["frame"] for e in events if e["kind"] == "checkpoint"] == [800, 1100]
+    assert runner.store.frames() == [800, 1100]
+    assert events[-1] == {"kind": "interrupted", "frame": 1100, "total_reward_ma": events[-1]["total_reward_ma"],
+                          "checkpoint": True}
+
+
+def test_resume_from_time_gated_checkpoint_is_exact(tmp_path):
+    """A run killed after its time-gated checkpoint at frame 1200 (no final checkpoint) resumes from it and ends
+    equal to the uninterrupted run."""
+    spec = load_spec(SPECS, "reinforce_cartpole", GATED + ["meta.checkpoint_interval_s=0.6"])
+    predir = str(tmp_path / "reinforce_cartpole_2026_01_01_000000")
+    straight = uninterrupted(spec, seed=7)
+    first = gated_runner(spec, predir)
+    events = first.events()
+    for event in events:
+        if event["kind"] == "checkpoint" and event["frame"] == 1200:
+            break
+    events.close()  # as a SIGKILL: the snapshot of 1800 taken since is never written
+    assert first.store.frames() == [600, 1200]
+    second = gated_runner(spec, predir, resume=True)
+    assert [e["frame"] for e in second.events() if e["kind"] == "checkpoint"] == [1800, 2000]
+    assert second.restored_frame == 1200
+    pd.testing.assert_frame_equal(COMPARED(straight.train_df), COMPARED(second.session.train_df))
+    assert straight.weights_sha256() == second.session.weights_sha256()
+
+
+# ---------------------------------------------------------------- the checkpoint's encoding
+def test_parquet_rows_encode_incrementally_as_one_shot():
+    """``ParquetRows`` converts only new rows, and its bytes equal a one-shot pyarrow encoding at every step, also
+    when a new row widens a column's type (int -> float, null -> float: the whole table is converted again)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from orchestrator.session import ParquetRows, _read_parquet
+
+    columns = ["frame", "loss", "refill", "x"]
+    values = [None, None, 1, 2, 2.5, math.nan, 3.0]  # x: null, then int, then float
+    enc, rows = ParquetRows(columns), []
+    assert _read_parquet(enc.encode(rows)) == [] and pq.read_table(pa.BufferReader(enc.encode(rows))).column_names \
+        == columns
+    for i, x in enumerate(values):
+        rows.append({"frame": 100 * i, "loss": math.nan if i < 2 else 0.5 * i, "refill": i == 0, "x": x})
+        out = pa.BufferOutputStream()
+        pq.write_table(pa.Table.from_pylist(rows).select(columns), out)
+        assert enc.encode(rows) == out.getvalue().to_pybytes(), i
+    back = _read_parquet(enc.encode(rows))
+    assert [r["frame"] for r in back] == [0, 100, 200, 300, 400, 500, 600]
+    assert back[-1] == {"frame": 600, "loss": 3.0, "refill": False, "x": 3.0} and math.isnan(back[1]["loss"])
+    assert back[0]["x"] is None and math.isnan(back[5]["x"])
+    assert enc.encode(list(rows)) == enc.encode(rows)  # another list of the same rows: encoded afresh, same bytes
+
+
+def test_checkpoint_with_the_older_rng_encoding_restores():
+    """``state.pt`` from before the tensor encoding (python/numpy RNG states as lists of ints) still restores the
+    global RNGs exactly."""
+    import random
+
+    spec = load_spec(SPECS, "reinforce_cartpole", ["env.max_frame=400", "meta.log_frequency=200"])
+    first = Session(spec, 3)
+    first.run_rl(until_frame=200)
+    files, _ = first.to_checkpoint()
+    expected = (random.random(), np.random.random(), torch.rand(1).item())
+    state = torch.load(io.BytesIO(files["state.pt"]), weights_only=True)
+    version, internal, gauss = state["global_rng"]["python"]
+    assert isinstance(internal, torch.Tensor) and internal.dtype == torch.int64 and internal.numel() == 625
+    state["global_rng"]["python"] = (version, tuple(internal.tolist()), gauss)
+    state["global_rng"]["numpy"][1] = state["global_rng"]["numpy"][1].tolist()
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    for data in (files["state.pt"], buf.getvalue()):
+        second = restored(spec, 3, {**files, "state.pt": data})
+        assert (random.random(), np.random.random(), torch.rand(1).item()) == expected
+        second.close()

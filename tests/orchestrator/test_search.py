@@ -31,7 +31,8 @@ from orchestrator.spec import SpecError, load_spec
 from orchestrator.trial import SessionPlan
 
 GAMMA_GRID = 'search={"agent": {"algorithm": {"gamma__grid_search": [0.9, 0.99]}}}'
-SMALL = ["meta.log_frequency=800", "meta.random_seed=11", 'meta.resources={"num_cpus": 0.5, "num_gpus": 0}']
+SMALL = ["meta.log_frequency=800", "meta.checkpoint_frequency=800", "meta.random_seed=11",
+         'meta.resources={"num_cpus": 0.5, "num_gpus": 0}']
 
 
 # ---------------------------------------------------------------- search section (no Ray)

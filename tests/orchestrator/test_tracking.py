@@ -16,7 +16,8 @@ from orchestrator.spec import SpecError, load_spec
 from orchestrator.tracking import TensorBoardLog, flat_spec
 
 SPECS = "specs/benchmark/cartpole.json"
-SMALL = ["env.max_frame=1600", "meta.log_frequency=400", "env.num_envs=4", "agent.algorithm.training_epoch=2"]
+SMALL = ["env.max_frame=1600", "meta.log_frequency=400", "meta.checkpoint_frequency=400", "env.num_envs=4",
+         "agent.algorithm.training_epoch=2"]
 PREDIR = "ppo_cartpole_2026_01_01_000000"
 
 

@@ -24,7 +24,7 @@ from lab_helpers import (
 
 from orchestrator import storage
 
-PPO_SMALL = ["meta.max_session=2", "meta.log_frequency=800", "meta.random_seed=11"]
+PPO_SMALL = ["meta.max_session=2", "meta.log_frequency=800", "meta.checkpoint_frequency=800", "meta.random_seed=11"]
 
 
 def test_train_sigkill_driver_then_resume_latest(ray_local, tmp_path):
