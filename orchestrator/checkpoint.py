@@ -36,6 +36,9 @@ from typing import Any
 
 from orchestrator import storage
 
+# least training seconds between checkpoints without meta.checkpoint_frequency (docs/BENCHMARKS.md "Checkpoint cost")
+DEFAULT_CHECKPOINT_INTERVAL_S = 1.0
+
 FORMAT_VERSION = 1
 MANIFEST_NAME = "MANIFEST.json"
 STAGING_PREFIX = ".staging-"

@@ -29,7 +29,7 @@ import math
 import pickle
 import random
 from collections import deque
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import pyarrow as pa
@@ -52,24 +52,14 @@ from envs.make import (
 from orchestrator import transfer
 from orchestrator.spec import RunSpec, build, spec_hash
 
+if TYPE_CHECKING:
+    import pandas  # only for annotations: a session imports pandas on first train_df / eval_df
+
 TRAIN_COLUMNS = ("frame", "epi", "t", "opt_step", "wall_t", "fps", "total_reward", "total_reward_ma", "loss",
                  "lr", "explore_var", "entropy_coef", "entropy", "grad_norm", "refill")
 EVAL_COLUMNS = ("frame", "epi", "opt_step", "wall_t", "total_reward", "total_reward_std", "total_reward_ma")
 
 LogCallback = Callable[["Session", dict[str, Any]], None]
-
-
-class _LazyPandas:
-    """``pandas`` (~100 MB RSS with its imports) loaded at the first attribute used: a session actor never
-    needs it on the training path (rows are dicts, Parquet goes through pyarrow); ``train_df``/``eval_df`` and
-    reading a checkpoint's Parquet do. Not put in ``sys.modules``: pandas is loaded only once really used."""
-
-    def __getattr__(self, name: str) -> Any:
-        import pandas
-        return getattr(pandas, name)
-
-
-pd = _LazyPandas()
 
 
 def seed_globals(seed: int) -> None:
@@ -203,13 +193,13 @@ class Session:
         return TRAIN_COLUMNS + tuple(self.algorithm.metric_names)
 
     @property
-    def train_df(self) -> pd.DataFrame:
+    def train_df(self) -> "pandas.DataFrame":
         """One row per log checkpoint, columns ``train_columns`` (imports pandas on first use)."""
         import pandas as pd
         return pd.DataFrame(self.train_rows, columns=list(self.train_columns))
 
     @property
-    def eval_df(self) -> pd.DataFrame:
+    def eval_df(self) -> "pandas.DataFrame":
         """One row per eval checkpoint, columns ``EVAL_COLUMNS`` (imports pandas on first use)."""
         import pandas as pd
         return pd.DataFrame(self.eval_rows, columns=list(EVAL_COLUMNS))

@@ -28,9 +28,8 @@ import ray
 
 from orchestrator import predir as predir_mod
 from orchestrator import storage
-from orchestrator.checkpoint import CheckpointError, CheckpointStore
+from orchestrator.checkpoint import DEFAULT_CHECKPOINT_INTERVAL_S, CheckpointError, CheckpointStore
 from orchestrator.global_params import EXACT_REASON, GlobalExchange
-from orchestrator.spec import DEFAULT_CHECKPOINT_INTERVAL_S
 from orchestrator.tracking import SessionTracker
 
 COMMIT_BACKOFF_S = (0.5, 1.0, 2.0)  # waits between checkpoint write attempts, seconds
@@ -48,7 +47,7 @@ def checkpoint_gap_s(meta: dict[str, Any], cost_s: float = 0.0) -> float:
     """Least training seconds from the end of a checkpoint to the next one (taken at the first chunk end after it).
 
     With ``meta.checkpoint_frequency`` set: 0 (frames alone decide: a checkpoint at every boundary). Otherwise the
-    larger of ``meta.checkpoint_interval_s`` (default ``orchestrator.spec.DEFAULT_CHECKPOINT_INTERVAL_S``) and
+    larger of ``meta.checkpoint_interval_s`` (default ``checkpoint.DEFAULT_CHECKPOINT_INTERVAL_S``) and
     ``cost_s * (1 - CHECKPOINT_TIME_SHARE) / CHECKPOINT_TIME_SHARE``, so that a checkpoint costing as much as the
     previous one (``cost_s``: seconds the training thread spent on it) takes at most ``CHECKPOINT_TIME_SHARE`` of
     training time, however slow the machine or large the checkpoint.

@@ -47,17 +47,16 @@ from agents.nets import (
 from agents.schedules import DECAYS, LR_SCHEDULERS, VarSchedule, lr_factor
 from envs.make import EnvSpec, is_atari, resolve_env_id
 from orchestrator import storage
+from orchestrator.checkpoint import DEFAULT_CHECKPOINT_INTERVAL_S
 from orchestrator.errors import SpecError  # noqa: F401  (defined there so the driver needs no torch; re-exported)
 from orchestrator.predir import session_seed  # noqa: F401  (re-exported)
 from orchestrator.search_space import search_problems
 from orchestrator.slm_lab import SHADOWED_BY, SLM_LAB_KEYS, slm_lab_key_problem, slm_lab_name_problem
 from orchestrator.tracking import tracking_problems
 
-
 MAX_SEED = 2**62  # seeds go to torch.manual_seed (uint64) after session offsets are added
 MAX_LR = 10.0  # learning rates above this diverge at once (weights become NaN within an update)
 MAX_PASSES = 10_000  # passes over the data per update: more would not finish in any run
-DEFAULT_CHECKPOINT_INTERVAL_S = 1.0  # least seconds between checkpoints (docs/BENCHMARKS.md "Checkpoint cost")
 
 # Upper limits on algorithm keys whose fields (agents/algorithms) only require > 0: repeat counts
 # per update whose absurd values hang a session (found by bench/spec_fuzz.py).
