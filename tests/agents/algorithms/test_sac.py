@@ -60,7 +60,7 @@ def test_continuous_soft_target_and_losses_hand_computed(monkeypatch):
     0.75 = 1.675 (0 bootstrap when terminated: y = 1). Temperature loss with log pi = 0.2, -0.4 and H_target = -1:
     -0.5 * mean(-0.8, -1.4) = 0.55, also its gradient in log_alpha."""
     algo = sac_algo(["agent.algorithm.gamma=0.9"])
-    assert algo.target_entropy == -1.0 and set(algo.optims) == {"net", "q1_net", "q2_net", "log_alpha"}
+    assert algo.target_entropy == -1.0 and set(algo.optims) == {"net", "critics", "log_alpha"}
     zero_critics(algo, [1.0], [2.0])
     with torch.no_grad():
         algo.nets["log_alpha"].value.fill_(math.log(0.5))
@@ -177,5 +177,5 @@ def test_actor_loss_leaves_no_gradient_on_the_critics():
     policy_loss, _ = algo.actor_losses(obs, algo.alpha, None)
     policy_loss.backward()
     assert all(p.grad is not None for p in algo.nets["net"].parameters())
-    for k in ("q1_net", "q2_net"):
-        assert all(p.grad is None and p.requires_grad for p in algo.nets[k].parameters())
+    assert algo.critics is not None and len(algo.critic_params()) == 4  # the stack's (2, out, in) weights and biases
+    assert all(p.grad is None and p.requires_grad for p in algo.critic_params())
