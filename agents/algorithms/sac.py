@@ -24,14 +24,24 @@ move by polyak averaging, ``Q' <- polyak_coef * Q + (1 - polyak_coef) * Q'`` aft
 Cadence (``ReplayCadence``): uniform random actions while ``clock.frame < training_start_step``; once the
 replay holds ``training_start_step`` transitions, each multiple of ``training_frequency`` frames crossed
 earns ``training_iter`` gradient steps. ``opt_step`` counts critic steps (one per gradient step; both
-critics are stepped on their summed loss, one ``optim_step``, clipping over their joint norm); actor and
-temperature steps are not counted.
+critics are stepped on their summed loss in one ``optim_step``, each clipped to its own norm); actor and
+temperature steps (one backward of their summed losses, which share no parameters) are not counted.
 
 Nets: ``net`` (actor), ``q1_net``, ``q2_net``, ``target_q1_net``, ``target_q2_net`` and the tensor
-``log_alpha`` (1,) (``add_tensor``, not transferred), each critic, the actor and ``log_alpha`` with its own
-optimizer: ``net.actor_optim_spec`` / ``net.critic_optim_spec`` / ``algorithm.alpha_optim_spec``, each
+``log_alpha`` (1,) (``add_tensor``, not transferred), the actor, the critics and ``log_alpha`` each with
+its own optimizer: ``net.actor_optim_spec`` / ``net.critic_optim_spec`` / ``algorithm.alpha_optim_spec``, each
 falling back to ``net.optim_spec``. With SLM-Lab's ``agent.critic_net`` (a whole net spec) the critics are built
 from it, with its ``optim_spec``, ``loss_spec``, ``lr_scheduler_spec`` and ``clip_grad_val``.
+
+Twin critics as one ensemble (``stacked_critics``: plain ``MLPNet`` critics without ``clip_grad_val``, the
+common case): the two critics' (and the two targets') weights are stacked per layer into one ``StackedMLP``
+(``agents/nets.py``), so each critic forward, backward, Adam step and polyak update runs once for both, with
+batched matmuls; the per-critic semantics (own weights, own targets, min or mean over the two) are unchanged.
+``q1_net`` / ``q2_net`` and their targets stay in the nets, with their weights views of the stack: checkpoints,
+``weights_sha256`` and ``agent.net.init_from`` transfer see the same two critics as before; the optimizer is
+one ``critics`` Adam over the stack (elementwise, so the same steps as one per critic). Otherwise (other net
+types, CrossQ's batch-renormalized critics, a critic ``clip_grad_val``) each critic is its own net with its own
+optimizer ``q1_net`` / ``q2_net``.
 
 train_df columns of its own (means over the update's gradient steps): ``q_loss`` (critic loss, both
 critics), ``policy_loss``, ``alpha_loss``, ``alpha`` (temperature after the update) and ``td_error``
@@ -322,8 +332,9 @@ class SoftActorCritic(ReplayCadence, Algorithm):
             loss = q_loss.detach()
             if clock.opt_step % self.algo.policy_delay == 0:  # delayed policy updates (policy_delay critic steps)
                 policy_loss, alpha_loss = self.actor_losses(batch["obs"], alpha, q_all)
-                self.optim_step_tensor(policy_loss, ("net",), clock, count=False, norm=False)
-                self.optim_step_tensor(alpha_loss, ("log_alpha",), clock, count=False, norm=False)
+                # one backward for both: the policy loss reads alpha detached and the temperature loss log pi
+                # detached, so each loss's gradients are those of its own backward
+                self.optim_step_tensor(policy_loss + alpha_loss, ("net", "log_alpha"), clock, count=False, norm=False)
                 with torch.no_grad():
                     log_alpha.clamp_(self.algo.log_alpha_min, self.algo.log_alpha_max)
                 loss = loss + (policy_loss + alpha_loss).detach()
