@@ -333,6 +333,10 @@ class StackedMLP(nn.Module):
         if any(s != shapes[0] for s in shapes):
             raise ValueError(f"StackedMLP needs nets of one architecture, got layers {shapes}")
         self.acts = [act for _, act in plans[0]]  # elementwise activation modules, shared by the members
+        names = {id(p): n for n, p in nets[0].named_parameters()}
+        # the member parameter each of parameters() stacks, by name (e.g. "body.1.weight"), weights then biases
+        self.member_names = [names[id(lin.weight)] for lin, _ in plans[0]] + \
+            [names[id(lin.bias)] for lin, _ in plans[0]]
         self.weights = nn.ParameterList(torch.stack([plan[i][0].weight.detach() for plan in plans])
                                         for i in range(len(plans[0])))
         self.biases = nn.ParameterList(torch.stack([plan[i][0].bias.detach() for plan in plans]).unsqueeze(1)

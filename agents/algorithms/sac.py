@@ -368,6 +368,33 @@ class SoftActorCritic(ReplayCadence, Algorithm):
             self.last_target_frame = clock.frame
             self.lerp_targets(1.0)
 
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        """``Algorithm.load_state_dict``; with ``stacked_critics``, a state that holds the two critic optimizers
+        ``q1_net`` / ``q2_net`` (written before the critics were stacked) loads too, each Adam state tensor being
+        the two critics' stacked as the stack's parameters are (``stacked_optim_state``)."""
+        if self.critics is not None and "critics" not in state["optims"] and \
+                {"q1_net", "q2_net"} <= set(state["optims"]):
+            optims = {k: v for k, v in state["optims"].items() if k not in ("q1_net", "q2_net")}
+            optims["critics"] = self.stacked_optim_state(state["optims"]["q1_net"], state["optims"]["q2_net"])
+            scheds = {k: v for k, v in state["lr_scheds"].items() if k != "q2_net"}
+            scheds["critics"] = scheds.pop("q1_net")
+            state = {**state, "optims": optims, "lr_scheds": scheds}
+        return super().load_state_dict(state)
+
+    def stacked_optim_state(self, q1_state: dict[str, Any], q2_state: dict[str, Any]) -> dict[str, Any]:
+        """The ``critics`` optimizer state of two per-critic optimizer states (torch ``state_dict`` form, one param
+        group over ``q1_net`` / ``q2_net``'s parameters): per-parameter tensors stacked (step counts from q1's)."""
+        names = [n for n, _ in self.nets["q1_net"].named_parameters()]  # the per-critic optimizers' param order
+        per_critic = [{names[int(i)]: st for i, st in sd["state"].items()} for sd in (q1_state, q2_state)]
+        stacked: dict[int, dict[str, torch.Tensor]] = {}
+        for j, (name, param) in enumerate(zip(self.critics.member_names, self.critics.parameters())):
+            if name in per_critic[0]:  # else not stepped yet
+                stacked[j] = {key: value if value.dim() == 0 else  # Adam's step count, the same for both critics
+                              torch.stack([c[name][key] for c in per_critic]).reshape(param.shape)
+                              for key, value in per_critic[0][name].items()}
+        group = {**q1_state["param_groups"][0], "params": list(range(len(self.critics.member_names)))}
+        return {"state": stacked, "param_groups": [group]}
+
     def extra_state(self) -> dict[str, Any]:
         """Frames of the last update and of the last target copy."""
         return {"last_train_frame": self.last_train_frame, "last_target_frame": self.last_target_frame}
