@@ -252,3 +252,27 @@ def test_stacked_critics_are_global_nets_under_meta_distributed():
     from orchestrator.global_params import global_net_names
 
     assert global_net_names(sac_algo([])) == ["net", "q1_net", "q2_net", "log_alpha"]
+
+
+def test_init_from_transfer_reaches_the_stacked_critics(monkeypatch):
+    """``agent.net.init_from`` loads each net's state_dict in place (``orchestrator.transfer.init_nets``): into the
+    stacked critics' member nets, it sets the stack, so the twin Q-values are the source critics' (a source with
+    separate critics, as an older checkpoint, included); the layer check passes."""
+    from orchestrator.transfer import mismatches, net_states
+
+    source, target = separate_critics_algo(monkeypatch, []), sac_algo([])
+    with torch.no_grad():
+        for p in source.nets["q2_net"].parameters():
+            p.mul_(-2.0)  # make the source's critics differ from the fresh target's
+    buf = io.BytesIO()
+    torch.save({"algorithm": source.state_dict()}, buf)
+    nets = net_states({"state.pt": buf.getvalue()})
+    assert mismatches(target, nets, "here") == []
+    with torch.no_grad():
+        for name, net in target.transfer_nets().items():
+            net.load_state_dict(nets[name])
+    obs, act = torch.randn(5, 3), torch.rand(5, 1) * 2 - 1
+    expected = torch.stack([source.nets[k](obs, act).squeeze(-1) for k in ("q1_net", "q2_net")])
+    torch.testing.assert_close(target.twin_q(obs, act), expected, rtol=0, atol=1e-6)
+    torch.testing.assert_close(target.twin_q(obs, act, target=True), torch.stack(
+        [source.nets[f"target_{k}"](obs, act).squeeze(-1) for k in ("q1_net", "q2_net")]), rtol=0, atol=1e-6)
