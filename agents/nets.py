@@ -302,6 +302,77 @@ class MLPNet(nn.Module):
         return outs[0] if self.single_head else outs
 
 
+class StackedMLP(nn.Module):
+    """K single-head ``MLPNet``s of one architecture evaluated as one ensemble (e.g. SAC's twin critics): each
+    layer's K weight matrices are stacked, (K, out, in), and applied with one batched matmul
+    (``torch.baddbmm``), so a forward, its backward, an optimizer step or a polyak update costs the kernel
+    launches and autograd nodes of one net instead of K (the arithmetic is the same K nets', row for row).
+
+    Built from the member nets (``__init__``), which keep their modules: each member's weights and biases become
+    views of its slice of the stack, so the members' ``state_dict``, ``load_state_dict`` (in place), forward,
+    ``weights_sha256`` and transfer stay those of K separate nets, and always show the ensemble's current
+    values. Train the ensemble's own parameters (``parameters()``: weights (K, out, in), biases (K, 1, out));
+    the members' view parameters take no gradients (``requires_grad`` false).
+
+    Args:
+        nets: K >= 1 nets with ``stackable`` true and equal layer shapes and activations.
+
+    Forward: observations (B, *O) (cast to float32, flattened) and optional extras (B, E) -> (K, B, out_dim),
+    row k what member k's forward gives.
+
+    Raises:
+        ValueError: a net that is not ``stackable``, or nets of different shapes or activations.
+    """
+
+    def __init__(self, nets: Sequence[MLPNet]) -> None:
+        super().__init__()
+        if not nets or not all(stackable(net) for net in nets):
+            raise ValueError("StackedMLP needs single-head MLPNets without layer_norm")
+        plans = [self._plan(net) for net in nets]
+        shapes = [[(lin.weight.shape, type(act)) for lin, act in plan] for plan in plans]
+        if any(s != shapes[0] for s in shapes):
+            raise ValueError(f"StackedMLP needs nets of one architecture, got layers {shapes}")
+        self.acts = [act for _, act in plans[0]]  # elementwise activation modules, shared by the members
+        names = {id(p): n for n, p in nets[0].named_parameters()}
+        # the member parameter each of parameters() stacks, by name (e.g. "body.1.weight"), weights then biases
+        self.member_names = [names[id(lin.weight)] for lin, _ in plans[0]] + \
+            [names[id(lin.bias)] for lin, _ in plans[0]]
+        self.weights = nn.ParameterList(torch.stack([plan[i][0].weight.detach() for plan in plans])
+                                        for i in range(len(plans[0])))
+        self.biases = nn.ParameterList(torch.stack([plan[i][0].bias.detach() for plan in plans]).unsqueeze(1)
+                                       for i in range(len(plans[0])))
+        for k, plan in enumerate(plans):  # members alias their slice (views share the stack's storage)
+            for i, (lin, _) in enumerate(plan):
+                lin.weight = nn.Parameter(self.weights[i].detach()[k], requires_grad=False)
+                lin.bias = nn.Parameter(self.biases[i].detach()[k, 0], requires_grad=False)
+
+    @staticmethod
+    def _plan(net: MLPNet) -> list[tuple[nn.Linear, nn.Module]]:
+        """(Linear, the activation after it) per layer of ``net``, the head last (Identity if none)."""
+        layers = [m for m in net.body if not isinstance(m, nn.Flatten)] + list(net.heads[0])
+        plan = []
+        for i, m in enumerate(layers):
+            if isinstance(m, nn.Linear):
+                nxt = layers[i + 1] if i + 1 < len(layers) and not isinstance(layers[i + 1], nn.Linear) else None
+                plan.append((m, nxt if nxt is not None else nn.Identity()))
+        return plan
+
+    def forward(self, x: torch.Tensor, *extra: torch.Tensor) -> torch.Tensor:
+        h = (x if x.is_floating_point() else x.float()).flatten(1)
+        if extra:
+            h = torch.cat([h, *(e.reshape(len(e), -1).float() for e in extra)], dim=-1)
+        h = h.expand(len(self.weights[0]), *h.shape)
+        for w, b, act in zip(self.weights, self.biases, self.acts):
+            h = act.forward(torch.baddbmm(b, h, w.transpose(1, 2)))
+        return h
+
+
+def stackable(net: nn.Module) -> bool:
+    """True for a net ``StackedMLP`` takes: exactly an ``MLPNet`` (not a subclass) with one head and no
+    ``LayerNorm``."""
+    return type(net) is MLPNet and net.single_head and not any(isinstance(m, nn.LayerNorm) for m in net.body)
+
+
 class DuelingMLPNet(MLPNet):
     """Dueling Q-network (Wang et al. 2016, arXiv:1511.06581): an MLP body, a state-value stream V (B, 1)
     and an advantage stream A (B, A), combined as ``Q = V + A - mean_a A`` (B, A).

@@ -64,10 +64,12 @@ def optim_params(algorithm: Any, optim_names: tuple[str, ...]) -> list[torch.nn.
 
 
 def global_net_names(algorithm: Any) -> list[str]:
-    """Names of the nets that are global: every parameter of them is stepped by one of the optimizers."""
-    stepped = {id(p) for p in optim_params(algorithm, tuple(algorithm.optims))}
+    """Names of the nets that are global: every parameter of them is (the storage of) a tensor stepped by one of
+    the optimizers (a net whose weights are views of a stepped stack, e.g. SAC's stacked critics, counts)."""
+    stepped = {p.untyped_storage().data_ptr() for p in optim_params(algorithm, tuple(algorithm.optims))}
     return [name for name, net in algorithm.nets.items()
-            if any(True for _ in net.parameters()) and all(id(p) in stepped for p in net.parameters())]
+            if any(True for _ in net.parameters())
+            and all(p.untyped_storage().data_ptr() in stepped for p in net.parameters())]
 
 
 class GlobalParams:

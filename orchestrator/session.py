@@ -168,6 +168,7 @@ class Session:
 
     def make_row(self) -> dict[str, Any]:
         """The train_df row of the current state (see module docstring for column meanings)."""
+        self.loss_stats = self.loss_stats.resolved()  # tensors of the latest update read once, here
         clock, algo, stats = self.clock, self.algorithm, self.loss_stats
         wall_t = clock.wall_t
         d_frame, d_t = clock.frame - self._last_log[0], wall_t - self._last_log[1]
@@ -264,7 +265,7 @@ class Session:
             "clock": self.clock.state_dict(),
             "obs": torch.from_numpy(np.asarray(self.obs)),
             "returns": list(self.returns), "recent_returns": list(self.recent_returns),
-            "loss_stats": vars(self.loss_stats).copy(), "last_log": list(self._last_log),
+            "loss_stats": vars(self.loss_stats.resolved()).copy(), "last_log": list(self._last_log),
             "refilling": self.refilling,
             "global_rng": {"python": _python_rng_state(), "torch": torch.get_rng_state(),
                            "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]]},

@@ -93,13 +93,23 @@ class AgentSpec:
 class LossStats:
     """Means over the optimizer steps of one ``update`` (NaN where not applicable).
 
-    ``metrics`` holds the algorithm's own values, keyed by its ``metric_names`` (train_df columns).
+    ``metrics`` holds the algorithm's own values, keyed by its ``metric_names`` (train_df columns). Each value
+    is a float or a scalar tensor (an algorithm that updates every frame, e.g. SAC, hands back tensors so
+    that nothing is read per step); readers take ``resolved()``.
     """
 
-    loss: float = math.nan
-    entropy: float = math.nan
-    grad_norm: float = math.nan
-    metrics: dict[str, float] = field(default_factory=dict)
+    loss: float | torch.Tensor = math.nan
+    entropy: float | torch.Tensor = math.nan
+    grad_norm: float | torch.Tensor = math.nan
+    metrics: dict[str, float | torch.Tensor] = field(default_factory=dict)
+
+    def resolved(self) -> LossStats:
+        """These stats with every value a float (tensors read here, once); self when they already are."""
+        values = (self.loss, self.entropy, self.grad_norm, *self.metrics.values())
+        if not any(isinstance(v, torch.Tensor) for v in values):
+            return self
+        return LossStats(float(self.loss), float(self.entropy), float(self.grad_norm),
+                         {k: float(v) for k, v in self.metrics.items()})
 
 
 def mean_metrics(values: dict[str, list[Any]]) -> dict[str, float]:
@@ -361,6 +371,11 @@ class Algorithm:
 
     def optim_step(self, loss: torch.Tensor, optim_names: tuple[str, ...], clock: Clock,
                    count: bool = True) -> float:
+        """One optimizer step (``optim_step_tensor``); returns its grad norm as a float."""
+        return float(self.optim_step_tensor(loss, optim_names, clock, count))
+
+    def optim_step_tensor(self, loss: torch.Tensor, optim_names: tuple[str, ...], clock: Clock,
+                          count: bool = True, norm: bool = True) -> torch.Tensor | None:
         """One optimizer step: zero-grad, backward, clip, step, count ``opt_step`` (unless ``count`` is false: the
         secondary losses of a multi-loss update, e.g. SAC's actor and temperature).
 
@@ -378,9 +393,13 @@ class Algorithm:
             loss: scalar loss.
             optim_names: optimizers stepped together (e.g. actor and critic of one loss).
             clock: the session clock.
+            count: advance ``clock.opt_step``.
+            norm: compute the grad norm; false skips it (and returns None) when none of the optimizers clips
+                (a step whose norm nobody reads, e.g. SAC's actor and temperature steps).
 
         Returns:
-            Global grad norm (L2, before clipping) over the stepped parameters.
+            Global grad norm (L2, before clipping) over the stepped parameters, a scalar tensor (read it once,
+            e.g. per update, not per step), or None (``norm`` false and no clipping).
         """
         optims = [self.optims[n] for n in optim_names]
         params = [p for optim in optims for g in optim.param_groups for p in g["params"]]
@@ -389,7 +408,8 @@ class Algorithm:
         for p in params:  # what optim.zero_grad(set_to_none=True) does, without its per-call wrappers
             p.grad = None
         loss.backward()
-        grad_norm = self.clip_grads(optim_names)
+        clips = norm or any(self.clip_grad_vals[name] is not None for name in optim_names)
+        grad_norm = self.clip_grads(optim_names) if clips else None
         if self.grad_exchange is not None:
             values = self.grad_exchange(optim_names, [optim.param_groups[0]["lr"] for optim in optims],
                                         [p.grad for p in params])
@@ -401,7 +421,7 @@ class Algorithm:
                 optim.step()
         if count:
             clock.tick_opt_step()
-        return float(grad_norm)
+        return grad_norm if norm else None
 
     def current_lr(self) -> float:
         """Learning rate of the first optimizer's first param group (NaN without optimizers)."""

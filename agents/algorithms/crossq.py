@@ -58,6 +58,8 @@ class BRNCritic(nn.Module):
 class CrossQ(SoftActorCritic):
     """SAC without target critics, with batch-renormalized critics and a joint (s, a) / (s', a') forward."""
 
+    stack_critics = False  # batch-renormalized critics, each with its own train/eval mode and statistics
+
     def init_nets(self) -> None:
         """SAC's nets without target copies; without ``agent.critic_net`` the critics are ``BRNCritic``.
 
@@ -76,7 +78,7 @@ class CrossQ(SoftActorCritic):
                 self.add_optim(k, self.nets[k].parameters(), self.critic_optim_spec)
 
     def critic_preds(self, batch: dict[str, torch.Tensor],
-                     alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Any, torch.Tensor]:
+                     alpha: torch.Tensor) -> tuple[torch.Tensor, Any, torch.Tensor]:
         """As SAC's, from one train-mode forward per critic over the 2B rows ``[(s, a); (s', a')]``."""
         obs, act, next_obs = batch["obs"], batch["act"], batch["next_obs"]
         next_act, next_logp = self.next_action(next_obs)
@@ -93,10 +95,10 @@ class CrossQ(SoftActorCritic):
         with torch.no_grad():
             y = batch["reward"] + self.algo.gamma * (1.0 - batch["terminated"]) * self.soft_value(*q_next, next_logp,
                                                                                                   alpha)
+        q_all = torch.stack(q_cur)
         if not self.discrete:
-            return q_cur[0], q_cur[1], None, y
-        q1, q2 = (q.gather(-1, act.unsqueeze(-1)).squeeze(-1) for q in q_cur)
-        return q1, q2, (q_cur[0].detach(), q_cur[1].detach()), y
+            return q_all, None, y
+        return q_all.gather(-1, act.expand(2, -1).unsqueeze(-1)).squeeze(-1), q_all.detach(), y
 
     def actor_losses(self, obs: torch.Tensor, alpha: torch.Tensor,
                      q_all: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, torch.Tensor]:

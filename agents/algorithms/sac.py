@@ -24,14 +24,24 @@ move by polyak averaging, ``Q' <- polyak_coef * Q + (1 - polyak_coef) * Q'`` aft
 Cadence (``ReplayCadence``): uniform random actions while ``clock.frame < training_start_step``; once the
 replay holds ``training_start_step`` transitions, each multiple of ``training_frequency`` frames crossed
 earns ``training_iter`` gradient steps. ``opt_step`` counts critic steps (one per gradient step; both
-critics are stepped on their summed loss, one ``optim_step``, clipping over their joint norm); actor and
-temperature steps are not counted.
+critics are stepped on their summed loss in one ``optim_step``, each clipped to its own norm); actor and
+temperature steps (one backward of their summed losses, which share no parameters) are not counted.
 
 Nets: ``net`` (actor), ``q1_net``, ``q2_net``, ``target_q1_net``, ``target_q2_net`` and the tensor
-``log_alpha`` (1,) (``add_tensor``, not transferred), each critic, the actor and ``log_alpha`` with its own
-optimizer: ``net.actor_optim_spec`` / ``net.critic_optim_spec`` / ``algorithm.alpha_optim_spec``, each
+``log_alpha`` (1,) (``add_tensor``, not transferred), the actor, the critics and ``log_alpha`` each with
+its own optimizer: ``net.actor_optim_spec`` / ``net.critic_optim_spec`` / ``algorithm.alpha_optim_spec``, each
 falling back to ``net.optim_spec``. With SLM-Lab's ``agent.critic_net`` (a whole net spec) the critics are built
 from it, with its ``optim_spec``, ``loss_spec``, ``lr_scheduler_spec`` and ``clip_grad_val``.
+
+Twin critics as one ensemble (``stacked_critics``: plain ``MLPNet`` critics without ``clip_grad_val``, the
+common case): the two critics' (and the two targets') weights are stacked per layer into one ``StackedMLP``
+(``agents/nets.py``), so each critic forward, backward, Adam step and polyak update runs once for both, with
+batched matmuls; the per-critic semantics (own weights, own targets, min or mean over the two) are unchanged.
+``q1_net`` / ``q2_net`` and their targets stay in the nets, with their weights views of the stack: checkpoints,
+``weights_sha256`` and ``agent.net.init_from`` transfer see the same two critics as before; the optimizer is
+one ``critics`` Adam over the stack (elementwise, so the same steps as one per critic). Otherwise (other net
+types, CrossQ's batch-renormalized critics, a critic ``clip_grad_val``) each critic is its own net with its own
+optimizer ``q1_net`` / ``q2_net``.
 
 train_df columns of its own (means over the update's gradient steps): ``q_loss`` (critic loss, both
 critics), ``policy_loss``, ``alpha_loss``, ``alpha`` (temperature after the update) and ``td_error``
@@ -43,20 +53,27 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from agents import policy
-from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats, ReplayCadence, mean_metrics
+from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats, ReplayCadence
 from agents.algorithms.dqn import sample_batch
 from agents.memory import PrioritizedReplay, Replay
-from agents.nets import POLICY_GAIN, NetSpec, make_loss, polyak_update
+from agents.nets import POLICY_GAIN, NetSpec, StackedMLP, make_loss, stackable
 from envs.clock import Clock
 
 LOG_ALPHA_MIN, LOG_ALPHA_MAX = -5.0, 2.0
+
+
+def step_mean(values: list[torch.Tensor]) -> torch.Tensor | float:
+    """Mean of one update's per-step scalar tensors, a scalar tensor (the value itself for one step); NaN if none."""
+    if not values:
+        return math.nan
+    return values[0] if len(values) == 1 else torch.stack(values).mean()
 
 
 @dataclass(frozen=True)
@@ -100,10 +117,13 @@ class SoftActorCritic(ReplayCadence, Algorithm):
                   "critic_net.optim_spec")
     metric_names = ("q_loss", "policy_loss", "alpha_loss", "alpha", "td_error")
     reads_critic_net = True
+    stack_critics: ClassVar[bool] = True  # twin MLP critics as one StackedMLP when they allow it (stacked_critics)
 
     def init_nets(self) -> None:
         """Actor (B, *O) -> (B, 2A) or (B, A) logits; critics Q(s, a) -> (B, 1) (Box) or Q(s) -> (B, A)
-        (Discrete) with frozen target copies; ``log_alpha`` = 0; four optimizers.
+        (Discrete) with frozen target copies; ``log_alpha`` = 0; the actor's, the critics' (one ``critics``
+        optimizer over the ``StackedMLP`` when ``stacked_critics``, else ``q1_net`` and ``q2_net``) and the
+        temperature's optimizers.
 
         Raises:
             ValueError: an action space other than Discrete and 1-D Box.
@@ -117,8 +137,15 @@ class SoftActorCritic(ReplayCadence, Algorithm):
             self.nets[f"target_{k}"] = copy.deepcopy(self.nets[k]).requires_grad_(False)
         log_alpha = self.add_tensor("log_alpha", torch.zeros(1), transfer=False)
         self.add_optim("net", self.nets["net"].parameters(), ns.actor_optim_spec or ns.optim_spec)
-        for k in ("q1_net", "q2_net"):
-            self.add_optim(k, self.nets[k].parameters(), self.critic_optim_spec, cs)
+        self.critics = self.target_critics = None
+        if self.stacked_critics():
+            self.critics = StackedMLP([self.nets["q1_net"], self.nets["q2_net"]])
+            self.target_critics = StackedMLP([self.nets["target_q1_net"], self.nets["target_q2_net"]])
+            self.target_critics.requires_grad_(False)
+            self.add_optim("critics", self.critics.parameters(), self.critic_optim_spec, cs)
+        else:
+            for k in ("q1_net", "q2_net"):
+                self.add_optim(k, self.nets[k].parameters(), self.critic_optim_spec, cs)
         alpha_optim = dict(self.algo.alpha_optim_spec or ns.optim_spec)
         if self.algo.alpha_lr is not None:
             alpha_optim["lr"] = self.algo.alpha_lr
@@ -128,8 +155,34 @@ class SoftActorCritic(ReplayCadence, Algorithm):
         else:
             self.target_entropy = 0.6 * math.log(self.action_space.n) if self.discrete else -float(act_dim)
         self.loss_fn = make_loss({**cs.loss_spec, "reduction": "none"})
+        self._target_pairs: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # lerp_targets' cache
         self.last_train_frame = 0
         self.last_target_frame = 0
+
+    def stacked_critics(self) -> bool:
+        """True when the twin critics are evaluated as one ``StackedMLP`` (weights stacked per layer, one batched
+        matmul for both; ``q1_net`` / ``q2_net`` and their targets stay per-critic nets whose weights are views of
+        the stack, so checkpoints, ``weights_sha256`` and transfer see two critics): with ``stack_critics``, both
+        critics ``stackable`` (plain single-head ``MLPNet``s) and no ``clip_grad_val`` on them (their one
+        optimizer would clip both critics' joint norm, not each critic's as SLM-Lab does)."""
+        return (self.stack_critics and all(stackable(self.nets[k]) for k in ("q1_net", "q2_net"))
+                and self.critic_spec.clip_grad_val is None)
+
+    @property
+    def critic_optims(self) -> tuple[str, ...]:
+        """Names of the critics' optimizers: ``("critics",)`` when stacked, else ``("q1_net", "q2_net")``."""
+        return ("critics",) if self.critics is not None else ("q1_net", "q2_net")
+
+    def critic_params(self) -> list[torch.nn.Parameter]:
+        """The critics' trained parameters (the stack's when stacked)."""
+        return [p for k in self.critic_optims for g in self.optims[k].param_groups for p in g["params"]]
+
+    def target_pairs(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(online, target) parameter pairs of the critics (the stacks' when stacked)."""
+        if self.critics is not None:
+            return list(zip(self.critics.parameters(), self.target_critics.parameters()))
+        return [pair for k in ("q1_net", "q2_net")
+                for pair in zip(self.nets[k].parameters(), self.nets[f"target_{k}"].parameters())]
 
     @property
     def critic_spec(self) -> NetSpec:
@@ -181,6 +234,15 @@ class SoftActorCritic(ReplayCadence, Algorithm):
         """Critic ``k``: Q(s, a) (B,) for Box actions (B, A); all Q(s, .) (B, A) for Discrete."""
         return self.nets[k](obs) if self.discrete else self.nets[k](obs, act).squeeze(-1)
 
+    def twin_q(self, obs: torch.Tensor, act: torch.Tensor | None = None, target: bool = False) -> torch.Tensor:
+        """Both critics (or, ``target``, both target critics) stacked: Q_k(s, a) (2, B) for Box actions (B, A),
+        Q_k(s, .) (2, B, A) for Discrete; one ``StackedMLP`` forward when ``stacked_critics``."""
+        stack = self.target_critics if target else self.critics
+        if stack is not None:
+            return stack(obs) if self.discrete else stack(obs, act).squeeze(-1)
+        names = ("target_q1_net", "target_q2_net") if target else ("q1_net", "q2_net")
+        return torch.stack([self.q_values(k, obs, act) for k in names])
+
     @torch.no_grad()
     def next_action(self, next_obs: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
         """a' ~ pi(.|s') (B, A) and log pi(a'|s') (B,) for Box; (None, log pi(.|s') (B, A)) for Discrete."""
@@ -202,26 +264,25 @@ class SoftActorCritic(ReplayCadence, Algorithm):
         """``y = r + gamma * (1 - terminated) * V'(s')``, (B,), from the target critics; see module docstring."""
         next_obs = batch["next_obs"]
         next_act, next_logp = self.next_action(next_obs)
-        q1n, q2n = (self.q_values(k, next_obs, next_act) for k in ("target_q1_net", "target_q2_net"))
-        return batch["reward"] + self.algo.gamma * (1.0 - batch["terminated"]) * self.soft_value(q1n, q2n, next_logp,
-                                                                                                 alpha)
+        q_next = self.twin_q(next_obs, next_act, target=True)
+        return batch["reward"] + self.algo.gamma * (1.0 - batch["terminated"]) * self.soft_value(
+            q_next[0], q_next[1], next_logp, alpha)
 
     def critic_preds(self, batch: dict[str, torch.Tensor],
-                     alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Any, torch.Tensor]:
-        """Q_1(s, a), Q_2(s, a) (B,) with grad, both critics' detached Q(s, .) (B, A) for Discrete (else None),
-        and the target y (B,)."""
+                     alpha: torch.Tensor) -> tuple[torch.Tensor, Any, torch.Tensor]:
+        """Q_k(s, a) of both critics (2, B) with grad, their detached Q_k(s, .) (2, B, A) for Discrete (else
+        None), and the target y (B,)."""
         y = self.soft_target(batch, alpha)
         obs, act = batch["obs"], batch["act"]
         if not self.discrete:
-            return self.q_values("q1_net", obs, act), self.q_values("q2_net", obs, act), None, y
-        q_all = (self.q_values("q1_net", obs), self.q_values("q2_net", obs))
-        q1, q2 = (q.gather(-1, act.unsqueeze(-1)).squeeze(-1) for q in q_all)
-        return q1, q2, (q_all[0].detach(), q_all[1].detach()), y
+            return self.twin_q(obs, act), None, y
+        q_all = self.twin_q(obs)
+        return q_all.gather(-1, act.expand(2, -1).unsqueeze(-1)).squeeze(-1), q_all.detach(), y
 
     def actor_losses(self, obs: torch.Tensor, alpha: torch.Tensor,
-                     q_all: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Policy loss and temperature loss (scalars) on observations (B, *O); ``q_all`` are the critics'
-        (B, A) Q-values of the discrete case (detached), None for Box."""
+                     q_all: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """Policy loss and temperature loss (scalars) on observations (B, *O); ``q_all`` are the two critics'
+        (B, A) Q-values of the discrete case (detached; (2, B, A) or a pair), None for Box."""
         pdparam = self.nets["net"](obs)
         exp_log_alpha = self.nets["log_alpha"].value.exp()
         if self.discrete:
@@ -231,11 +292,11 @@ class SoftActorCritic(ReplayCadence, Algorithm):
             entropy = -(prob * logp).sum(-1).mean().detach()
             return policy_loss, -(exp_log_alpha * (self.target_entropy - entropy)).sum()
         act, logp = policy.tanh_gaussian_sample(pdparam, self.gen)
-        critics = [p for k in ("q1_net", "q2_net") for p in self.nets[k].parameters()]
+        critics = self.critic_params()
         for p in critics:  # gradients reach the actor through the critics' inputs; none is kept for their weights
             p.requires_grad_(False)
         try:
-            q = torch.min(self.q_values("q1_net", obs, act), self.q_values("q2_net", obs, act))
+            q = self.twin_q(obs, act).min(dim=0).values
         finally:
             for p in critics:
                 p.requires_grad_(True)
@@ -244,35 +305,38 @@ class SoftActorCritic(ReplayCadence, Algorithm):
 
     def critic_loss(self, batch: dict[str, torch.Tensor], alpha: torch.Tensor,
                     metrics: dict[str, list[Any]]) -> tuple[torch.Tensor, Any]:
-        """Summed critic loss (scalar; PER: weighted per sample) and ``critic_preds``' discrete Q(s, .); updates
-        PER priorities from |y - min_k Q_k(s, a)|."""
-        q1, q2, q_all, y = self.critic_preds(batch, alpha)
-        elem = self.loss_fn(q1, y) + self.loss_fn(q2, y)
+        """Summed critic loss ``L(Q_1, y) + L(Q_2, y)`` (scalar mean over the batch; PER: weighted per sample) and
+        ``critic_preds``' discrete Q(s, .); updates PER priorities from |y - min_k Q_k(s, a)|."""
+        q, q_all, y = self.critic_preds(batch, alpha)
+        elem = self.loss_fn(q, y.expand_as(q)).sum(dim=0)
         loss = (batch["weight"] * elem).mean() if "weight" in batch else elem.mean()
         if isinstance(self.memory, PrioritizedReplay):
-            self.memory.update_priorities(batch["idx"], (y - torch.min(q1, q2).detach()).cpu().numpy())
-        metrics["td_error"].append((y - q1.detach()).abs().mean())
+            self.memory.update_priorities(batch["idx"], (y - q.detach().min(dim=0).values).cpu().numpy())
+        metrics["td_error"].append((y - q[0].detach()).abs().mean())
         return loss, q_all
 
     def update(self, clock: Clock) -> LossStats:
-        """``train_rounds(clock) * training_iter`` gradient steps (critics, actor, temperature, targets)."""
+        """``train_rounds(clock) * training_iter`` gradient steps (critics, actor, temperature, targets). The
+        returned stats are scalar tensors (means over the steps), read only when a log row takes them."""
         rounds = self.train_rounds(clock)
         self.last_train_frame = clock.frame
         metrics: dict[str, list[Any]] = {name: [] for name in self.metric_names}
         losses, grad_norms = [], []
+        critic_optims, log_alpha = self.critic_optims, self.nets["log_alpha"].value
         for _ in range(rounds * self.algo.training_iter):
             batch = sample_batch(self, clock)
             alpha = self.alpha
             q_loss, q_all = self.critic_loss(batch, alpha, metrics)
-            grad_norms.append(self.optim_step(q_loss, ("q1_net", "q2_net"), clock))
+            grad_norms.append(self.optim_step_tensor(q_loss, critic_optims, clock))
             metrics["q_loss"].append(q_loss.detach())
             loss = q_loss.detach()
             if clock.opt_step % self.algo.policy_delay == 0:  # delayed policy updates (policy_delay critic steps)
                 policy_loss, alpha_loss = self.actor_losses(batch["obs"], alpha, q_all)
-                self.optim_step(policy_loss, ("net",), clock, count=False)
-                self.optim_step(alpha_loss, ("log_alpha",), clock, count=False)
+                # one backward for both: the policy loss reads alpha detached and the temperature loss log pi
+                # detached, so each loss's gradients are those of its own backward
+                self.optim_step_tensor(policy_loss + alpha_loss, ("net", "log_alpha"), clock, count=False, norm=False)
                 with torch.no_grad():
-                    self.nets["log_alpha"].value.clamp_(self.algo.log_alpha_min, self.algo.log_alpha_max)
+                    log_alpha.clamp_(self.algo.log_alpha_min, self.algo.log_alpha_max)
                 loss = loss + (policy_loss + alpha_loss).detach()
                 metrics["policy_loss"].append(policy_loss.detach())
                 metrics["alpha_loss"].append(alpha_loss.detach())
@@ -280,14 +344,21 @@ class SoftActorCritic(ReplayCadence, Algorithm):
             losses.append(loss)
             metrics["alpha"].append(self.alpha.squeeze())
         self.replace_targets(clock)
-        return LossStats(float(torch.stack(losses).mean()), math.nan, float(np.mean(grad_norms)),
-                         mean_metrics(metrics))
+        return LossStats(step_mean(losses), math.nan, step_mean(grad_norms),
+                         {k: step_mean(v) for k, v in metrics.items()})
 
     def polyak_targets(self) -> None:
         """With ``update_type: polyak``: ``Q'_k <- polyak_coef * Q_k + (1 - polyak_coef) * Q'_k`` (per step)."""
         if self.net_spec.update_type == "polyak":
-            for k in ("q1_net", "q2_net"):
-                polyak_update(self.nets[k], self.nets[f"target_{k}"], self.net_spec.polyak_coef)
+            self.lerp_targets(self.net_spec.polyak_coef)
+
+    def lerp_targets(self, coef: float) -> None:
+        """In place: every target critic parameter ``<- coef * online + (1 - coef) * target`` (1: copy)."""
+        if self._target_pairs is None:
+            self._target_pairs = self.target_pairs()
+        with torch.no_grad():
+            for src, dst in self._target_pairs:
+                dst.lerp_(src, coef)
 
     def replace_targets(self, clock: Clock) -> None:
         """With ``update_type: replace``: copy the critics once any multiple of ``net.update_frequency``
@@ -295,8 +366,34 @@ class SoftActorCritic(ReplayCadence, Algorithm):
         uf = self.net_spec.update_frequency
         if self.net_spec.update_type == "replace" and clock.frame // uf > self.last_target_frame // uf:
             self.last_target_frame = clock.frame
-            for k in ("q1_net", "q2_net"):
-                polyak_update(self.nets[k], self.nets[f"target_{k}"], 1.0)
+            self.lerp_targets(1.0)
+
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        """``Algorithm.load_state_dict``; with ``stacked_critics``, a state that holds the two critic optimizers
+        ``q1_net`` / ``q2_net`` (written before the critics were stacked) loads too, each Adam state tensor being
+        the two critics' stacked as the stack's parameters are (``stacked_optim_state``)."""
+        if self.critics is not None and "critics" not in state["optims"] and \
+                {"q1_net", "q2_net"} <= set(state["optims"]):
+            optims = {k: v for k, v in state["optims"].items() if k not in ("q1_net", "q2_net")}
+            optims["critics"] = self.stacked_optim_state(state["optims"]["q1_net"], state["optims"]["q2_net"])
+            scheds = {k: v for k, v in state["lr_scheds"].items() if k != "q2_net"}
+            scheds["critics"] = scheds.pop("q1_net")
+            state = {**state, "optims": optims, "lr_scheds": scheds}
+        return super().load_state_dict(state)
+
+    def stacked_optim_state(self, q1_state: dict[str, Any], q2_state: dict[str, Any]) -> dict[str, Any]:
+        """The ``critics`` optimizer state of two per-critic optimizer states (torch ``state_dict`` form, one param
+        group over ``q1_net`` / ``q2_net``'s parameters): per-parameter tensors stacked (step counts from q1's)."""
+        names = [n for n, _ in self.nets["q1_net"].named_parameters()]  # the per-critic optimizers' param order
+        per_critic = [{names[int(i)]: st for i, st in sd["state"].items()} for sd in (q1_state, q2_state)]
+        stacked: dict[int, dict[str, torch.Tensor]] = {}
+        for j, (name, param) in enumerate(zip(self.critics.member_names, self.critics.parameters())):
+            if name in per_critic[0]:  # else not stepped yet
+                stacked[j] = {key: value if value.dim() == 0 else  # Adam's step count, the same for both critics
+                              torch.stack([c[name][key] for c in per_critic]).reshape(param.shape)
+                              for key, value in per_critic[0][name].items()}
+        group = {**q1_state["param_groups"][0], "params": list(range(len(self.critics.member_names)))}
+        return {"state": stacked, "param_groups": [group]}
 
     def extra_state(self) -> dict[str, Any]:
         """Frames of the last update and of the last target copy."""

@@ -91,3 +91,37 @@ def test_make_optim_fuses_adam_unless_told_otherwise():
     assert explicit["foreach"] is True and not explicit["fused"]
     assert make_optim(params, {"name": "Adam", "lr": 0.1, "fused": False}).defaults["foreach"] is True
     assert make_optim(params, {"name": "RMSprop", "lr": 0.1}).defaults["foreach"] is True
+
+
+def test_stacked_mlp_is_its_members_and_their_weights_are_views_of_the_stack():
+    """Two MLPNets stacked: the ensemble's forward is each member's, row for row; the members keep their
+    state_dict (same keys and values), a write into the stack shows in the member and a member's load_state_dict
+    writes the stack; DuelingMLPNet, several heads and layer_norm are refused."""
+    from agents.nets import StackedMLP, stackable
+
+    torch.manual_seed(0)
+    nets = [MLPNet(5, 2, [16, 8], "tanh", "xavier_uniform_") for _ in range(2)]
+    before = [{k: v.clone() for k, v in net.state_dict().items()} for net in nets]
+    stack = StackedMLP(nets)
+    assert [tuple(p.shape) for p in stack.parameters()] == [(2, 16, 5), (2, 8, 16), (2, 2, 8), (2, 1, 16),
+                                                            (2, 1, 8), (2, 1, 2)]
+    x, a = torch.randn(7, 4), torch.randn(7, 1)
+    out = stack(x, a)
+    assert out.shape == (2, 7, 2)
+    for k, net in enumerate(nets):
+        assert list(net.state_dict()) == list(before[k]) and all(torch.equal(v, before[k][n])
+                                                                  for n, v in net.state_dict().items())
+        torch.testing.assert_close(out[k], net(x, a), rtol=0, atol=1e-6)
+    with torch.no_grad():
+        stack.weights[1][1, 0, 0] = 3.0
+    assert nets[1].state_dict()["body.3.weight"][0, 0].item() == 3.0 and nets[0].body[3].weight[0, 0] != 3.0
+    nets[0].load_state_dict(before[1])  # in place: the stack's row 0 is now the second net as built
+    fresh = MLPNet(5, 2, [16, 8], "tanh")
+    fresh.load_state_dict(before[1])
+    torch.testing.assert_close(stack(x, a)[0], fresh(x, a), rtol=0, atol=1e-6)
+    assert torch.equal(stack.biases[0][0, 0], before[1]["body.1.bias"])
+    assert stack.member_names[:3] == ["body.1.weight", "body.3.weight", "heads.0.0.weight"]
+    assert not stackable(DuelingMLPNet(4, 2, [8])) and not stackable(MLPNet(4, [2, 1], [8]))
+    assert not stackable(MLPNet(4, 2, [8], layer_norm=True)) and stackable(MLPNet(4, 2, [8]))
+    with pytest.raises(ValueError, match="one architecture"):
+        StackedMLP([MLPNet(4, 1, [8]), MLPNet(4, 1, [16])])

@@ -2,6 +2,7 @@
 hand (continuous and discrete), exact resume with log_alpha and its optimizer, the refill gate, SLM-Lab's
 SAC specs."""
 
+import io
 import math
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from torch.distributions import Normal
 from agents import policy
 from agents.algorithms import sac
 from envs.clock import Clock
-from tests.agents.algorithms.helpers import assert_resume_exact, make_algo, run_slm_dev, stop_then_resume
+from tests.agents.algorithms.helpers import assert_resume_exact, drive, make_algo, run_slm_dev, stop_then_resume
 from tests.orchestrator.test_resume_exact import load_spec
 
 PENDULUM = str(Path(__file__).resolve().parents[3] / "specs" / "benchmark" / "pendulum.json")
@@ -60,7 +61,7 @@ def test_continuous_soft_target_and_losses_hand_computed(monkeypatch):
     0.75 = 1.675 (0 bootstrap when terminated: y = 1). Temperature loss with log pi = 0.2, -0.4 and H_target = -1:
     -0.5 * mean(-0.8, -1.4) = 0.55, also its gradient in log_alpha."""
     algo = sac_algo(["agent.algorithm.gamma=0.9"])
-    assert algo.target_entropy == -1.0 and set(algo.optims) == {"net", "q1_net", "q2_net", "log_alpha"}
+    assert algo.target_entropy == -1.0 and set(algo.optims) == {"net", "critics", "log_alpha"}
     zero_critics(algo, [1.0], [2.0])
     with torch.no_grad():
         algo.nets["log_alpha"].value.fill_(math.log(0.5))
@@ -177,5 +178,101 @@ def test_actor_loss_leaves_no_gradient_on_the_critics():
     policy_loss, _ = algo.actor_losses(obs, algo.alpha, None)
     policy_loss.backward()
     assert all(p.grad is not None for p in algo.nets["net"].parameters())
-    for k in ("q1_net", "q2_net"):
-        assert all(p.grad is None and p.requires_grad for p in algo.nets[k].parameters())
+    assert algo.critics is not None and len(algo.critic_params()) == 4  # the stack's (2, out, in) weights and biases
+    assert all(p.grad is None and p.requires_grad for p in algo.critic_params())
+
+
+def separate_critics_algo(monkeypatch, overrides):
+    """``sac_algo`` with the critics built as two nets with two optimizers (``stack_critics`` off)."""
+    with monkeypatch.context() as m:
+        m.setattr(sac.SoftActorCritic, "stack_critics", False)
+        algo = sac_algo(overrides)
+    assert algo.critics is None and {"q1_net", "q2_net"} <= set(algo.optims)
+    return algo
+
+
+@pytest.mark.parametrize("extra", [[], ["agent.memory.name=PrioritizedReplay"]])
+def test_stacked_critics_train_as_two_separate_critics(monkeypatch, extra):
+    """Same seed, same replay: the stacked critics (one StackedMLP, one optimizer) and two separate critics
+    give the same critics, targets, actor, temperature and metrics after 11 updates (to float rounding: batched
+    vs plain matmuls); a critic clip_grad_val keeps them separate (each critic clipped to its own norm)."""
+    stacked, separate = sac_algo(extra), separate_critics_algo(monkeypatch, extra)
+    assert stacked.critics is not None and set(stacked.optims) == {"net", "critics", "log_alpha"}
+    for name in stacked.nets:
+        assert all(torch.equal(a, b) for a, b in zip(stacked.nets[name].state_dict().values(),
+                                                      separate.nets[name].state_dict().values())), name
+    clocks = [Clock(10_000, 1), Clock(10_000, 1)]
+    updates = [drive(algo, clock, 240, seed=3) for algo, clock in zip((stacked, separate), clocks)]
+    assert updates[0] == updates[1] == 11 and clocks[0].opt_step == clocks[1].opt_step == 11
+    for name in stacked.nets:
+        for (key, a), b in zip(stacked.nets[name].state_dict().items(), separate.nets[name].state_dict().values()):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=f"{name}.{key}")
+    assert not torch.equal(stacked.nets["q1_net"].body[1].weight, stacked.nets["target_q1_net"].body[1].weight)
+    for clock in clocks:
+        clock.frame += 4  # one more training round
+    stats = [algo.update(clock).resolved() for algo, clock in zip((stacked, separate), clocks)]
+    assert stats[0].metrics.keys() == stats[1].metrics.keys() and not math.isnan(stats[0].metrics["q_loss"])
+    for k, v in stats[0].metrics.items():
+        assert v == pytest.approx(stats[1].metrics[k], rel=1e-3, abs=1e-5), k
+    assert sac_algo(["agent.net.clip_grad_val=1.0"]).critics is None
+
+
+def test_checkpoint_with_per_critic_optimizers_loads_into_the_stack(monkeypatch):
+    """A state written with the two critic optimizers q1_net / q2_net (before the stacked critics) resumes into
+    the stacked critics: same weights, the stack's Adam moments are the two critics' stacked, and the next
+    update matches the separate critics' one."""
+    separate, stacked = separate_critics_algo(monkeypatch, []), sac_algo([])
+    clock = Clock(10_000, 1)
+    drive(separate, clock, 220, seed=4)
+    buf = io.BytesIO()
+    torch.save(separate.state_dict(with_memory=True), buf)  # as a checkpoint holds it (no tensor shared)
+    buf.seek(0)
+    assert stacked.load_state_dict(torch.load(buf, weights_only=False))
+    assert stacked.weights_sha256() == separate.weights_sha256()
+    adam = stacked.optims["critics"].state
+    w = stacked.critics.weights[1]  # both critics' head weights (2, 1, 16) (SMALL: one hidden layer of 16)
+    q1_adam, q2_adam = separate.optims["q1_net"].state, separate.optims["q2_net"].state
+    torch.testing.assert_close(adam[w]["exp_avg"][0], q1_adam[separate.nets["q1_net"].heads[0][0].weight]["exp_avg"],
+                               rtol=0, atol=0)
+    torch.testing.assert_close(adam[w]["exp_avg_sq"][1],
+                               q2_adam[separate.nets["q2_net"].heads[0][0].weight]["exp_avg_sq"], rtol=0, atol=0)
+    assert int(adam[w]["step"]) == int(q1_adam[separate.nets["q1_net"].heads[0][0].weight]["step"]) > 0
+    clock2 = Clock(10_000, 1)
+    clock2.load_state_dict(clock.state_dict())
+    drive(separate, clock, 8, seed=5)
+    drive(stacked, clock2, 8, seed=5)
+    for name in stacked.nets:
+        for a, b in zip(stacked.nets[name].state_dict().values(), separate.nets[name].state_dict().values()):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_stacked_critics_are_global_nets_under_meta_distributed():
+    """meta.distributed shares the nets every optimizer steps: the critics (views of the stepped stack) are among
+    them, their targets (views of the target stack, stepped by none) are not."""
+    from orchestrator.global_params import global_net_names
+
+    assert global_net_names(sac_algo([])) == ["net", "q1_net", "q2_net", "log_alpha"]
+
+
+def test_init_from_transfer_reaches_the_stacked_critics(monkeypatch):
+    """``agent.net.init_from`` loads each net's state_dict in place (``orchestrator.transfer.init_nets``): into the
+    stacked critics' member nets, it sets the stack, so the twin Q-values are the source critics' (a source with
+    separate critics, as an older checkpoint, included); the layer check passes."""
+    from orchestrator.transfer import mismatches, net_states
+
+    source, target = separate_critics_algo(monkeypatch, []), sac_algo([])
+    with torch.no_grad():
+        for p in source.nets["q2_net"].parameters():
+            p.mul_(-2.0)  # make the source's critics differ from the fresh target's
+    buf = io.BytesIO()
+    torch.save({"algorithm": source.state_dict()}, buf)
+    nets = net_states({"state.pt": buf.getvalue()})
+    assert mismatches(target, nets, "here") == []
+    with torch.no_grad():
+        for name, net in target.transfer_nets().items():
+            net.load_state_dict(nets[name])
+    obs, act = torch.randn(5, 3), torch.rand(5, 1) * 2 - 1
+    expected = torch.stack([source.nets[k](obs, act).squeeze(-1) for k in ("q1_net", "q2_net")])
+    torch.testing.assert_close(target.twin_q(obs, act), expected, rtol=0, atol=1e-6)
+    torch.testing.assert_close(target.twin_q(obs, act, target=True), torch.stack(
+        [source.nets[f"target_{k}"](obs, act).squeeze(-1) for k in ("q1_net", "q2_net")]), rtol=0, atol=1e-6)
