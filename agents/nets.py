@@ -358,6 +358,7 @@ class StackedMLP(nn.Module):
         return plan
 
     def forward(self, x: torch.Tensor, *extra: torch.Tensor) -> torch.Tensor:
+        """All K members on one batch: observations (B, *O) and extras, each (B, E_k) -> (K, B, out_dim)."""
         h = (x if x.is_floating_point() else x.float()).flatten(1)
         if extra:
             h = torch.cat([h, *(e.reshape(len(e), -1).float() for e in extra)], dim=-1)

@@ -63,7 +63,7 @@ from agents import policy
 from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats, ReplayCadence
 from agents.algorithms.dqn import sample_batch
 from agents.memory import PrioritizedReplay, Replay
-from agents.nets import POLICY_GAIN, NetSpec, StackedMLP, make_loss, stackable
+from agents.nets import POLICY_GAIN, NetSpec, StackedMLP, make_loss, polyak_update, stackable
 from envs.clock import Clock
 
 LOG_ALPHA_MIN, LOG_ALPHA_MAX = -5.0, 2.0
@@ -155,7 +155,6 @@ class SoftActorCritic(ReplayCadence, Algorithm):
         else:
             self.target_entropy = 0.6 * math.log(self.action_space.n) if self.discrete else -float(act_dim)
         self.loss_fn = make_loss({**cs.loss_spec, "reduction": "none"})
-        self._target_pairs: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # lerp_targets' cache
         self.last_train_frame = 0
         self.last_target_frame = 0
 
@@ -176,13 +175,6 @@ class SoftActorCritic(ReplayCadence, Algorithm):
     def critic_params(self) -> list[torch.nn.Parameter]:
         """The critics' trained parameters (the stack's when stacked)."""
         return [p for k in self.critic_optims for g in self.optims[k].param_groups for p in g["params"]]
-
-    def target_pairs(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """(online, target) parameter pairs of the critics (the stacks' when stacked)."""
-        if self.critics is not None:
-            return list(zip(self.critics.parameters(), self.target_critics.parameters()))
-        return [pair for k in ("q1_net", "q2_net")
-                for pair in zip(self.nets[k].parameters(), self.nets[f"target_{k}"].parameters())]
 
     @property
     def critic_spec(self) -> NetSpec:
@@ -353,12 +345,13 @@ class SoftActorCritic(ReplayCadence, Algorithm):
             self.lerp_targets(self.net_spec.polyak_coef)
 
     def lerp_targets(self, coef: float) -> None:
-        """In place: every target critic parameter ``<- coef * online + (1 - coef) * target`` (1: copy)."""
-        if self._target_pairs is None:
-            self._target_pairs = self.target_pairs()
-        with torch.no_grad():
-            for src, dst in self._target_pairs:
-                dst.lerp_(src, coef)
+        """In place: every target critic parameter ``<- coef * online + (1 - coef) * target`` (1: copy), over the
+        stacks when ``stacked_critics`` (one lerp per stacked tensor), else per critic (``polyak_update``)."""
+        if self.critics is not None:
+            polyak_update(self.critics, self.target_critics, coef)
+            return
+        for k in ("q1_net", "q2_net"):
+            polyak_update(self.nets[k], self.nets[f"target_{k}"], coef)
 
     def replace_targets(self, clock: Clock) -> None:
         """With ``update_type: replace``: copy the critics once any multiple of ``net.update_frequency``
