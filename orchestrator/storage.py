@@ -312,7 +312,9 @@ def read_parquet(uri: str) -> pd.DataFrame:
 
 
 def delete(uri: str) -> None:
-    """Delete a file or a directory tree; missing is fine.
+    """Delete a file or a directory tree; missing is fine, also when another process deletes it concurrently
+    (an object store lists a directory and then deletes its objects one by one: a concurrent delete of the same
+    tree makes pyarrow report "path does not exist").
 
     Raises:
         StorageError: the delete failed, or the URI's bucket does not exist.
@@ -325,7 +327,13 @@ def delete(uri: str) -> None:
         elif kind == pafs.FileType.File:
             fs.delete_file(path)
     except OSError as err:
-        raise StorageError(f"cannot delete '{uri}': {err}") from None
+        # gone meanwhile (another process deleted it between the lookup and the delete): missing is fine
+        try:
+            gone = fs.get_file_info(path).type == pafs.FileType.NotFound
+        except OSError:
+            gone = False
+        if not gone:
+            raise StorageError(f"cannot delete '{uri}': {err}") from None
     if kind == pafs.FileType.NotFound:
         _check_bucket(uri)
 

@@ -265,6 +265,41 @@ def test_collect_garbage_removes_debris_keeps_corrupt(session_dir):
     assert _ckpt_names(store) == [".corrupt-0-bb", "000000000001"]
 
 
+class _RacedFS:
+    """A filesystem whose delete_dir finds the tree deleted by another process first (as pyarrow's S3 client
+    reports it: OSError "Path does not exist") after that other process's delete."""
+
+    def __init__(self, fs):
+        self.fs = fs
+
+    def __getattr__(self, name):
+        return getattr(self.fs, name)
+
+    def delete_dir(self, path):
+        self.fs.delete_dir(path)  # the other process's delete
+        raise OSError(f"Path does not exist '{path}/'")
+
+
+def test_collect_garbage_tolerates_a_concurrent_delete_of_the_same_debris(session_dir, monkeypatch):
+    """A tree deleted by someone else between the lookup and the delete is "missing", which is fine; a delete
+    that fails with the tree still there is still an error."""
+    store = CheckpointStore(session_dir)
+    _commit_frames(store, [1])
+    storage.write_bytes(storage.join(store.ckpt_dir, "000000000003", "model.pt"), b"uncommitted")
+    resolve = storage.resolve
+    monkeypatch.setattr(storage, "resolve", lambda uri: (_RacedFS(resolve(uri)[0]), resolve(uri)[1]))
+    store.collect_garbage()
+    assert _ckpt_names(store) == ["000000000001"]
+
+    class _Failing(_RacedFS):
+        def delete_dir(self, path):
+            raise OSError("permission denied")
+    storage.write_bytes(storage.join(store.ckpt_dir, "000000000004", "model.pt"), b"uncommitted")
+    monkeypatch.setattr(storage, "resolve", lambda uri: (_Failing(resolve(uri)[0]), resolve(uri)[1]))
+    with pytest.raises(CheckpointError, match="permission denied"):
+        store.collect_garbage()
+
+
 # ---------------------------------------------------------------- crash safety (SIGKILL)
 WRITER = textwrap.dedent("""
     import json, os, random, sys
