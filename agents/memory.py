@@ -480,10 +480,9 @@ class SumTree:
         """Set leaves ``idx`` (B,) to ``value`` (B,) (the last write wins on repeats), then their ancestors."""
         node = self.leaves + np.asarray(idx, np.int64)
         self.tree[node] = value
-        node = np.unique(node // 2)
-        while node[0] >= 1:
+        for _ in range(self.leaves.bit_length() - 1):  # one level up per pass; repeated nodes get the same sum
+            node = node // 2
             self.tree[node] = self.tree[2 * node] + self.tree[2 * node + 1]
-            node = np.unique(node // 2)
 
     def find(self, value: np.ndarray) -> np.ndarray:
         """Leaf indices (B,) whose prefix-sum interval holds each of ``value`` (B,) in [0, total).

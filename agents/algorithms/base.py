@@ -137,22 +137,23 @@ class ReplayCadence:
 
     Needs ``self.algo.training_start_step`` (transitions), ``self.algo.training_frequency`` (frames),
     ``self.memory`` and an int ``self.last_train_frame`` (frame of the last update, in ``extra_state``).
-    Once the replay holds ``training_start_step`` transitions, each multiple of ``training_frequency``
-    frames crossed since ``last_train_frame`` earns one training round; frames that pass while the replay
-    is short earn none, so a resume that refills its replay makes no catch-up burst (the refill gate).
+    Once the replay holds ``training_start_step`` transitions, a vector step that crosses a multiple of
+    ``training_frequency`` frames (since ``last_train_frame``) trains one round, however many multiples it
+    crosses: SLM-Lab v5.3's ``Replay.add_experience`` sets ``to_train`` when any of the step's N transitions
+    lands on a multiple, and ``train`` runs once per step. So ``training_frequency >= N`` is one round per
+    ``training_frequency`` frames whatever N is, and ``training_frequency < N`` is one round per vector step
+    (SLM-Lab's specs scale ``training_iter`` with N for that). Frames that pass while the replay is short earn
+    nothing, so a resume that refills its replay makes no catch-up burst (the refill gate).
     """
 
     def train_ready(self, clock: Clock) -> bool:
-        """Replay holds ``training_start_step`` transitions and a round is due (once per vector step)."""
+        """Replay holds ``training_start_step`` transitions and this vector step crossed a multiple of
+        ``training_frequency`` frames since ``last_train_frame`` (one round is due, whatever the count)."""
         if len(self.memory) < self.algo.training_start_step:
             self.last_train_frame = clock.frame
             return False
-        return self.train_rounds(clock) > 0
-
-    def train_rounds(self, clock: Clock) -> int:
-        """Training rounds due: multiples of ``training_frequency`` frames crossed since ``last_train_frame``."""
         tf = self.algo.training_frequency
-        return clock.frame // tf - self.last_train_frame // tf
+        return clock.frame // tf > self.last_train_frame // tf
 
 
 class GradExchange(Protocol):

@@ -3,15 +3,17 @@
 Q-learning with a replay buffer and a target net updated every ``net.update_frequency`` frames by
 replacement or polyak averaging (``net.polyak_coef`` = weight kept of the old target, SLM-Lab
 semantics). Acting: epsilon-greedy or Boltzmann with ``explore_var_spec`` as epsilon/temperature.
-Training: once the replay holds ``training_start_step`` transitions, each multiple of
-``training_frequency`` frames crossed by a vector step earns one round of ``training_iter`` samples x
-``training_batch_iter`` gradient steps, so a spec gets ``training_iter * training_batch_iter /
-training_frequency`` gradient steps per frame whatever ``num_envs`` is (a step of N = 8 frames with
-frequency 4 runs two rounds; with N = 3 the remainder carries to the next step). Likewise the target
+Training (``ReplayCadence``, SLM-Lab v5.3's cadence): once the replay holds ``training_start_step``
+transitions, a vector step that crosses a multiple of ``training_frequency`` frames runs one round of
+``training_iter`` samples x ``training_batch_iter`` gradient steps. With ``training_frequency >= num_envs``
+that is ``training_iter * training_batch_iter / training_frequency`` gradient steps per frame whatever
+``num_envs`` is (with N = 3 and frequency 4 a step crosses a multiple 3 times in 4); with
+``training_frequency < num_envs`` it is one round per vector step, as SLM-Lab trains at most once per step
+(its CartPole specs: frequency 1, N = 4, 2 x 2 steps per round = one gradient step per frame). The target
 net gets one update per multiple of ``net.update_frequency`` frames crossed (k polyak updates in one
-closed-form lerp). Frames that pass while the replay holds fewer than ``training_start_step``
-transitions earn nothing, so a resumed session that refills its replay makes no gradient step until
-the buffer is full again, and then makes no catch-up burst.
+closed-form lerp; a replace is the same for any k). Frames that pass while the replay holds fewer than
+``training_start_step`` transitions earn nothing, so a resumed session that refills its replay makes no
+gradient step until the buffer is full again, and then makes no catch-up burst.
 
 Memory: ``Replay``, or ``PrioritizedReplay`` (Schaul et al. 2016): each sample then carries importance
 weights ``w`` (B,), the loss is ``mean(w * L(Q, target))`` elementwise, and each gradient step sets the
@@ -84,7 +86,7 @@ def sample_batches(algo: Algorithm, n: int) -> Iterator[dict[str, torch.Tensor]]
 
 class DQN(ReplayCadence, Algorithm):
     """Deep Q-network; see module docstring. Nets: ``net`` (online) and ``target_net``. Cadence
-    (``train_ready``, ``train_rounds``): ``ReplayCadence``."""
+    (``train_ready``): ``ReplayCadence``."""
 
     spec_cls = DQNSpec
     memory_names = ("Replay", "PrioritizedReplay")
@@ -146,18 +148,18 @@ class DQN(ReplayCadence, Algorithm):
                 yield batch, targets[i] if targets is not None else self.q_target(batch)
 
     def update(self, clock: Clock) -> LossStats:
-        """Replay-sampled TD regression steps, then the target-net updates due.
+        """One training round (``ReplayCadence``) of replay-sampled TD regression steps, then the target-net
+        updates due.
 
-        Runs ``train_rounds(clock) * training_iter`` replay samples (``batches``), each with
+        Runs ``training_iter`` replay samples (``batches``), each with
         ``training_batch_iter`` gradient steps (one ``opt_step`` each), then ``k`` target updates where ``k`` is
         the number of multiples of ``net.update_frequency`` frames crossed since the last one. The metrics are
         kept as tensors and read once at the end.
         """
-        rounds = self.train_rounds(clock)
         self.last_train_frame = clock.frame
         net, loss_fn, batch_iter = self.nets["net"], self.loss_fn, self.algo.training_batch_iter
         losses, grad_norms, qs, targets = [], [], [], []
-        for batch, target in self.batches(clock, rounds * self.algo.training_iter):
+        for batch, target in self.batches(clock, self.algo.training_iter):
             for _ in range(batch_iter):
                 q = net(batch["obs"]).gather(-1, batch["act"].unsqueeze(-1)).squeeze(-1)
                 if "weight" in batch:

@@ -22,10 +22,11 @@ move by polyak averaging, ``Q' <- polyak_coef * Q + (1 - polyak_coef) * Q'`` aft
 ``target_entropy``, by default -A (continuous) or 0.6 ln A (discrete, SLM-Lab's ``start_ratio``).
 
 Cadence (``ReplayCadence``): uniform random actions while ``clock.frame < training_start_step``; once the
-replay holds ``training_start_step`` transitions, each multiple of ``training_frequency`` frames crossed
-earns ``training_iter`` gradient steps. ``opt_step`` counts critic steps (one per gradient step; both
-critics are stepped on their summed loss in one ``optim_step``, each clipped to its own norm); actor and
-temperature steps (one backward of their summed losses, which share no parameters) are not counted.
+replay holds ``training_start_step`` transitions, a vector step that crosses a multiple of
+``training_frequency`` frames runs one round of ``training_iter`` gradient steps (SLM-Lab v5.3: at most one
+round per vector step; ``training_iter`` defaults to ``num_envs``). ``opt_step`` counts critic steps (one per
+gradient step; both critics are stepped on their summed loss in one ``optim_step``, each clipped to its own
+norm); actor and temperature steps (one backward of their summed losses, which share no parameters) are not counted.
 
 Nets: ``net`` (actor), ``q1_net``, ``q2_net``, ``target_q1_net``, ``target_q2_net`` and the tensor
 ``log_alpha`` (1,) (``add_tensor``, not transferred), the actor, the critics and ``log_alpha`` each with
@@ -84,7 +85,9 @@ class SoftActorCriticSpec(AlgorithmSpec):
     ``GumbelSoftmax``, SLM-Lab's name in its discrete SAC specs, is read as ``Categorical``: SLM-Lab v5.3's
     discrete SAC takes exact expectations over actions, so only sampling uses the distribution, and the argmax
     of a Gumbel-perturbed logit vector is an exact categorical sample, the Gumbel-max trick),
-    ``training_iter`` (gradient steps per training round), ``training_frequency`` (frames per round),
+    ``training_iter`` (gradient steps per training round; None: ``num_envs``, SLM-Lab's default, one gradient
+    step per frame at ``training_frequency`` 1), ``training_frequency`` (frames per round, at most one round per
+    vector step: ``ReplayCadence``),
     ``training_start_step`` (frames of random actions, and replay transitions needed before training),
     ``target_entropy`` (nats; None: -A for Box, 0.6 ln A for Discrete), ``alpha_optim_spec`` (optimizer of
     ``log_alpha``; None: ``net.optim_spec``), ``policy_delay`` (actor and temperature step once per this many
@@ -97,7 +100,7 @@ class SoftActorCriticSpec(AlgorithmSpec):
 
     action_pdtype: str = field(default="default",
                                metadata={"choices": ("default", "Normal", "Categorical", "GumbelSoftmax")})
-    training_iter: int = field(default=1, metadata={"gt": 0})
+    training_iter: int | None = field(default=None, metadata={"gt": 0})
     training_frequency: int = field(default=1, metadata={"gt": 0})
     training_start_step: int = field(default=1000, metadata={"gt": 0})
     target_entropy: float | None = None
@@ -193,6 +196,11 @@ class SoftActorCritic(ReplayCadence, Algorithm):
         """A ``Replay`` or ``PrioritizedReplay`` of ``memory.max_size`` transitions (Box actions float32)."""
         act_shape, act_dtype = ((), np.int64) if self.discrete else (self.action_space.shape, np.float32)
         return Replay.from_spec(self.spec.memory, self.obs_space, act_shape, act_dtype)
+
+    @property
+    def training_iter(self) -> int:
+        """Gradient steps per training round: ``algorithm.training_iter``, or ``num_envs`` when unset."""
+        return self.algo.training_iter or self.num_envs
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -308,14 +316,14 @@ class SoftActorCritic(ReplayCadence, Algorithm):
         return loss, q_all
 
     def update(self, clock: Clock) -> LossStats:
-        """``train_rounds(clock) * training_iter`` gradient steps (critics, actor, temperature, targets). The
-        returned stats are scalar tensors (means over the steps), read only when a log row takes them."""
-        rounds = self.train_rounds(clock)
+        """One training round (``ReplayCadence``): ``training_iter`` gradient steps (critics, actor, temperature,
+        targets; ``num_envs`` steps when ``training_iter`` is unset). The returned stats are scalar tensors
+        (means over the steps), read only when a log row takes them."""
         self.last_train_frame = clock.frame
         metrics: dict[str, list[Any]] = {name: [] for name in self.metric_names}
         losses, grad_norms = [], []
         critic_optims, log_alpha = self.critic_optims, self.nets["log_alpha"].value
-        for _ in range(rounds * self.algo.training_iter):
+        for _ in range(self.training_iter):
             batch = sample_batch(self, clock)
             alpha = self.alpha
             q_loss, q_all = self.critic_loss(batch, alpha, metrics)

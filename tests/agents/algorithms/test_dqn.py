@@ -1,4 +1,4 @@
-"""DQN family: training and target-net cadence in frames, whatever the number of sub-envs."""
+"""DQN family: training cadence (SLM-Lab's, at most one round per vector step) and target-net cadence in frames."""
 
 import pytest
 import torch
@@ -9,18 +9,27 @@ from tests.agents.algorithms.helpers import assert_resume_exact, drive, make_alg
 FRAMES = 240  # divisible by 1, 3 and 8
 
 
-@pytest.mark.parametrize("num_envs", [1, 3, 8])
-def test_gradient_steps_per_frame_do_not_depend_on_num_envs(num_envs):
-    """training_frequency 4, training_iter 2: 0.5 gradient steps per frame for N = 1, 3, 8 (issue 9a;
-    before the fix 0.500, 0.333 and 0.250)."""
+@pytest.mark.parametrize("num_envs, per_frame", [(1, 0.5), (3, 0.5), (8, 0.25)])
+def test_gradient_steps_per_frame_follow_slm_lab_cadence(num_envs, per_frame):
+    """training_frequency 4, training_iter 2: a vector step that crosses a multiple of 4 frames trains one
+    round of 2 steps. N = 1 and 3: 0.5 gradient steps per frame (N = 3 crosses a multiple in 3 steps of 4;
+    issue 9a: before its fix 0.333); N = 8 > frequency: one round per vector step, 2 steps per 8 frames, as
+    SLM-Lab v5.3 trains at most once per step (``Replay.add_experience`` sets ``to_train``)."""
     algo = make_algo("dqn_cartpole", ["agent.algorithm.training_frequency=4", "agent.algorithm.training_iter=2",
                                       "agent.algorithm.training_start_step=1", "agent.memory.batch_size=4",
                                       "agent.net.hid_layers=[8]"], num_envs)
     clock = Clock(FRAMES, num_envs)
     drive(algo, clock, FRAMES // num_envs)
     assert clock.frame == FRAMES
-    assert clock.opt_step == FRAMES // 2
-    assert clock.opt_step / clock.frame == 0.5
+    assert clock.opt_step == FRAMES * per_frame
+    assert clock.opt_step == _slm_lab_rounds(FRAMES, 4, num_envs) * 2
+
+
+def _slm_lab_rounds(frames: int, training_frequency: int, num_envs: int) -> int:
+    """Training rounds SLM-Lab v5.3 runs over ``frames``: one per vector step in which the replay head of
+    one of the step's N new transitions is a multiple of ``training_frequency`` (ring buffer not wrapped)."""
+    steps = [range(t * num_envs, (t + 1) * num_envs) for t in range(frames // num_envs)]
+    return sum(any(head % training_frequency == 0 for head in heads) for heads in steps)
 
 
 @pytest.mark.parametrize("num_envs", [1, 3, 8])

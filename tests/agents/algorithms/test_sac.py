@@ -276,3 +276,17 @@ def test_init_from_transfer_reaches_the_stacked_critics(monkeypatch):
     torch.testing.assert_close(target.twin_q(obs, act), expected, rtol=0, atol=1e-6)
     torch.testing.assert_close(target.twin_q(obs, act, target=True), torch.stack(
         [source.nets[f"target_{k}"](obs, act).squeeze(-1) for k in ("q1_net", "q2_net")]), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("iter_override, steps_per_round", [([], 4), (["agent.algorithm.training_iter=2"], 2)])
+def test_one_round_per_vector_step_of_training_iter_steps(iter_override, steps_per_round):
+    """SLM-Lab v5.3's SAC cadence at training_frequency 1 with N = 4 sub-envs: one round per vector step
+    (not one per frame), of ``training_iter`` gradient steps, ``num_envs`` when unset (SLM-Lab's default):
+    110 vector steps, training from the 50th (the replay then holds 200 transitions): 61 rounds, 244 or 122
+    critic steps."""
+    algo = make_algo("sac_pendulum", [*SMALL, "agent.algorithm.training_frequency=1", "agent.algorithm.training_iter=null",
+                                      *iter_override], num_envs=4, spec_file=PENDULUM, obs_space=PEND_OBS,
+                     action_space=PEND_ACT)
+    clock = Clock(10_000, 4)
+    assert drive(algo, clock, 110) == 61
+    assert clock.opt_step == 61 * steps_per_round
