@@ -284,8 +284,8 @@ def test_one_round_per_vector_step_of_training_iter_steps(iter_override, steps_p
     (not one per frame), of ``training_iter`` gradient steps, ``num_envs`` when unset (SLM-Lab's default):
     110 vector steps, training from the 50th (the replay then holds 200 transitions): 61 rounds, 244 or 122
     critic steps."""
-    algo = make_algo("sac_pendulum", [*SMALL, "agent.algorithm.training_frequency=1", "agent.algorithm.training_iter=null",
-                                      *iter_override], num_envs=4, spec_file=PENDULUM, obs_space=PEND_OBS,
+    overrides = [*SMALL, "agent.algorithm.training_frequency=1", "agent.algorithm.training_iter=null", *iter_override]
+    algo = make_algo("sac_pendulum", overrides, num_envs=4, spec_file=PENDULUM, obs_space=PEND_OBS,
                      action_space=PEND_ACT)
     clock = Clock(10_000, 4)
     assert drive(algo, clock, 110) == 61
