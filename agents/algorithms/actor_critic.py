@@ -147,20 +147,28 @@ class ActorCritic(Algorithm):
     @torch.no_grad()
     def prepare(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         """Flatten a (T, N) rollout (or (T,) episodes) to B = T*N samples: obs (B, *O), act (B, *A),
-        old_logp, old_value (V before the update), adv, v_target (B,)."""
+        old_logp, old_value (V before the update), adv, v_target (B,).
+
+        V(next_obs) is computed only for the steps whose next obs is not the next step's obs (``next_shared``
+        of ``OnPolicyBatchReplay.pop``: done steps and the last one); the others take V of the next step's obs
+        from the obs forward, which saves a forward over the whole rollout."""
         if batch["reward"].ndim == 1:  # OnPolicyReplay: one time axis of concatenated episodes
             batch = {k: v[:, None] for k, v in batch.items()}
         t, n = batch["reward"].shape
         obs = self.to_tensor(batch["obs"]).reshape(t * n, *self.obs_space.shape)
-        next_obs = self.to_tensor(batch["next_obs"]).reshape(t * n, *self.obs_space.shape)
         act_dtype = torch.int64 if self.discrete else torch.float32
         act = self.to_tensor(batch["act"], act_dtype).reshape(t * n, *self.action_space.shape)
         pdparam, value = self.pdparam_value(obs)
-        next_value = self.pdparam_value(next_obs)[1]
+        shared = batch["next_shared"] if "next_shared" in batch else np.zeros(t, bool)  # (T,)
+        own = np.flatnonzero(~shared)
+        next_value = torch.empty(t, n, dtype=value.dtype, device=value.device)
+        next_value[:-1] = value.reshape(t, n)[1:]
+        next_obs = self.to_tensor(batch["next_obs"][own]).reshape(len(own) * n, *self.obs_space.shape)
+        next_value[torch.as_tensor(own, device=value.device)] = self.pdparam_value(next_obs)[1].reshape(len(own), n)
         old_logp = policy.log_prob_entropy(pdparam, act, self.discrete)[0]
         flags = {"reward": self.to_tensor(batch["reward"]), "terminated": self.to_tensor(batch["terminated"]),
                  "done": self.to_tensor(np.logical_or(batch["terminated"], batch["truncated"]))}
-        adv, v_target = self.advantages(flags, value.reshape(t, n), next_value.reshape(t, n))
+        adv, v_target = self.advantages(flags, value.reshape(t, n), next_value)
         return {"obs": obs, "act": act, "old_logp": old_logp, "old_value": value, "adv": adv.reshape(-1),
                 "v_target": v_target.reshape(-1)}
 

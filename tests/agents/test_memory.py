@@ -171,6 +171,66 @@ def test_batch_replay_state_dict_round_trip():
     assert len(empty) == 0
 
 
+def rollout_steps(num_steps: int, n: int = 2, done_at: int = 2):
+    """A session loop's steps (obs = next_obs): observation arrays (n, OBS_DIM) valued t; step ``done_at`` ends
+    sub-env 0's episode, so its next obs holds the final obs -1 there (a copy, as ``final_obs`` makes)."""
+    obs, steps = np.zeros((n, OBS_DIM), np.float32), []
+    for t in range(num_steps):
+        next_obs = np.full((n, OBS_DIM), t + 1, np.float32)
+        terminated = np.arange(n) == 0 if t == done_at else np.zeros(n, bool)
+        stored = next_obs
+        if terminated.any():
+            stored = next_obs.copy()
+            stored[0] = -1.0
+        steps.append((obs, np.zeros(n, np.int64), np.full(n, t, np.float32), stored, terminated, np.zeros(n, bool)))
+        obs = next_obs
+    return steps
+
+
+def test_batch_replay_holds_each_observation_once():
+    """4 steps, sub-env 0 done at step 2: the memory keeps next obs only for step 2 (final obs) and step 3
+    (the last), in memory and in its state dict, and pop rebuilds every step's next obs."""
+    mem = OnPolicyBatchReplay(horizon=4)
+    steps = rollout_steps(4)
+    for step in steps:
+        mem.add(*step)
+    assert [n is None for n in mem.next_obs] == [True, True, False, False]
+    data = mem.state_dict()["data"]
+    assert data["next_obs"].shape == (2, 2, OBS_DIM) and data["next_rows"].tolist() == [2, 3]
+    fresh = OnPolicyBatchReplay(horizon=4)
+    fresh.load_state_dict(mem.state_dict())
+    for m in (mem, fresh):
+        batch = m.pop()
+        np.testing.assert_array_equal(batch["next_obs"], np.stack([s[3] for s in steps]))
+        np.testing.assert_array_equal(batch["next_shared"], [True, True, False, False])
+        assert batch["next_obs"][2, 0, 0] == -1.0 and batch["next_obs"][1, 0, 0] == 2.0
+
+
+def test_batch_replay_resumed_mid_rollout_shares_as_the_run_did():
+    """Restored after step 1 and fed copies of the observations (a resumed session's obs is a restored
+    array, not the stored one): the same steps are shared as in the uninterrupted memory; a state dict
+    with every step's next obs (the format before) loads too."""
+    steps = rollout_steps(4)
+    straight, resumed = OnPolicyBatchReplay(4), OnPolicyBatchReplay(4)
+    for step in steps:
+        straight.add(*step)
+    for step in steps[:2]:
+        resumed.add(*step)
+    state = resumed.state_dict()
+    resumed = OnPolicyBatchReplay(4)
+    resumed.load_state_dict(state)
+    for step in steps[2:]:
+        resumed.add(*(a.copy() for a in step))
+    a, b = straight.pop(), resumed.pop()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    old = OnPolicyBatchReplay(4)
+    old_data = {k: np.stack([s[i] for s in steps]) for i, k in enumerate(
+        ("obs", "act", "reward", "next_obs", "terminated", "truncated"))}
+    old.load_state_dict({"data": old_data})
+    np.testing.assert_array_equal(old.pop()["next_obs"], a["next_obs"])
+
+
 def test_batch_replay_rejects_bad_horizon():
     with pytest.raises(ValueError, match="horizon"):
         OnPolicyBatchReplay(0)

@@ -166,11 +166,14 @@ def test_ppo_rollout_cut_when_env_not_restored():
     second = restored(spec, 6, files)
     saved, cut = first.algorithm.memory.rows, second.algorithm.memory.rows
     assert len(saved) == len(cut) == 5
-    for t in range(5):
+    for t in range(5):  # rows: obs, act, reward, terminated, truncated
         for k, (x, y) in enumerate(zip(saved[t], cut[t])):
-            expected = np.logical_or(x, ~saved[t][4]) if (t, k) == (4, 5) else x
+            expected = np.logical_or(x, ~saved[t][3]) if (t, k) == (4, 4) else x
             np.testing.assert_array_equal(y, expected, err_msg=f"step {t} field {k}")
-    assert (cut[4][5] & ~saved[4][5]).any()  # some sub-env was mid-episode, now truncated
+        x, y = first.algorithm.memory.next_obs[t], second.algorithm.memory.next_obs[t]
+        assert (x is None) == (y is None) and (x is None or np.array_equal(x, y)), f"step {t} next_obs"
+    assert first.algorithm.memory.next_obs[4] is not None  # the cut step keeps its own next obs
+    assert (cut[4][4] & ~saved[4][4]).any()  # some sub-env was mid-episode, now truncated
     assert not second.exact and second.clock.t == 0 and second.clock.resume_count == 1
     assert not np.array_equal(second.obs, first.obs)  # the env was reset
     second.run_rl(until_frame=256 * 2)

@@ -135,3 +135,28 @@ def test_advantages_standardized_by_default_as_slm_lab():
     assert stats.metrics["val_loss"] == pytest.approx(0.40625, rel=1e-6)
     adv = algo.normalize_adv(torch.tensor([0.75, 0.5]))
     torch.testing.assert_close(adv, torch.tensor([0.70711, -0.70711]), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["a2c_gae_cartpole", "ppo_cartpole"])
+def test_shared_next_obs_give_the_values_of_a_full_next_obs_forward(name):
+    """A 6-step rollout of 3 sub-envs with episode ends at steps 1 and 4 (next obs = final obs there): the
+    advantages and value targets from V of the next step's obs (``next_shared``) equal those of a forward over
+    every step's next obs, and only the done steps and the last one got their own next obs."""
+    algo = make_algo(name, ["agent.net.hid_layers=[8]"], num_envs=3)
+    rng = np.random.default_rng(0)
+    obs = rng.standard_normal((3, 4)).astype(np.float32)
+    for t in range(6):
+        next_obs = rng.standard_normal((3, 4)).astype(np.float32)
+        terminated = np.array([t == 1, False, t == 4])
+        stored = next_obs.copy() if terminated.any() else next_obs
+        stored[terminated] = rng.standard_normal((int(terminated.sum()), 4)).astype(np.float32)
+        algo.memory.add(obs, rng.integers(0, 2, 3), rng.random(3).astype(np.float32), stored, terminated,
+                        np.zeros(3, bool))
+        obs = next_obs
+    algo.memory.horizon = 6
+    batch = algo.memory.pop()
+    assert batch["next_shared"].tolist() == [True, False, True, True, False, False]
+    shared = algo.prepare(batch)
+    full = algo.prepare({k: v for k, v in batch.items() if k != "next_shared"})
+    for k in ("adv", "v_target", "old_value", "old_logp"):
+        torch.testing.assert_close(shared[k], full[k], rtol=1e-6, atol=1e-6, msg=k)
