@@ -327,7 +327,8 @@ class OnPolicyBatchReplay:
     its ``obs`` (the session loop does, ``obs = next_obs``, on every step on which no sub-env ended; a done
     step's next obs holds final observations, which the next obs does not), so a rollout holds
     T + (done steps) + 1 observation rows instead of 2T (an Atari PPO rollout of 128 x 8 stacked 84x84
-    frames: ~29 MB instead of ~58 MB, in memory and in checkpoints). ``pop()`` rebuilds the full ``next_obs`` and says which steps shared it.
+    frames: ~29 MB instead of ~58 MB, in memory and in checkpoints). ``pop()`` rebuilds the full
+    ``next_obs`` and says which steps shared it.
 
     Raises:
         ValueError: if ``horizon`` is not positive.
