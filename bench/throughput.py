@@ -22,6 +22,9 @@ so both see the same machine load over time. Only the training loop is timed: ``
 (the session, its envs and nets are built before the timer starts) and ``learn()`` for SB3 (the model and its
 vector env are built before).
 
+With ``--bf16`` a further run per round, ``ours+bf16``, is ours with ``agent.net.precision: bfloat16`` (conv
+nets under bfloat16 autocast; SB3 has no such setting, so it runs float32).
+
 With ``--tracking`` a third run per round, ``ours+tb``, trains the same spec the way a session actor does:
 ``SessionRunner`` in a temporary run directory, with its checkpoints at the default cadence and its
 TensorBoard event files (on by default), timed over the whole event stream (tracker start, training,
@@ -35,7 +38,7 @@ both do the same number of rollouts and gradient steps.
 
 Usage:
     python bench/throughput.py [--algo ppo|dqn|sac|ppo_atari|sac_hopper] [--frames N] [--rounds 2] [--seed 1]
-        [--tracking] [--out bench/results/throughput[_{algo}].json]
+        [--tracking] [--bf16] [--out bench/results/throughput[_{algo}].json]
 """
 
 from __future__ import annotations
@@ -101,8 +104,13 @@ def ours_spec(algo: str, frames: int) -> dict[str, Any]:
     return load_spec(str(SPECS / zoo["file"]), zoo["name"], [f"env.max_frame={frames}", *zoo["overrides"](frames)])
 
 
-def run_ours(algo: str, frames: int, seed: int) -> dict[str, Any]:
-    session = Session(ours_spec(algo, frames), seed)
+def run_ours(algo: str, frames: int, seed: int, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One timed ``Session.run_rl`` of ``ours_spec`` (plus ``extra`` overrides, e.g. the bf16 variant)."""
+    spec = ours_spec(algo, frames)
+    if extra:
+        from orchestrator.spec import apply_overrides, check
+        spec = check(apply_overrides(spec, list(extra)))
+    session = Session(spec, seed)
     w0, c0 = time.perf_counter(), time.process_time()
     session.run_rl()
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
@@ -209,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="also time SB3 with CPU denormals flushed to zero, as our sessions run (sb3+ftz)")
     ap.add_argument("--tracking", action="store_true",
                     help="also time ours through SessionRunner with checkpoints and TensorBoard on")
+    ap.add_argument("--bf16", action="store_true",
+                    help="also time ours with agent.net.precision=bfloat16 (conv nets: ours+bf16)")
     ap.add_argument("--out", default=None, help="default bench/results/throughput.json (ppo), "
                                                  "throughput_{algo}.json (others)")
     args = ap.parse_args(argv)
@@ -226,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for r in range(args.rounds):
         impls = [("ours", run_ours), ("sb3", run_sb3)] + ([("ours+tb", run_ours_tracked)] if args.tracking else []) \
-            + ([("sb3+ftz", lambda *a: run_sb3(*a, algo_ftz=True))] if args.sb3_ftz else [])
+            + ([("sb3+ftz", lambda *a: run_sb3(*a, algo_ftz=True))] if args.sb3_ftz else []) \
+            + ([("ours+bf16", lambda *a: run_ours(*a, extra=("agent.net.precision=bfloat16",)))] if args.bf16 else [])
         for name, fn in impls:
             load = os.getloadavg()
             rec = fn(args.algo, args.frames, args.seed)
@@ -242,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
 
     summary = {k: {"ours": med("ours", k), "sb3": med("sb3", k), "ratio": med("ours", k) / med("sb3", k)}
                for k in ("fps", "frames_per_cpu_s")}
-    for extra in [x for x in ("ours+tb", "sb3+ftz") if any(r["impl"] == x for r in runs)]:
+    for extra in [x for x in ("ours+tb", "sb3+ftz", "ours+bf16") if any(r["impl"] == x for r in runs)]:
         for k in ("fps", "frames_per_cpu_s"):
             summary[k].update({extra: med(extra, k), f"ratio_ours/{extra}" if extra.startswith("sb3")
                                else f"ratio_{extra}/sb3": (med("ours", k) / med(extra, k)) if extra.startswith("sb3")
@@ -255,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print("\n| impl | fps (median) | frames / CPU-s (median) |\n|---|---|---|")
-    for impl in [x for x in ("ours", "sb3", "ours+tb", "sb3+ftz") if x in summary["fps"]]:
+    for impl in [x for x in ("ours", "sb3", "ours+tb", "sb3+ftz", "ours+bf16") if x in summary["fps"]]:
         print(f"| {impl} | {summary['fps'][impl]:,.0f} | {summary['frames_per_cpu_s'][impl]:,.0f} |")
     print(f"\nratio ours/SB3: fps {summary['fps']['ratio']:.2f}x, frames/CPU-s "
           f"{summary['frames_per_cpu_s']['ratio']:.2f}x")

@@ -38,6 +38,7 @@ from agents.nets import (
     LOSSES,
     NETS,
     OPTIMIZERS,
+    PRECISION_NETS,
     NetSpec,
     arc_problems,
     conv_layer_args,
@@ -718,6 +719,9 @@ def _check_layers(net: dict[str, Any], problems: list[str], path: str = "agent.n
         problems.append(f"{path}.arc: net.type TorchArcNet needs a torcharc spec {{modules, graph}}")
     elif is_arc and isinstance(arc, dict):  # another type is reported by the section's type check
         problems += [p.replace("agent.net.", f"{path}.", 1) for p in arc_problems(arc)]
+    if net.get("precision", "float32") != "float32" and net.get("type") not in PRECISION_NETS:
+        problems.append(f"{path}.precision: {net['precision']!r} is read by net types {list(PRECISION_NETS)} "
+                        f"only, not {net.get('type')!r}; use 'float32'")
     for key in ("rnn_hidden_size", "seq_len") if net.get("type") == "RecurrentNet" else ():
         if net.get(key) is None:
             problems.append(f"{path}.{key}: net.type RecurrentNet needs it (a positive int; SLM-Lab has no default)")

@@ -84,6 +84,25 @@ def test_dueling_conv_combines_value_and_advantage():
     torch.testing.assert_close(net(torch.zeros(1, 1, 8, 8)), torch.tensor([[-1.0, 0.0, 4.0]]))
 
 
+@pytest.mark.parametrize("cls", [ConvNet, DuelingConvNet])
+def test_bfloat16_precision_is_mixed_precision(cls):
+    """``precision: bfloat16``: the same weights give float32 outputs within bf16 rounding of the float32 net's
+    (|diff| < 2% of the output scale), and float32 gradients on the float32 weights; the state dict is the same."""
+    torch.manual_seed(0)
+    kw = {"conv_hid_layers": [[8, 8, 4], [16, 4, 2]], "fc_hid_layers": [32], "obs_scale": 1 / 255}
+    full, mixed = cls((4, 84, 84), 6, **kw), cls((4, 84, 84), 6, **kw, precision="bfloat16")
+    mixed.load_state_dict(full.state_dict())
+    x = torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8)
+    out_full, out_mixed = full(x), mixed(x)
+    assert out_mixed.dtype == torch.float32 and out_mixed.shape == out_full.shape == (8, 6)
+    assert 0 < (out_full - out_mixed).abs().max() < 0.02 * out_full.abs().max()
+    out_mixed.sum().backward()
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in mixed.parameters())
+    assert {k: v.dtype for k, v in mixed.state_dict().items()} == {k: v.dtype for k, v in full.state_dict().items()}
+    with pytest.raises(ValueError, match="precision"):
+        cls((4, 84, 84), 6, **kw, precision="float16")
+
+
 @pytest.mark.parametrize("name, overrides, nets", [
     ("dqn_cartpole", ["agent.net.type=ConvNet"], ["net", "target_net"]),
     ("ddqn_cartpole", ["agent.net.type=DuelingConvNet"], ["net", "target_net"]),

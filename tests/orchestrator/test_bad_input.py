@@ -42,6 +42,8 @@ CASES = [
      ["meta.max_session", "expected int"]),
     ("out of range", lambda r, d, p: [SPECS, "ppo_cartpole", "train", "-s", "agent.algorithm.gamma=1.5"],
      ["agent.algorithm.gamma", "<= 1"]),
+    ("precision on an MLP", lambda r, d, p: [SPECS, "ppo_cartpole", "train", "-s", "agent.net.precision=bfloat16"],
+     ["agent.net.precision", "ConvNet", "not 'MLPNet'"]),
     ("train@ missing predir", lambda r, d, p: [SPECS, "ppo_cartpole", f"train@{d}/ppo_cartpole_2020_01_01_000000"],
      ["does not exist"]),
     ("train@ run of another spec", lambda r, d, p: [SPECS, "dqn_cartpole", f"train@{p}"],
