@@ -518,17 +518,21 @@ class ConvNet(nn.Module):
 
     def features(self, x: torch.Tensor, extra: Sequence[torch.Tensor]) -> torch.Tensor:
         """fc output (B, F) of observations (B, *in_shape) and extra inputs, each (B, E_k)."""
-        if self.obs_scale is not None:  # uint8 -> float once, scaled in place (a float input is not modified)
-            x = x.float().mul_(self.obs_scale) if x.dtype != torch.float32 else x * self.obs_scale
-        else:
-            x = x.float()
         if self.layout == "hw":
             x = x.unsqueeze(1)
         elif self.layout == "hwc":
             x = x.permute(0, 3, 1, 2)
+        x = x.contiguous(memory_format=torch.channels_last)  # NHWC while still uint8: a quarter of the bytes
+        dtype = self.autocast_dtype or torch.float32  # the convs' input dtype (autocast would cast to it anyway)
+        if x.dtype != dtype:  # uint8 (or float32 under bf16) -> dtype once, scaled in place (layout kept)
+            x = x.to(dtype)
+            if self.obs_scale is not None:
+                x.mul_(self.obs_scale)
+        elif self.obs_scale is not None:  # a float32 input is not modified
+            x = x * self.obs_scale
         with torch.autocast(x.device.type, dtype=self.autocast_dtype or torch.bfloat16,
                             enabled=self.autocast_dtype is not None):
-            h = self.conv(x.contiguous(memory_format=torch.channels_last))
+            h = self.conv(x)
             if extra:
                 h = torch.cat([h, *(e.reshape(len(e), -1).float() for e in extra)], dim=-1)
             return self.fc(h).float()

@@ -122,7 +122,7 @@ class ActorCritic(Algorithm):
     @torch.no_grad()
     def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:
         """Sample actions (N,) or (N, A) from the policy; its mode when ``deterministic``."""
-        obs = self.to_tensor(obs_NO)
+        obs = self.obs_tensor(obs_NO)
         pdparam = self.pdparam(self.nets["net"](obs)[0] if self.net_spec.shared else self.nets["actor"](obs))
         return policy.sample(pdparam, self.discrete, self.gen, deterministic).cpu().numpy()
 
@@ -155,7 +155,7 @@ class ActorCritic(Algorithm):
         if batch["reward"].ndim == 1:  # OnPolicyReplay: one time axis of concatenated episodes
             batch = {k: v[:, None] for k, v in batch.items()}
         t, n = batch["reward"].shape
-        obs = self.to_tensor(batch["obs"]).reshape(t * n, *self.obs_space.shape)
+        obs = self.obs_tensor(batch["obs"]).reshape(t * n, *self.obs_space.shape)
         act_dtype = torch.int64 if self.discrete else torch.float32
         act = self.to_tensor(batch["act"], act_dtype).reshape(t * n, *self.action_space.shape)
         pdparam, value = self.pdparam_value(obs)
@@ -163,7 +163,7 @@ class ActorCritic(Algorithm):
         own = np.flatnonzero(~shared)
         next_value = torch.empty(t, n, dtype=value.dtype, device=value.device)
         next_value[:-1] = value.reshape(t, n)[1:]
-        next_obs = self.to_tensor(batch["next_obs"][own]).reshape(len(own) * n, *self.obs_space.shape)
+        next_obs = self.obs_tensor(batch["next_obs"][own]).reshape(len(own) * n, *self.obs_space.shape)
         next_value[torch.as_tensor(own, device=value.device)] = self.pdparam_value(next_obs)[1].reshape(len(own), n)
         old_logp = policy.log_prob_entropy(pdparam, act, self.discrete)[0]
         flags = {"reward": self.to_tensor(batch["reward"]), "terminated": self.to_tensor(batch["terminated"]),

@@ -47,7 +47,7 @@ from torch import nn
 
 from agents import policy
 from agents.memory import MEMORIES, MemorySpec
-from agents.nets import NetSpec, make_net, make_optim
+from agents.nets import ConvNet, NetSpec, make_net, make_optim
 from agents.schedules import FrameLR, VarSchedule, make_lr_scheduler
 from envs.clock import Clock
 
@@ -220,6 +220,11 @@ class Algorithm:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self.init_nets()
+        # uint8 frames stay uint8 on their way to nets that all scale them inside (conv nets): a quarter of the
+        # bytes to gather, copy and move to the device; the nets compute on the same float values
+        nets = [m for m in self.nets.values() if not isinstance(m, TensorHolder)]
+        self.obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 and nets and all(
+            isinstance(m, ConvNet) for m in nets) else torch.float32
         self.memory = self.init_memory()
 
     # ---- construction (subclasses) ----
@@ -351,6 +356,11 @@ class Algorithm:
     def to_tensor(self, x: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """numpy -> tensor on the algorithm's device (no copy on CPU when dtypes match)."""
         return torch.as_tensor(x, dtype=dtype, device=self.device)
+
+    def obs_tensor(self, obs: np.ndarray) -> torch.Tensor:
+        """Observations (any leading dims, *O) -> tensor on the device in ``obs_dtype``: uint8 when the space is
+        uint8 and every net is a conv net (they scale frames inside), else float32."""
+        return torch.as_tensor(obs, dtype=self.obs_dtype, device=self.device)
 
     def clip_grads(self, optim_names: tuple[str, ...]) -> torch.Tensor:
         """Clip the gradients of each param group of the named optimizers to its own L2 norm at the optimizer's

@@ -56,10 +56,12 @@ GATHER_BYTES = 16 * 2**20  # at most this many bytes of observations per ``sampl
 
 
 def batch_tensors(algo: Algorithm, raw: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
-    """Replay arrays as tensors on ``algo.device``: act int64 for Discrete (else float32), the rest float32;
+    """Replay arrays as tensors on ``algo.device``: act int64 for Discrete (else float32), obs and next_obs in
+    ``algo.obs_dtype`` (uint8 frames for conv nets), the rest float32;
     ``idx`` (a ``PrioritizedReplay`` sample's rows) stays a numpy array (for ``update_priorities``)."""
     act_dtype = torch.int64 if algo.discrete else torch.float32
-    batch = {k: algo.to_tensor(v, act_dtype if k == "act" else torch.float32) for k, v in raw.items() if k != "idx"}
+    dtypes = {"act": act_dtype, "obs": algo.obs_dtype, "next_obs": algo.obs_dtype}
+    batch = {k: algo.to_tensor(v, dtypes.get(k, torch.float32)) for k, v in raw.items() if k != "idx"}
     if "idx" in raw:
         batch["idx"] = raw["idx"]
     return batch
@@ -113,7 +115,7 @@ class DQN(ReplayCadence, Algorithm):
     @torch.no_grad()
     def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:
         """Epsilon-greedy or Boltzmann actions (N,) from Q-values; argmax when ``deterministic``."""
-        q = self.nets["net"](self.to_tensor(obs_NO))
+        q = self.nets["net"](self.obs_tensor(obs_NO))
         return policy.q_act(q, self.algo.action_policy, self.explore_var(clock.frame), self.rng, self.gen,
                             deterministic)
 

@@ -61,7 +61,7 @@ class Reinforce(Algorithm):
     @torch.no_grad()
     def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:
         """Sample actions (N,) or (N, A) from the policy; its mode when ``deterministic``."""
-        pdparam = self.pdparam(self.nets["net"](self.to_tensor(obs_NO)))
+        pdparam = self.pdparam(self.nets["net"](self.obs_tensor(obs_NO)))
         return policy.sample(pdparam, self.discrete, self.gen, deterministic).cpu().numpy()
 
     def train_ready(self, clock: Clock) -> bool:
@@ -78,7 +78,7 @@ class Reinforce(Algorithm):
             ret = ret - ret.mean()
         if self.algo.normalize_advantage:
             ret = standardize(ret)
-        obs = self.to_tensor(batch["obs"]).reshape(-1, *self.obs_space.shape)
+        obs = self.obs_tensor(batch["obs"]).reshape(-1, *self.obs_space.shape)
         act_dtype = torch.int64 if self.discrete else torch.float32
         act = self.to_tensor(batch["act"], act_dtype).reshape(len(obs), *self.action_space.shape)
         logp, entropy = policy.log_prob_entropy(self.pdparam(self.nets["net"](obs)), act, self.discrete)

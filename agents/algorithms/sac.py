@@ -217,7 +217,7 @@ class SoftActorCritic(ReplayCadence, Algorithm):
             if self.discrete:
                 return self.rng.integers(0, self.action_space.n, size=n)
             return self.rng.uniform(-1.0, 1.0, size=(n, *self.action_space.shape)).astype(np.float32)
-        pdparam = self.nets["net"](self.to_tensor(obs_NO))
+        pdparam = self.nets["net"](self.obs_tensor(obs_NO))
         if self.discrete:
             return policy.sample(pdparam, True, self.gen, deterministic).cpu().numpy()
         return policy.tanh_gaussian_sample(pdparam, self.gen, deterministic)[0].cpu().numpy()

@@ -72,7 +72,7 @@ class SARSA(Algorithm):
     @torch.no_grad()
     def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:
         """Epsilon-greedy or Boltzmann actions (N,) from Q-values; argmax when ``deterministic``."""
-        q = self.nets["net"](self.to_tensor(obs_NO))
+        q = self.nets["net"](self.obs_tensor(obs_NO))
         return policy.q_act(q, self.algo.action_policy, self.explore_var(clock.frame), self.rng, self.gen,
                             deterministic)
 
@@ -86,7 +86,7 @@ class SARSA(Algorithm):
         ``OnPolicyBatchReplay``: the pending step, then the new T steps; the last of them becomes the
         new pending step (L = T on the first update, T after). ``OnPolicyReplay``: whole episodes (N = 1).
         """
-        batch = self.memory.pop()
+        batch = {k: v for k, v in self.memory.pop().items() if k != "next_shared"}  # Q(s') is computed anyway
         if batch["reward"].ndim == 1:  # OnPolicyReplay: concatenated episodes, the last step ends one
             batch = {k: v[:, None] for k, v in batch.items()}
             following = np.zeros_like(batch["act"][:1])  # after an episode's end: never used
@@ -113,7 +113,8 @@ class SARSA(Algorithm):
         data = self.rollout()
         if len(data["reward"]) == 0:  # a first rollout of one step: it is all pending
             return LossStats()
-        dtypes = {"act": torch.int64, "next_act": torch.int64, "has_next": torch.bool}
+        dtypes = {"act": torch.int64, "next_act": torch.int64, "has_next": torch.bool, "obs": self.obs_dtype,
+                  "next_obs": self.obs_dtype}
         batch = {k: self.to_tensor(v, dtypes.get(k, torch.float32)).reshape(-1, *v.shape[2:]) for k, v in data.items()}
         target = self.q_target(batch)
         q = self.nets["net"](batch["obs"]).gather(-1, batch["act"].unsqueeze(-1)).squeeze(-1)

@@ -125,7 +125,7 @@ class SILMixin:
         metrics: dict[str, list[Any]] = {name: [] for name in SIL_METRICS}
         for _ in range(algo.training_iter):
             batch = self.memory.sample(self.rng, clock.frame)
-            obs = self.to_tensor(batch["obs"])
+            obs = self.obs_tensor(batch["obs"])
             act = self.to_tensor(batch["act"], torch.int64 if self.discrete else torch.float32)
             ret = self.to_tensor(batch["ret"])
             weight = self.to_tensor(batch["weight"]) if "weight" in batch else None
