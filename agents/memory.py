@@ -16,7 +16,7 @@ on into the new one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -36,7 +36,8 @@ class MemorySpec:
     ``optimize_memory_usage`` (store each observation once, the next one found by index: ``FrameOnceReplay``;
     SB3's key name; the sampled batches are the same).
     ``PrioritizedReplay`` only: ``alpha`` (priority exponent), ``epsilon`` (added to |TD error|),
-    ``beta_start`` (importance-weight exponent at frame 0), ``beta_end_step`` (frame at which beta reaches 1).
+    ``beta_start`` (None: SLM-Lab's variant, no importance weights; a number: the paper's, importance-weight
+    exponent at frame 0), ``beta_end_step`` (frame at which beta reaches 1).
     SIL / PPOSIL only: ``sil_replay_name``, the kind of the self-imitation replay beside the on-policy memory
     ``name`` (``Replay`` or ``PrioritizedReplay``; null means ``Replay``; see ``SILReplay``).
     """
@@ -49,7 +50,7 @@ class MemorySpec:
     optimize_memory_usage: bool = False
     alpha: float = field(default=0.6, metadata={"ge": 0})
     epsilon: float = field(default=1e-4, metadata={"ge": 0})
-    beta_start: float = field(default=0.4, metadata={"ge": 0, "le": 1})
+    beta_start: float | None = field(default=None, metadata={"ge": 0, "le": 1})
     beta_end_step: int = field(default=100000, metadata={"gt": 0})
     sil_replay_name: str | None = field(default=None, metadata={"choices": ("Replay", "PrioritizedReplay")})
 
@@ -536,45 +537,64 @@ class PrioritizedReplay(Replay):
     """Proportional prioritized replay (Schaul et al. 2016, arXiv:1511.05952) over ``Replay``'s ring buffer.
 
     Transition i is sampled with probability ``P(i) = p_i / sum_j p_j`` where ``p_i = (|delta_i| +
-    epsilon) ** alpha`` from its latest TD error (``update_priorities``); new transitions get the largest
-    priority seen so far (1 at first). ``sample`` draws one value per equal slice of the total (stratified,
-    as in the paper) from ``rng`` and returns importance weights ``w_i = (size * P(i)) ** -beta`` divided
-    by the batch's largest, with ``beta`` linear in the frame from ``beta_start`` (frame 0) to 1
-    (``beta_end_step`` frames and after).
+    epsilon) ** alpha`` from its latest TD error (``update_priorities``). ``sample`` draws one value per equal
+    slice of the total (stratified, as in the paper) from ``rng``. Two variants, by ``beta_start``:
+
+    * ``beta_start`` None (default): SLM-Lab v5.3's ``PrioritizedReplay``. A new transition enters with the
+      priority of a TD error of ``NEW_ERROR`` (1e5, SLM-Lab's ``add_experience`` default, so each is sampled
+      soon after it arrives) and samples are not importance-weighted (``weight`` is 1 for every row).
+    * ``beta_start`` a number: the paper's. A new transition gets the largest priority seen so far (1 at
+      first), and ``sample`` returns importance weights ``w_i = (size * P(i)) ** -beta`` divided by the
+      batch's largest, with ``beta`` linear in the frame from ``beta_start`` (frame 0) to 1 (``beta_end_step``
+      frames and after).
 
     Args:
         max_size, obs_shape, act_shape, act_dtype, batch_size, use_cer, store_next_obs: as ``Replay``.
         alpha: priority exponent >= 0 (0 is uniform).
         epsilon: added to |TD error| (>= 0) so no transition gets priority 0.
-        beta_start: beta at frame 0, in [0, 1].
+        beta_start: None (SLM-Lab's variant), or beta at frame 0, in [0, 1].
         beta_end_step: frame at which beta reaches 1 (> 0).
 
     Raises:
         ValueError: as ``Replay``; a negative ``alpha`` / ``epsilon`` or ``beta_end_step`` <= 0.
     """
 
+    NEW_ERROR: ClassVar[float] = 1e5  # SLM-Lab's TD error of a new transition (its add_experience error=100000)
+
     def __init__(self, max_size: int, obs_shape: tuple[int, ...], act_shape: tuple[int, ...], act_dtype: np.dtype,
                  batch_size: int, use_cer: bool = False, obs_dtype: Any = np.float32, alpha: float = 0.6,
-                 epsilon: float = 1e-4, beta_start: float = 0.4, beta_end_step: int = 100000,
+                 epsilon: float = 1e-4, beta_start: float | None = None, beta_end_step: int = 100000,
                  store_next_obs: bool = True) -> None:
         super().__init__(max_size, obs_shape, act_shape, act_dtype, batch_size, use_cer, obs_dtype, store_next_obs)
         if alpha < 0 or epsilon < 0 or beta_end_step <= 0:
             raise ValueError(f"alpha ({alpha}) and epsilon ({epsilon}) must be >= 0, beta_end_step "
                              f"({beta_end_step}) > 0 frames")
         self.alpha, self.epsilon = float(alpha), float(epsilon)
-        self.beta_start, self.beta_end_step = float(beta_start), int(beta_end_step)
+        self.beta_start = None if beta_start is None else float(beta_start)
+        self.beta_end_step = int(beta_end_step)
         self.sum_tree = SumTree(self.max_size)
         self.max_priority = 1.0
 
     def add(self, obs_NO: np.ndarray, act_NA: np.ndarray, reward_N: np.ndarray, next_obs_NO: np.ndarray,
             terminated_N: np.ndarray, truncated_N: np.ndarray) -> None:
-        """``Replay.add``; the N new rows get priority ``max_priority``."""
+        """``Replay.add``; the N new rows get ``new_priority``."""
         rows = (self.head + np.arange(len(reward_N))) % self.max_size
         super().add(obs_NO, act_NA, reward_N, next_obs_NO, terminated_N, truncated_N)
-        self.sum_tree.set(rows, np.full(len(rows), self.max_priority))
+        self.sum_tree.set(rows, np.full(len(rows), self.new_priority))
+
+    @property
+    def new_priority(self) -> float:
+        """Priority of a new transition: ``(NEW_ERROR + epsilon) ** alpha`` (SLM-Lab's variant) or
+        ``max_priority`` (the paper's, with ``beta_start``)."""
+        if self.beta_start is None:
+            return (self.NEW_ERROR + self.epsilon) ** self.alpha
+        return self.max_priority
 
     def beta(self, frame: int) -> float:
-        """Importance-weight exponent at ``frame``: linear from ``beta_start`` to 1 at ``beta_end_step``."""
+        """Importance-weight exponent at ``frame``: linear from ``beta_start`` to 1 at ``beta_end_step`` (0 in
+        SLM-Lab's variant: no weighting)."""
+        if self.beta_start is None:
+            return 0.0
         return min(1.0, self.beta_start + (1.0 - self.beta_start) * frame / self.beta_end_step)
 
     def sample_many(self, rng: np.random.Generator, n: int) -> Batch:
@@ -598,10 +618,13 @@ class PrioritizedReplay(Replay):
         idx = np.minimum(idx, self.size - 1)
         if self.use_cer:
             idx[-1] = (self.head - 1) % self.max_size
-        prob = self.sum_tree.get(idx) / total
-        weight = (self.size * prob) ** -self.beta(frame)
         batch = {k: v[idx] for k, v in self.data.items()}
-        batch["idx"], batch["weight"] = idx, (weight / weight.max()).astype(np.float32)
+        if self.beta_start is None:  # SLM-Lab: no importance weighting
+            weight = np.ones(b, np.float32)
+        else:
+            weight = (self.size * self.sum_tree.get(idx) / total) ** -self.beta(frame)
+            weight = (weight / weight.max()).astype(np.float32)
+        batch["idx"], batch["weight"] = idx, weight
         return batch
 
     def update_priorities(self, idx: np.ndarray, td_error: np.ndarray) -> None:

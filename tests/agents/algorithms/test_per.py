@@ -51,7 +51,8 @@ def test_sampling_probabilities_and_importance_weights_hand_computed():
 
 
 def test_new_rows_get_the_max_priority_and_overwrites_replace_it():
-    memory = per(max_size=3, batch_size=2, alpha=1.0, epsilon=0.5)
+    """The paper's variant (``beta_start`` set): a new row enters at the largest priority seen so far."""
+    memory = per(max_size=3, batch_size=2, alpha=1.0, epsilon=0.5, beta_start=0.4)
     fill(memory, 2)
     np.testing.assert_array_equal(memory.sum_tree.get(np.arange(2)), [1, 1])  # max priority starts at 1
     memory.update_priorities(np.array([0, 1]), np.array([2.5, 0.0]))  # p = 3, 0.5
@@ -59,6 +60,22 @@ def test_new_rows_get_the_max_priority_and_overwrites_replace_it():
     fill(memory, 2)  # row 2, then row 0 overwritten (ring of 3)
     np.testing.assert_array_equal(memory.sum_tree.get(np.arange(3)), [3, 0.5, 3])
     assert memory.sum_tree.total == 6.5
+
+
+def test_slm_lab_variant_new_rows_at_error_1e5_and_no_importance_weights():
+    """``beta_start`` unset (SLM-Lab v5.3's PrioritizedReplay, as its spec files run): alpha 0.5, epsilon 0.25: a new
+    row's priority is (1e5 + 0.25) ** 0.5 = 316.228..., whatever priorities were set before; after priorities
+    2, 0.5 (|delta| 3.75, 0) two new rows keep 316.23 and a sample's weights are all 1 (plain mean loss)."""
+    memory = per(max_size=4, batch_size=4, alpha=0.5, epsilon=0.25)
+    fill(memory, 2)
+    np.testing.assert_allclose(memory.sum_tree.get(np.arange(2)), [(1e5 + 0.25) ** 0.5] * 2)
+    memory.update_priorities(np.array([0, 1]), np.array([3.75, 0.0]))
+    fill(memory, 2)
+    np.testing.assert_allclose(memory.sum_tree.get(np.arange(4)), [2.0, 0.5, 316.2281686, 316.2281686])
+    batch = memory.sample(np.random.default_rng(0), frame=0)
+    np.testing.assert_array_equal(batch["weight"], np.ones(4, np.float32))
+    assert memory.beta(0) == memory.beta(10**6) == 0.0
+    assert sorted(batch["idx"].tolist()) == [2, 2, 3, 3]  # each new row holds ~half of the total
 
 
 def test_double_dqn_per_weighted_loss_and_priority_update_hand_computed():

@@ -142,7 +142,8 @@ def test_prioritized_sil_replay_priorities_are_the_clipped_advantages():
     expected = {0: 0.5, 1: 0.5, 2: 2.5}  # R = 0, -1 clip to A = 0
     tree = algo.memory.replay.sum_tree
     for row in range(3):
-        assert tree.get(np.array([row]))[0] == pytest.approx(expected[row] if row in sampled else 1.0)
+        new = (1e5 + 0.5) ** 1.0  # an unsampled row keeps a new row's priority (SLM-Lab's variant: error 1e5)
+        assert tree.get(np.array([row]))[0] == pytest.approx(expected[row] if row in sampled else new)
     # V = 0 and a uniform policy over 2 actions: policy loss = mean(log 2 * A), value loss = mean(A^2 / 2)
     adv = np.array([max(algo.memory.replay.data["reward"][i], 0) for i in sampled])
     assert metrics["sil_policy_loss"] == pytest.approx(np.mean(math.log(2) * adv), rel=1e-5)
