@@ -1,7 +1,10 @@
 """GPU train -> kill -> resume check through the real CLI, with a CPU-only flow for hosts without CUDA.
 
-Phases (each a ``python run_lab.py ...`` subprocess with its own embedded Ray; PPO on CartPole-v1,
-2 sessions, 8 sub-envs, a checkpoint every ``--log-frequency`` frames):
+Phases (each a ``python run_lab.py ...`` subprocess with its own embedded Ray; ``--workload cartpole``: PPO on
+CartPole-v1, 2 sessions, 8 sub-envs; ``--workload atari``: SLM-Lab's Atari PPO (``specs/benchmark/atari.json``
+``ppo_atari``, Nature CNN) on ALE/Pong-v5, 2 sessions of 8 sub-envs, optionally ``--precision bfloat16``; a
+checkpoint every ``--log-frequency`` frames; in the gpu flow the peak GPU memory of phases 1-2 (``nvidia-smi``,
+both sessions on one GPU) is recorded):
 
 1. ``train`` with ``agent.net.gpu: true`` and ``meta.resources.num_gpus: 0.5`` (gpu flow) or
    ``false`` / ``0`` (cpu flow); the driver is SIGKILLed (with its Ray processes, by PID) once both
@@ -23,6 +26,7 @@ Usage:
     python bench/gpu_check.py                 # gpu flow when CUDA is visible, else the cpu flow
     python bench/gpu_check.py --mode gpu      # fail unless CUDA is visible
     python bench/gpu_check.py --mode cpu      # the same flow with gpu false / num_gpus 0
+    python bench/gpu_check.py --workload atari [--precision bfloat16]   # Atari PPO on Pong (issue 11)
 """
 
 from __future__ import annotations
@@ -40,7 +44,17 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-SPEC_FILE, SPEC_NAME = str(REPO / "specs/benchmark/cartpole.json"), "ppo_cartpole"
+# --workload: spec file, spec name, overrides of every phase, default --max-frame / --extra-frames / --log-frequency
+WORKLOADS: dict[str, dict[str, Any]] = {
+    "cartpole": {"file": str(REPO / "specs/benchmark/cartpole.json"), "name": "ppo_cartpole",
+                 "items": ["agent.algorithm.training_epoch=4"], "max_frame": 8192, "extra_frames": 1024,
+                 "log_frequency": 512},
+    # SLM-Lab's Atari PPO (Nature CNN, 128-step rollouts, 4 epochs of batch 256) on Pong with 8 sub-envs
+    "atari": {"file": str(REPO / "specs/benchmark/atari.json"), "name": "ppo_atari",
+              "items": ["env.num_envs=8", "env.name=ALE/Pong-v5"], "max_frame": 8192, "extra_frames": 1024,
+              "log_frequency": 1024},
+}
+WORKLOAD = WORKLOADS["cartpole"]  # the one this run checks (main sets it from --workload)
 DRIVER_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 NO_CUDA = {"CUDA_VISIBLE_DEVICES": ""}
 
@@ -53,8 +67,8 @@ class CheckFailed(Exception):
 def driver_argv(mode: str, data: str, items: list[str], *extra: str) -> list[str]:
     """``python run_lab.py SPEC_FILE SPEC_NAME mode --quiet --data-dir data -s item ...``."""
     sets = [x for item in items for x in ("-s", item)]
-    return [sys.executable, str(REPO / "run_lab.py"), SPEC_FILE, SPEC_NAME, mode, "--quiet", "--data-dir", data,
-            *sets, *extra]
+    return [sys.executable, str(REPO / "run_lab.py"), WORKLOAD["file"], WORKLOAD["name"], mode, "--quiet",
+            "--data-dir", data, *sets, *extra]
 
 
 def descendants(pid: int) -> list[int]:
@@ -191,7 +205,7 @@ def restore_on_cuda(predir: Path) -> float:
     from orchestrator.session import Session
 
     start = time.perf_counter()
-    spec, smeta = read_session_spec(str(predir / f"{SPEC_NAME}_t0_s0_spec.json"), SPEC_NAME)
+    spec, smeta = read_session_spec(str(predir / f"{WORKLOAD['name']}_t0_s0_spec.json"), WORKLOAD["name"])
     spec["agent"]["net"]["gpu"] = True  # read_session_spec sets enjoy's CPU-only default
     loaded = CheckpointStore(str(predir / "t0/s0")).latest_valid()
     if loaded is None:
@@ -210,11 +224,40 @@ def restore_on_cuda(predir: Path) -> float:
 
 
 # ---------------------------------------------------------------- the flow
-def items_for(gpu: bool, num_gpus: float, max_frame: int, log_frequency: int) -> list[str]:
+def items_for(gpu: bool, num_gpus: float, max_frame: int, log_frequency: int, precision: str) -> list[str]:
     """Spec overrides of a train phase (``agent.net.gpu`` must stay as first run: not resume-editable)."""
+    prec = [f"agent.net.precision={precision}"] if precision != "float32" else []
     return [f"agent.net.gpu={'true' if gpu else 'false'}", f"meta.resources.num_gpus={num_gpus}",
             "meta.max_session=2", f"env.max_frame={max_frame}", f"meta.log_frequency={log_frequency}",
-            "agent.algorithm.training_epoch=4"]
+            *WORKLOAD["items"], *prec]
+
+
+class GpuMemory:
+    """Peak GPU memory in use (MB, all processes, ``nvidia-smi``) sampled every 0.5 s while it runs."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.peak_mb, self._stop = 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            try:
+                out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                                     capture_output=True, text=True, timeout=10).stdout
+                self.peak_mb = max([self.peak_mb, *(float(x) for x in out.split())])
+            except (OSError, ValueError, subprocess.TimeoutExpired):
+                return
+            self._stop.wait(0.5)
+
+    def __enter__(self) -> "GpuMemory":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=15)
 
 
 def run_flow(gpu: bool, args: argparse.Namespace, data: str) -> dict[str, Any]:
@@ -223,22 +266,28 @@ def run_flow(gpu: bool, args: argparse.Namespace, data: str) -> dict[str, Any]:
     Raises:
         CheckFailed: from the first phase that fails.
     """
-    items = items_for(gpu, 0.5 if gpu else 0, args.max_frame, args.log_frequency)
+    items = items_for(gpu, 0.5 if gpu else 0, args.max_frame, args.log_frequency, args.precision)
     device_env = {} if gpu else NO_CUDA
-    fig: dict[str, Any] = {"mode": "gpu" if gpu else "cpu", "max_frame": args.max_frame}
-    fig["train_s"] = train_then_kill(driver_argv("train", data, items), device_env, data, args.timeout)
-    predir = only_predir(data)
-    fig["killed_at"] = committed_frames(predir)
-    fig["resume_s"] = run_phase("train@latest", driver_argv("train@latest", data, items), device_env, args.timeout)
+    fig: dict[str, Any] = {"mode": "gpu" if gpu else "cpu", "workload": WORKLOAD["name"],
+                           "precision": args.precision, "max_frame": args.max_frame}
+    with GpuMemory() as memory:  # phases 1-2: both sessions on one GPU (num_gpus 0.5 each)
+        fig["train_s"] = train_then_kill(driver_argv("train", data, items), device_env, data, args.timeout)
+        predir = only_predir(data)
+        fig["killed_at"] = committed_frames(predir)
+        fig["resume_s"] = run_phase("train@latest", driver_argv("train@latest", data, items), device_env,
+                                    args.timeout)
+    if gpu:
+        fig["gpu_mem_peak_mb"] = memory.peak_mb
     fig["resume_fps"] = check_sessions("train@latest", predir, args.max_frame, args.log_frequency,
                                        min(fig["killed_at"].values()))
     if gpu:
         fig["restore_cuda_s"] = restore_on_cuda(predir)
-    target = f"enjoy@{predir / f'{SPEC_NAME}_t0_s0_spec.json'}@latest"
+    session_spec = predir / f"{WORKLOAD['name']}_t0_s0_spec.json"
+    target = f"enjoy@{session_spec}@latest"
     fig["enjoy_s"] = run_phase("enjoy", driver_argv(target, data, [], "--episodes", "2"), NO_CUDA, args.timeout)
     fig["enjoy_return"] = check_enjoy(predir)
     more = args.max_frame + args.extra_frames
-    cpu_items = items_for(gpu, 0, more, args.log_frequency)
+    cpu_items = items_for(gpu, 0, more, args.log_frequency, args.precision)
     fig["cpu_resume_s"] = run_phase("train@ (no CUDA)", driver_argv(f"train@{predir}", data, cpu_items), NO_CUDA,
                                     args.timeout)
     fig["cpu_resume_fps"] = check_sessions("train@ (no CUDA)", predir, more, args.log_frequency, args.max_frame)
@@ -250,7 +299,9 @@ def figures_line(fig: dict[str, Any]) -> str:
     """One line: frames, fps and seconds per phase."""
     secs = " ".join(f"{k[:-2]}={fig[k]:.1f}s" for k in fig if k.endswith("_s"))
     killed = ",".join(f"{s}@{f}" for s, f in fig["killed_at"].items())
-    return (f"gpu_check OK mode={fig['mode']} frames={fig['frames']} (2 sessions to {fig['max_frame']}, then "
+    mem = f" gpu_mem_peak={fig['gpu_mem_peak_mb']:.0f}MB" if "gpu_mem_peak_mb" in fig else ""
+    return (f"gpu_check OK mode={fig['mode']} workload={fig['workload']} precision={fig['precision']}{mem} "
+            f"frames={fig['frames']} (2 sessions to {fig['max_frame']}, then "
             f"+{fig['frames'] // 2 - fig['max_frame']} on CPU) killed_at={killed} resume_fps={fig['resume_fps']:.0f} "
             f"cpu_resume_fps={fig['cpu_resume_fps']:.0f} enjoy_return={fig['enjoy_return']:.1f} {secs}")
 
@@ -260,12 +311,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=("auto", "gpu", "cpu"), default="auto",
                         help="auto: the gpu flow when CUDA is visible, else the cpu flow")
-    parser.add_argument("--max-frame", type=int, default=8192, help="frames per session of phases 1-2")
-    parser.add_argument("--extra-frames", type=int, default=1024, help="frames per session added by phase 5")
-    parser.add_argument("--log-frequency", type=int, default=512, help="frames between log rows and checkpoints")
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="cartpole",
+                        help="cartpole: PPO on CartPole-v1; atari: SLM-Lab's Atari PPO on ALE/Pong-v5, 8 sub-envs")
+    parser.add_argument("--precision", choices=("float32", "bfloat16"), default="float32",
+                        help="agent.net.precision (bfloat16: conv nets under autocast; atari only)")
+    parser.add_argument("--max-frame", type=int, default=None, help="frames per session of phases 1-2 (8192)")
+    parser.add_argument("--extra-frames", type=int, default=None, help="frames per session added by phase 5 (1024)")
+    parser.add_argument("--log-frequency", type=int, default=None,
+                        help="frames between log rows and checkpoints (cartpole 512, atari 1024: one rollout)")
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds per phase before it fails")
     parser.add_argument("--out", default=None, help="JSON file for the figures (default: none)")
     args = parser.parse_args(argv)
+    global WORKLOAD
+    WORKLOAD = WORKLOADS[args.workload]
+    for key in ("max_frame", "extra_frames", "log_frequency"):
+        if getattr(args, key) is None:
+            setattr(args, key, WORKLOAD[key])
+    if args.precision != "float32" and args.workload != "atari":
+        parser.error("--precision bfloat16 needs --workload atari (conv nets read agent.net.precision)")
     import torch
 
     cuda = torch.cuda.is_available()
