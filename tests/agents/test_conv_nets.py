@@ -133,3 +133,28 @@ def test_algorithms_act_and_update_on_pixels(name, overrides, nets):
     assert clock.opt_step > 0
     if "dqn" in name:
         assert algo.memory.data["obs"].dtype == np.uint8 and algo.memory.sample(algo.rng)["next_obs"].dtype == np.uint8
+
+
+@pytest.mark.parametrize("net_type, dtype", [("ConvNet", torch.uint8), ("MLPNet", torch.float32)])
+def test_uint8_frames_reach_conv_nets_as_uint8_with_the_same_values(net_type, dtype):
+    """Conv nets on a uint8 space take uint8 tensors (``obs_dtype``: a quarter of the bytes per gather and copy);
+    the PPO rollout's values and log-probs are bit-equal to those of the same frames passed as float32. An
+    MLP on the same space keeps float32 tensors."""
+    algo = make_algo("ppo_cartpole", [*SMALL, f"agent.net.type={net_type}", "agent.net.hid_layers=[8]",
+                                      "agent.algorithm.time_horizon=3"], num_envs=2, obs_space=ATARI_OBS,
+                     action_space=gym.spaces.Discrete(6))
+    assert algo.obs_dtype == dtype
+    rng = np.random.default_rng(0)
+    obs = rng.integers(0, 256, (2, 4, 84, 84), dtype=np.uint8)
+    for _ in range(3):
+        next_obs = rng.integers(0, 256, obs.shape, dtype=np.uint8)
+        algo.memory.add(obs, rng.integers(0, 6, 2), np.ones(2, np.float32), next_obs, np.zeros(2, bool),
+                        np.zeros(2, bool))
+        obs = next_obs
+    batch = algo.memory.pop()
+    assert algo.obs_tensor(batch["obs"]).dtype == dtype
+    as_uint8 = algo.prepare(batch)
+    algo.obs_dtype = torch.float32
+    as_float = algo.prepare(batch)
+    for k in ("old_logp", "old_value", "adv", "v_target"):
+        assert torch.equal(as_uint8[k], as_float[k]), k
