@@ -56,6 +56,7 @@ class MemorySpec:
 
 
 FIELDS = ("obs", "act", "reward", "next_obs", "terminated", "truncated")
+ROLLOUT_FIELDS = ("obs", "act", "reward", "terminated", "truncated")  # an OnPolicyBatchReplay row (next obs apart)
 
 
 def storage_dtype(obs_dtype: Any) -> np.dtype:
@@ -341,7 +342,7 @@ class OnPolicyBatchReplay:
         if horizon <= 0:
             raise ValueError(f"horizon must be > 0 steps, got {horizon}")
         self.horizon = int(horizon)
-        self.rows: list[tuple[np.ndarray, ...]] = []  # (obs, act, reward, terminated, truncated) per step
+        self.rows: list[tuple[np.ndarray, ...]] = []  # ROLLOUT_FIELDS per step
         self.next_obs: list[np.ndarray | None] = []  # per step: its next obs, None where the next row's obs is it
 
     def add(self, obs_NO: np.ndarray, act_NA: np.ndarray, reward_N: np.ndarray, next_obs_NO: np.ndarray,
@@ -360,8 +361,7 @@ class OnPolicyBatchReplay:
 
     def _stack(self) -> Batch:
         """The stored steps as arrays: obs (T, N, *O), act (T, N, *A), reward/terminated/truncated (T, N)."""
-        keys = ("obs", "act", "reward", "terminated", "truncated")
-        return {k: np.stack(col) for k, col in zip(keys, zip(*self.rows))}
+        return {k: np.stack(col) for k, col in zip(ROLLOUT_FIELDS, zip(*self.rows))}
 
     def pop(self) -> Batch:
         """Stack and clear: ``_stack``'s arrays, next_obs (T, N, *O), and ``next_shared`` (T,) bool, true where
@@ -389,8 +389,7 @@ class OnPolicyBatchReplay:
         """Restore a partial rollout (also one saved with every step's next obs, without ``next_rows``)."""
         data = state["data"]
         n_rows = len(data.get("obs", []))
-        self.rows = [tuple(np.asarray(data[k][i]) for k in ("obs", "act", "reward", "terminated", "truncated"))
-                     for i in range(n_rows)]
+        self.rows = [tuple(np.asarray(data[k][i]) for k in ROLLOUT_FIELDS) for i in range(n_rows)]
         next_rows = np.asarray(data.get("next_rows", np.arange(n_rows)), np.int64).tolist()
         self.next_obs = [None] * n_rows
         for j, t in enumerate(next_rows):
