@@ -21,6 +21,7 @@ Reference: SLM-Lab ``slm_lab/agent/net/batch_renorm.py``.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.parameter import UninitializedBuffer, UninitializedParameter
@@ -55,23 +56,24 @@ class BatchRenorm1d(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, F, ...) -> same shape; batch statistics and a running update in train mode only."""
-        if not self.training:
-            x_hat = (x - self._bcast(self.running_mean, x)) / self._bcast((self.running_var + self.eps).sqrt(), x)
-            return self._bcast(self.weight, x) * x_hat + self._bcast(self.bias, x)
+        if not self.training:  # (x - running_mean) / sqrt(running_var + eps) * weight + bias, statistics untouched
+            return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, training=False,
+                                eps=self.eps)
         dims = [0, *range(2, x.dim())]
-        mean, var = x.mean(dims), x.var(dims, unbiased=False)
-        std, running_std = (var + self.eps).sqrt(), (self.running_var + self.eps).sqrt()
         t = min(int(self.step) / max(self.warmup_steps, 1), 1.0)
         r_max, d_max = 1.0 + t * (self.r_max_limit - 1.0), t * self.d_max_limit
-        with torch.no_grad():
-            r = (std / running_std).clamp(1.0 / r_max, r_max)
+        with torch.no_grad():  # the batch statistics for r, d and the running update (torch.var is ~12x slower)
+            mean = x.mean(dims)
+            var = (x - self._bcast(mean, x)).square().mean(dims)
+            running_std = (self.running_var + self.eps).sqrt()
+            r = ((var + self.eps).sqrt() / running_std).clamp(1.0 / r_max, r_max)
             d = ((mean - self.running_mean) / running_std).clamp(-d_max, d_max)
-        x_hat = (x - self._bcast(mean, x)) / self._bcast(std, x) * self._bcast(r, x) + self._bcast(d, x)
-        with torch.no_grad():
             self.running_mean.lerp_(mean, self.momentum)
             self.running_var.lerp_(var, self.momentum)
             self.step += 1
-        return self._bcast(self.weight, x) * x_hat + self._bcast(self.bias, x)
+        # weight * ((x - mu_B) / sigma_B * r + d) + bias as one batch norm (gradients through mu_B and sigma_B, as
+        # in the formula; r and d are constants) with scale weight * r and shift weight * d + bias
+        return F.batch_norm(x, None, None, self.weight * r, self.weight * d + self.bias, training=True, eps=self.eps)
 
     def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, r_max={self.r_max_limit}, "

@@ -45,6 +45,36 @@ def test_batch_renorm_hand_computed():
     assert isinstance(lazy, BatchRenorm1d) and lazy.weight.shape == (3,) and int(lazy.step) == 1
 
 
+def test_batch_renorm_gradients_follow_the_formula():
+    """Gradients reach x through the batch mean and std (as in batch norm; r and d are constants), and weight and
+    bias get those of ``weight * x_hat + bias``: against autograd of the formula written out, at a step where both
+    corrections are active (r_max 3, d_max 5 after warmup 1; running statistics set so r and d are not 1, 0)."""
+    torch.manual_seed(0)
+    brn = BatchRenorm1d(3, eps=BRN_EPS, momentum=0.01, warmup_steps=1)
+    with torch.no_grad():
+        brn.step.fill_(1)
+        brn.running_mean.copy_(torch.tensor([0.5, -0.3, 0.1]))
+        brn.running_var.copy_(torch.tensor([2.0, 0.5, 1.5]))
+        brn.weight.copy_(torch.tensor([1.5, 0.7, -0.4]))
+        brn.bias.copy_(torch.tensor([0.1, 0.2, -0.3]))
+    x = torch.randn(6, 3, requires_grad=True)
+    weight, bias = brn.weight.detach().clone().requires_grad_(), brn.bias.detach().clone().requires_grad_()
+    mean, var = x.mean(0), x.var(0, unbiased=False)
+    std, running_std = (var + BRN_EPS).sqrt(), (brn.running_var + BRN_EPS).sqrt()
+    r = (std / running_std).clamp(1 / 3, 3).detach()
+    d = ((mean - brn.running_mean) / running_std).clamp(-5, 5).detach()
+    g = torch.randn(6, 3)
+    expected = weight * ((x - mean) / std * r + d) + bias
+    (expected * g).sum().backward()
+    x_grad, x.grad = x.grad, None
+    out = brn(x)
+    (out * g).sum().backward()
+    torch.testing.assert_close(out, expected.detach())
+    torch.testing.assert_close(x.grad, x_grad)
+    torch.testing.assert_close(brn.weight.grad, weight.grad)
+    torch.testing.assert_close(brn.bias.grad, bias.grad)
+
+
 def test_one_critic_forward_over_both_halves_and_no_targets():
     """The first BRN layer's running mean after one critic_preds call is 0.01 x the mean, over all 2B rows of
     (s, a) and (s', a'), of the first linear layer's output."""
