@@ -71,6 +71,8 @@ class BatchRenorm1d(nn.Module):
             self.running_mean.lerp_(mean, self.momentum)
             self.running_var.lerp_(var, self.momentum)
             self.step += 1
+        if x.numel() == x.shape[1]:  # one value per feature: x - mu_B is 0 (torch's batch norm refuses it)
+            return self._bcast(self.weight * d + self.bias, x).expand_as(x)
         # weight * ((x - mu_B) / sigma_B * r + d) + bias as one batch norm (gradients through mu_B and sigma_B, as
         # in the formula; r and d are constants) with scale weight * r and shift weight * d + bias
         return F.batch_norm(x, None, None, self.weight * r, self.weight * d + self.bias, training=True, eps=self.eps)

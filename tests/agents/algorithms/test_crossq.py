@@ -73,6 +73,9 @@ def test_batch_renorm_gradients_follow_the_formula():
     torch.testing.assert_close(x.grad, x_grad)
     torch.testing.assert_close(brn.weight.grad, weight.grad)
     torch.testing.assert_close(brn.bias.grad, bias.grad)
+    x1 = torch.tensor([[1.0, 2.0, 3.0]])  # a batch of one: x - mu_B = 0, so weight * d + bias
+    d1 = ((x1[0] - brn.running_mean) / (brn.running_var + BRN_EPS).sqrt()).clamp(-5, 5)
+    torch.testing.assert_close(brn(x1), (brn.weight * d1 + brn.bias).detach().unsqueeze(0))
 
 
 def test_one_critic_forward_over_both_halves_and_no_targets():
