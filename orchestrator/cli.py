@@ -300,7 +300,7 @@ def dispatch(args: argparse.Namespace) -> int:
     if handler is None or (args.mode == "dev@" or args.mode.startswith("dev@")):
         raise UsageError(f"unknown mode '{args.mode}'; expected one of: {', '.join(MODES)}"
                          + order_hint(args))
-    if args.mode != "train":  # train: in orchestrator.spec_check, with the spec check, while Ray starts
+    if args.mode.split("@", 1)[0] != "train":  # train, train@: in orchestrator.spec_check, while Ray starts
         from orchestrator.preflight import preflight
         preflight(args)  # env dependencies and memory sizes, before any run dir or actor exists
     return handler(args)

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from orchestrator import storage
+from orchestrator.errors import UsageError
 
 TS_FORMAT = "%Y_%m_%d_%H%M%S"
 TS_RE = r"\d{4}_\d{2}_\d{2}_\d{6}"
@@ -87,3 +88,18 @@ def save_specs(predir: str, spec: dict[str, Any], trial: int, seeds: list[int]) 
     storage.write_json(spec_file(predir, name, trial), {**spec, "meta": {**spec["meta"], "trial": trial}})
     for s, seed in enumerate(seeds):
         storage.write_json(spec_file(predir, name, trial, s), session_spec(spec, trial, s, seed))
+
+
+def read_json_file(uri: str, what: str) -> Any:
+    """Parse a JSON file a resume depends on.
+
+    Raises:
+        UsageError: the file is missing or damaged (names it and ``what`` it is).
+        storage.StorageError: the store cannot be read.
+    """
+    try:
+        return storage.read_json(uri)
+    except FileNotFoundError:
+        raise UsageError(f"{what} {uri} is missing") from None
+    except (ValueError, UnicodeDecodeError) as err:
+        raise UsageError(f"{what} {uri} is damaged (not valid JSON: {err}); restore it from a copy") from None

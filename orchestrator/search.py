@@ -59,7 +59,7 @@ from orchestrator.checkpoint import CheckpointStore
 from orchestrator.errors import UsageError
 from orchestrator.lease import Lease
 from orchestrator.search_space import SearchVar, apply_values, parse_search, plain
-from orchestrator.spec import SpecError, check, load_spec, resume_edits, session_seed
+from orchestrator.spec import SpecError, check, load_spec, resume_spec, session_seed
 from orchestrator.trial import (
     HOSTS,
     RunRecord,
@@ -71,7 +71,6 @@ from orchestrator.trial import (
     init_ray,
     missing_spec_message,
     now_iso,
-    read_json_file,
     resolve_predir,
     session_done,
 )
@@ -691,11 +690,7 @@ def resumed_spec(predir: str, new_spec: dict[str, Any]) -> tuple[dict[str, Any],
         raise UsageError(f"search@: '{predir}' is not a search run (no search.json); resume it with train@")
     if not storage.exists(predir_mod.spec_file(predir, new_spec["name"])):
         raise UsageError(missing_spec_message("search@", predir, new_spec["name"]))
-    saved = read_json_file(predir_mod.spec_file(predir, new_spec["name"]), "search@: the search's saved spec")
-    merged, applied, conflicts = resume_edits(saved, new_spec)
-    if conflicts:
-        raise SpecError([f"cannot resume {predir}: the spec contradicts the run's past"] + conflicts)
-    return check(merged), applied
+    return resume_spec(predir, new_spec, "search@: the search's saved spec")
 
 
 def read_settings(predir: str, spec_name: str) -> dict[str, Any]:

@@ -50,7 +50,11 @@ from envs.make import EnvSpec, is_atari, resolve_env_id
 from orchestrator import storage
 from orchestrator.checkpoint import DEFAULT_CHECKPOINT_INTERVAL_S
 from orchestrator.errors import SpecError  # noqa: F401  (defined there so the driver needs no torch; re-exported)
-from orchestrator.predir import session_seed  # noqa: F401  (re-exported)
+from orchestrator.predir import (
+    read_json_file,
+    session_seed,  # noqa: F401  (re-exported)
+    spec_file,
+)
 from orchestrator.search_space import search_problems
 from orchestrator.slm_lab import SHADOWED_BY, SLM_LAB_KEYS, slm_lab_key_problem, slm_lab_name_problem
 from orchestrator.tracking import tracking_problems
@@ -1019,3 +1023,23 @@ def resume_edits(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, 
         node[parts[-1]] = value
         applied.append(f"{key}: {old!r} -> {value!r}")
     return merged, applied, conflicts
+
+
+def resume_spec(predir: str, new_spec: dict[str, Any],
+                what: str = "the run's saved spec") -> tuple[dict[str, Any], list[str]]:
+    """The spec a resume of ``predir`` runs (``train@``, ``search@``): the run's saved spec with the edits of
+    ``new_spec`` (the checked spec given now) merged by ``resume_edits``, checked again.
+
+    Returns:
+        (merged checked spec, applied edits as "key: old -> new").
+
+    Raises:
+        SpecError: edits that contradict the run's past (each key with both values).
+        UsageError: the saved spec is missing or damaged (``what`` names it).
+        storage.StorageError: the store cannot be read.
+    """
+    saved = read_json_file(spec_file(predir, new_spec["name"]), what)
+    merged, applied, conflicts = resume_edits(saved, new_spec)
+    if conflicts:
+        raise SpecError([f"cannot resume {predir}: the spec contradicts the run's past"] + conflicts)
+    return check(merged), applied

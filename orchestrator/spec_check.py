@@ -1,14 +1,16 @@
-"""The driver's spec check for ``train``, out of the driver's process, while the driver starts Ray.
+"""The driver's spec check for ``train`` and ``train@``, out of the driver's process, while the driver starts Ray.
 
 Checking a spec needs torch (optimizer, scheduler and net arguments are validated on torch objects,
 ``agents`` defines the sections' dataclasses) and gymnasium (``orchestrator.preflight`` builds the env
 once): about 220 MB of RSS and 2-4 s of imports (docs/BENCHMARKS.md "Process memory", "Start-up and
 exit"). A ``train`` driver only plans sessions and watches them, so ``start`` runs the whole check
-(``load_spec``, ``preflight.check_spec``, ``transfer.check_init_from``) in a short child process
+(``load_spec``, ``preflight.check_spec``, ``transfer.check_init_from``; for ``train@`` the merge into the
+run's saved spec, ``spec.resume_spec``, instead of ``check_init_from``) in a short child process
 (``python -c ... orchestrator.spec_check``) and returns at once; the driver starts Ray meanwhile and
 then takes the result. The child prints the checked spec (JSON) or the problem (``SpecError``,
 ``UsageError``, ``storage.StorageError``, raised again in the driver with the same message: exit 2,
-no traceback, before any run directory exists). Its other output goes to the driver's stderr.
+no traceback, before any run directory exists or a resumed run is changed). Its other output goes to the
+driver's stderr.
 
 Where torch is already imported (the lab called in-process, e.g. by tests, or ``dev``), the check runs in
 the calling process at once: nothing is saved by a child there, and the caller's ``sys.modules`` (a
@@ -31,35 +33,42 @@ ROOT = str(Path(__file__).resolve().parents[1])  # the directory holding the orc
 RESULT_PREFIX = "SPEC_CHECK_RESULT "
 
 
-def request_of(args: Any) -> dict[str, Any]:
-    """The check's input from parsed CLI arguments (``orchestrator.cli.parse_args``)."""
+def request_of(args: Any, resume: str | None = None) -> dict[str, Any]:
+    """The check's input from parsed CLI arguments (``orchestrator.cli.parse_args``); ``resume``: the predir a
+    ``train@`` resumes (resolved by the driver)."""
     return {"spec_file": args.spec_file, "spec_name": args.spec_name, "overrides": list(args.overrides),
             "mode": args.mode.split("@", 1)[0], "address": args.address,
-            "max_concurrent_trials": getattr(args, "max_concurrent_trials", None)}
+            "max_concurrent_trials": getattr(args, "max_concurrent_trials", None), "resume": resume}
 
 
 def check_request(request: dict[str, Any]) -> dict[str, Any]:
-    """Load, check and preflight the spec of ``request`` (see ``request_of``) in this process.
+    """Load, check and preflight the spec of ``request`` (see ``request_of``) in this process; for a resume,
+    merge it into the run's saved spec (``orchestrator.spec.resume_spec``). ``agent.net.init_from`` is checked
+    for a fresh ``train`` only (a resume never loads it again).
 
     Returns:
-        The checked flat spec, as JSON would give it back (lists, not tuples).
+        ``{"spec": the checked flat spec}`` (a resume: the merged one, plus ``"applied"``: its edits as
+        "key: old -> new"), as JSON would give it back (lists, not tuples).
 
     Raises:
         SpecError / UsageError / storage.StorageError: bad input, as ``orchestrator.cli`` reports it.
     """
     from orchestrator.preflight import check_spec
-    from orchestrator.spec import load_spec
+    from orchestrator.spec import load_spec, resume_spec
     from orchestrator.transfer import check_init_from
 
     spec = load_spec(request["spec_file"], request["spec_name"], request["overrides"])
     mode = "dev" if request["address"] is not None else request["mode"]  # a cluster: one session here
     check_spec(spec, mode, request["max_concurrent_trials"])
-    check_init_from(spec)
-    return json.loads(json.dumps(spec))
+    if request.get("resume") is None:
+        check_init_from(spec)
+        return json.loads(json.dumps({"spec": spec}))
+    merged, applied = resume_spec(request["resume"], spec)
+    return json.loads(json.dumps({"spec": merged, "applied": applied}))
 
 
 def start(request: dict[str, Any]) -> Callable[[], dict[str, Any]]:
-    """Start checking ``request``; returns the function that waits for the checked spec.
+    """Start checking ``request``; returns the function that waits for ``check_request``'s answer.
 
     In a child process unless torch is already imported here (then at once: a bad spec raises now).
 
@@ -68,8 +77,8 @@ def start(request: dict[str, Any]) -> Callable[[], dict[str, Any]]:
             check runs here); RuntimeError: the child failed otherwise (its traceback is on stderr).
     """
     if "torch" in sys.modules:
-        spec = check_request(request)
-        return lambda: spec
+        answer = check_request(request)
+        return lambda: answer
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])}
     proc = subprocess.Popen([sys.executable, "-c", "from orchestrator.spec_check import main; main()",
                              json.dumps(request)], stdout=subprocess.PIPE, env=env, text=True)
@@ -84,7 +93,7 @@ def start(request: dict[str, Any]) -> Callable[[], dict[str, Any]]:
 
 
 def decode(answer: dict[str, Any]) -> dict[str, Any]:
-    """The checked spec of a child's answer, or the child's error raised again."""
+    """A child's answer (``check_request``'s), or the child's error raised again."""
     kind = answer.get("error")
     if kind == "spec":
         raise SpecError(answer["problems"])
@@ -92,7 +101,7 @@ def decode(answer: dict[str, Any]) -> dict[str, Any]:
         raise UsageError(answer["message"])
     if kind == "storage":
         raise storage.StorageError(answer["message"])
-    return answer["spec"]
+    return answer
 
 
 def main() -> None:
@@ -101,7 +110,7 @@ def main() -> None:
     import warnings
     warnings.filterwarnings("ignore", category=DeprecationWarning)  # as orchestrator.cli.main
     try:
-        answer: dict[str, Any] = {"spec": check_request(json.loads(sys.argv[1]))}
+        answer: dict[str, Any] = check_request(json.loads(sys.argv[1]))
     except SpecError as err:
         answer = {"error": "spec", "problems": err.problems}
     except UsageError as err:

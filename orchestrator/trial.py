@@ -39,10 +39,10 @@ from ray.exceptions import OutOfMemoryError, RayActorError, RayTaskError
 from orchestrator import predir as predir_mod
 from orchestrator import spec_check, storage
 from orchestrator.checkpoint import CheckpointError, CheckpointStore, Selection
-from orchestrator.errors import SpecError, UsageError
+from orchestrator.errors import UsageError
 from orchestrator.global_params import GlobalParamsActor, distributed
 from orchestrator.lease import Lease
-from orchestrator.predir import session_seed
+from orchestrator.predir import read_json_file, session_seed
 from orchestrator.progress import SessionProgress
 from orchestrator.session_actor import EXPORTED_FILES, SessionActor
 
@@ -745,21 +745,6 @@ def record_sessions(record_dir: str) -> list[tuple[int, int]]:
     return sorted((t, int(n[1:])) for t, tdir in trials for n in storage.listdir(tdir) if re.fullmatch(r"s\d+", n))
 
 
-def read_json_file(uri: str, what: str) -> Any:
-    """Parse a JSON file a resume depends on.
-
-    Raises:
-        UsageError: the file is missing or damaged (names it and ``what`` it is).
-        storage.StorageError: the store cannot be read.
-    """
-    try:
-        return storage.read_json(uri)
-    except FileNotFoundError:
-        raise UsageError(f"{what} {uri} is missing") from None
-    except (ValueError, UnicodeDecodeError) as err:
-        raise UsageError(f"{what} {uri} is damaged (not valid JSON: {err}); restore it from a copy") from None
-
-
 def check_session(predir: str, plan: SessionPlan) -> Selection:
     """Verify a session's checkpoints in the driver before it runs: the newest valid one is the truth.
 
@@ -893,9 +878,10 @@ def missing_spec_message(mode: str, predir: str, spec_name: str) -> str:
     return text + f"Write the spec '{spec_name}' the run was started with to {missing}, then resume again"
 
 
-def plan_resume(predir: str, new_spec: dict[str, Any],
-                allow_fresh: bool) -> tuple[dict[str, Any], list[SessionPlan], list[str], list[SessionPlan]]:
-    """Merge spec edits and plan one resumed actor per unfinished session.
+def plan_resume(predir: str, merged: dict[str, Any],
+                allow_fresh: bool) -> tuple[list[SessionPlan], list[SessionPlan]]:
+    """Plan one resumed actor per unfinished session of ``predir``, run with ``merged`` (``spec.resume_spec``: the
+    saved spec with the edits given now).
 
     Each saved session is verified here, in the driver (``check_session``): its plan's ``frame`` is
     the frame of its newest checkpoint that verifies (newer corrupt ones are set aside, with a
@@ -903,20 +889,13 @@ def plan_resume(predir: str, new_spec: dict[str, Any],
     done: its train_df/eval_df copies are re-exported from that checkpoint.
 
     Returns:
-        (spec to run, plans to run, applied edits, plans of the sessions already done).
+        (plans to run, plans of the sessions already done).
 
     Raises:
-        SpecError: edits that contradict the past (each key with both values).
         UsageError: the saved spec is missing or damaged; sessions with no valid checkpoint (unless
             ``allow_fresh``); unreadable checkpoints.
     """
-    from orchestrator.spec import check, resume_edits
-
-    saved = read_json_file(predir_mod.spec_file(predir, new_spec["name"]), "the run's saved spec")
-    merged, applied, conflicts = resume_edits(saved, new_spec)
-    if conflicts:
-        raise SpecError([f"cannot resume {predir}: the spec contradicts the run's past"] + conflicts)
-    merged = check(merged)
+    saved = read_json_file(predir_mod.spec_file(predir, merged["name"]), "the run's saved spec")
     base, max_frame = merged["meta"]["random_seed"], merged["env"]["max_frame"]
     plans, done, missing = [], [], []
     for s in range(merged["meta"]["max_session"]):
@@ -939,7 +918,7 @@ def plan_resume(predir: str, new_spec: dict[str, Any],
                          "pass --allow-fresh to start them from frame 0")
     for plan, selection in done:
         export_committed(predir, plan, selection)
-    return merged, plans, applied, [plan for plan, _ in done]
+    return plans, [plan for plan, _ in done]
 
 
 def record_resume(predir: str, spec: dict[str, Any], plans: list[SessionPlan], applied: list[str],
@@ -1036,32 +1015,39 @@ def run_train(args: argparse.Namespace, checked: Callable[[], dict[str, Any]] | 
     if args.mode == "train":
         checked = checked or spec_check.start(spec_check.request_of(args))  # a child process checks while Ray starts
         init_ray(args.address, getattr(args, "dashboard", False))
-        new_spec = checked()
+        new_spec = checked()["spec"]
         check_resources(new_spec["meta"])
         predir, plans = plan_fresh(new_spec, args.data_dir)
         with Lease(predir, args.mode) as lease:
             record = RunRecord.load_or_new(predir, new_spec["name"])
             print(f"{args.mode}: {predir} ({len(plans)} session(s))")
             return run_with_signals(Trial(new_spec, predir, plans, record, quiet=args.quiet, lease=lease), new_spec)
-    from orchestrator.spec import load_spec
-
-    new_spec = load_spec(args.spec_file, args.spec_name, args.overrides)
-    predir = resolve_predir(args.mode.split("@", 1)[1], args.data_dir, args.spec_name)
-    if storage.exists(storage.join(predir, "search.json")):
-        raise UsageError(f"{args.mode}: '{predir}' is a search; resume it with search@{predir}")
-    refuse_dev_run(predir, args.mode)  # before the lease: a dev run stays byte-identical
+    try:
+        predir = resolve_predir(args.mode.split("@", 1)[1], args.data_dir, args.spec_name)
+        if storage.exists(storage.join(predir, "search.json")):
+            raise UsageError(f"{args.mode}: '{predir}' is a search; resume it with search@{predir}")
+        refuse_dev_run(predir, args.mode)  # before the lease: a dev run stays byte-identical
+    except UsageError:
+        spec_check.start(spec_check.request_of(args))()  # a bad spec is named first (e.g. an env not installed)
+        raise
+    # the given spec's check and its merge into the saved spec, in a child process while Ray starts
+    checked = spec_check.start(spec_check.request_of(args, resume=predir))
     with Lease(predir, args.mode) as lease:
-        return resume_train(args, predir, new_spec, lease)
+        return resume_train(args, predir, checked, lease)
 
 
-def resume_train(args: argparse.Namespace, predir: str, new_spec: dict[str, Any], lease: Lease) -> int:
-    """``train@{predir}`` once the lease is held: plan, record, run; returns the exit code.
+def resume_train(args: argparse.Namespace, predir: str, checked: Callable[[], dict[str, Any]], lease: Lease) -> int:
+    """``train@{predir}`` once the lease is held: start Ray, take the merged spec from ``checked``
+    (``spec_check.start``), verify and plan the sessions, record, run; returns the exit code.
 
     Raises:
-        UsageError / SpecError: see ``plan_resume``.
+        UsageError / SpecError: a bad spec or an edit that contradicts the run's past (``spec.resume_spec``),
+            and see ``plan_resume``; nothing in the run is changed then.
     """
-    spec, plans, applied, done = plan_resume(predir, new_spec, args.allow_fresh)
     init_ray(args.address, getattr(args, "dashboard", False))
+    answer = checked()
+    spec, applied = answer["spec"], answer["applied"]
+    plans, done = plan_resume(predir, spec, args.allow_fresh)
     check_resources(spec["meta"])
     record = record_resume(predir, spec, plans, applied, done)
     if not plans:

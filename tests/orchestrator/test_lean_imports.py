@@ -87,3 +87,33 @@ def test_train_driver_bad_spec_from_the_check_process_exits_2_creating_nothing(t
     assert out.stderr.startswith("error: ") and "Traceback" not in out.stderr + out.stdout
     assert "agent.net.optim_spec" in out.stderr and "lrr" in out.stderr, out.stderr
     assert not data.exists()
+
+
+def test_resume_driver_loads_no_torch_and_merges_the_spec_in_the_check_process(tmp_path):
+    """``train@``: the given spec's check and its merge into the saved spec run in the check process too; an
+    edit is applied, one that contradicts the past exits 2 naming the key and leaves every file of the run
+    as it was."""
+    data = tmp_path / "data"
+    first = child(DRIVER_CHILD, SPECS, "ppo_cartpole", "train", "--quiet", "--data-dir", str(data),
+                  "-s", "env.max_frame=512", "-s", "meta.random_seed=5", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    predir = Path(json.loads(next(x for x in first.stdout.splitlines()
+                                  if x.startswith("RESULT "))[len("RESULT "):])["predir"])
+    before = {p: p.read_bytes() for p in predir.rglob("*") if p.is_file()}
+    bad = child(DRIVER_CHILD, SPECS, "ppo_cartpole", f"train@{predir}", "--quiet", "--data-dir", str(data),
+                "-s", "env.max_frame=512", "-s", "agent.algorithm.gamma=0.5", cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr, bad.stderr
+    assert "agent.algorithm.gamma" in bad.stderr and "0.5" in bad.stderr
+    assert {p: p.read_bytes() for p in predir.rglob("*") if p.is_file()} == before
+    out = child(DRIVER_CHILD, SPECS, "ppo_cartpole", f"train@{predir}", "--quiet", "--allow-fresh", "--data-dir",
+                str(data), "-s", "env.max_frame=1024", "-s", "meta.random_seed=5", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "applied spec edit: env.max_frame: 512 -> 1024" in out.stdout
+    result = json.loads(next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
+    modules = set(result["modules"])
+    assert {"ray", "orchestrator.trial", "orchestrator.spec_check"} <= modules
+    heavy = sorted(m for m in modules if m.split(".")[0] in ("torch", "gymnasium", "ale_py", "mujoco", "torcharc",
+                                                             "pandas", "matplotlib"))
+    assert heavy == [] and "orchestrator.spec" not in modules, heavy
+    assert result["predir"] == str(predir) and result["spec"]["env"]["max_frame"] == 1024
+    assert json.loads((predir / "ppo_cartpole_spec.json").read_text())["env"]["max_frame"] == 1024
