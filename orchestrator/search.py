@@ -690,7 +690,8 @@ def resumed_spec(predir: str, new_spec: dict[str, Any]) -> tuple[dict[str, Any],
         raise UsageError(f"search@: '{predir}' is not a search run (no search.json); resume it with train@")
     if not storage.exists(predir_mod.spec_file(predir, new_spec["name"])):
         raise UsageError(missing_spec_message("search@", predir, new_spec["name"]))
-    return resume_spec(predir, new_spec, "search@: the search's saved spec")
+    merged, applied, _ = resume_spec(predir, new_spec, "search@: the search's saved spec")
+    return merged, applied
 
 
 def read_settings(predir: str, spec_name: str) -> dict[str, Any]:

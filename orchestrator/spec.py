@@ -1026,12 +1026,12 @@ def resume_edits(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, 
 
 
 def resume_spec(predir: str, new_spec: dict[str, Any],
-                what: str = "the run's saved spec") -> tuple[dict[str, Any], list[str]]:
+                what: str = "the run's saved spec") -> tuple[dict[str, Any], list[str], dict[str, Any]]:
     """The spec a resume of ``predir`` runs (``train@``, ``search@``): the run's saved spec with the edits of
     ``new_spec`` (the checked spec given now) merged by ``resume_edits``, checked again.
 
     Returns:
-        (merged checked spec, applied edits as "key: old -> new").
+        (merged checked spec, applied edits as "key: old -> new", the saved spec as read).
 
     Raises:
         SpecError: edits that contradict the run's past (each key with both values).
@@ -1042,4 +1042,4 @@ def resume_spec(predir: str, new_spec: dict[str, Any],
     merged, applied, conflicts = resume_edits(saved, new_spec)
     if conflicts:
         raise SpecError([f"cannot resume {predir}: the spec contradicts the run's past"] + conflicts)
-    return check(merged), applied
+    return check(merged), applied, saved

@@ -48,7 +48,8 @@ def check_request(request: dict[str, Any]) -> dict[str, Any]:
 
     Returns:
         ``{"spec": the checked flat spec}`` (a resume: the merged one, plus ``"applied"``: its edits as
-        "key: old -> new"), as JSON would give it back (lists, not tuples).
+        "key: old -> new", and ``"saved_sessions"``: the saved spec's ``meta.max_session``), as JSON would give
+        it back (lists, not tuples).
 
     Raises:
         SpecError / UsageError / storage.StorageError: bad input, as ``orchestrator.cli`` reports it.
@@ -63,8 +64,9 @@ def check_request(request: dict[str, Any]) -> dict[str, Any]:
     if request.get("resume") is None:
         check_init_from(spec)
         return json.loads(json.dumps({"spec": spec}))
-    merged, applied = resume_spec(request["resume"], spec)
-    return json.loads(json.dumps({"spec": merged, "applied": applied}))
+    merged, applied, saved = resume_spec(request["resume"], spec)
+    return json.loads(json.dumps({"spec": merged, "applied": applied,
+                                  "saved_sessions": int(saved["meta"]["max_session"])}))
 
 
 def start(request: dict[str, Any]) -> Callable[[], dict[str, Any]]:

@@ -42,7 +42,7 @@ from orchestrator.checkpoint import CheckpointError, CheckpointStore, Selection
 from orchestrator.errors import UsageError
 from orchestrator.global_params import GlobalParamsActor, distributed
 from orchestrator.lease import Lease
-from orchestrator.predir import read_json_file, session_seed
+from orchestrator.predir import session_seed
 from orchestrator.progress import SessionProgress
 from orchestrator.session_actor import EXPORTED_FILES, SessionActor
 
@@ -878,10 +878,11 @@ def missing_spec_message(mode: str, predir: str, spec_name: str) -> str:
     return text + f"Write the spec '{spec_name}' the run was started with to {missing}, then resume again"
 
 
-def plan_resume(predir: str, merged: dict[str, Any],
+def plan_resume(predir: str, merged: dict[str, Any], saved_sessions: int,
                 allow_fresh: bool) -> tuple[list[SessionPlan], list[SessionPlan]]:
     """Plan one resumed actor per unfinished session of ``predir``, run with ``merged`` (``spec.resume_spec``: the
-    saved spec with the edits given now).
+    saved spec with the edits given now); sessions from ``saved_sessions`` (the saved ``meta.max_session``) on
+    are new ones.
 
     Each saved session is verified here, in the driver (``check_session``): its plan's ``frame`` is
     the frame of its newest checkpoint that verifies (newer corrupt ones are set aside, with a
@@ -892,15 +893,13 @@ def plan_resume(predir: str, merged: dict[str, Any],
         (plans to run, plans of the sessions already done).
 
     Raises:
-        UsageError: the saved spec is missing or damaged; sessions with no valid checkpoint (unless
-            ``allow_fresh``); unreadable checkpoints.
+        UsageError: sessions with no valid checkpoint (unless ``allow_fresh``); unreadable checkpoints.
     """
-    saved = read_json_file(predir_mod.spec_file(predir, merged["name"]), "the run's saved spec")
     base, max_frame = merged["meta"]["random_seed"], merged["env"]["max_frame"]
     plans, done, missing = [], [], []
     for s in range(merged["meta"]["max_session"]):
         plan = SessionPlan(0, s, session_seed(base, 0, s), resume=False)
-        if s >= saved["meta"]["max_session"]:  # max_session raised: a fresh session
+        if s >= saved_sessions:  # max_session raised: a fresh session
             plans.append(plan)
             continue
         is_done, selection = session_done(predir, plan, max_frame)
@@ -1047,7 +1046,7 @@ def resume_train(args: argparse.Namespace, predir: str, checked: Callable[[], di
     init_ray(args.address, getattr(args, "dashboard", False))
     answer = checked()
     spec, applied = answer["spec"], answer["applied"]
-    plans, done = plan_resume(predir, spec, args.allow_fresh)
+    plans, done = plan_resume(predir, spec, answer["saved_sessions"], args.allow_fresh)
     check_resources(spec["meta"])
     record = record_resume(predir, spec, plans, applied, done)
     if not plans:
