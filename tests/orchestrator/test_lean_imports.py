@@ -105,6 +105,13 @@ def test_resume_driver_loads_no_torch_and_merges_the_spec_in_the_check_process(t
     assert bad.returncode == 2 and bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr, bad.stderr
     assert "agent.algorithm.gamma" in bad.stderr and "0.5" in bad.stderr
     assert {p: p.read_bytes() for p in predir.rglob("*") if p.is_file()} == before
+    n = json.loads((predir / "ppo_cartpole_spec.json").read_text())["meta"]["max_session"]
+    more = child(DRIVER_CHILD, SPECS, "ppo_cartpole", f"train@{predir}", "--quiet", "--data-dir", str(data),
+                 "-s", "env.max_frame=512", "-s", "meta.random_seed=5", "-s", f"meta.max_session={n + 1}", cwd=tmp_path)
+    assert more.returncode == 2, more.stderr  # the saved sessions lack checkpoints; the added one is new, not missing
+    named = more.stderr.split("no committed checkpoint for session(s) ", 1)[1].split(";")[0]
+    assert named == ", ".join(f"t0_s{s}" for s in range(n)), more.stderr
+    assert {p: p.read_bytes() for p in predir.rglob("*") if p.is_file()} == before
     out = child(DRIVER_CHILD, SPECS, "ppo_cartpole", f"train@{predir}", "--quiet", "--allow-fresh", "--data-dir",
                 str(data), "-s", "env.max_frame=1024", "-s", "meta.random_seed=5", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
