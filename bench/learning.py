@@ -58,6 +58,8 @@ PUBLISHED: dict[str, tuple[str, str, float]] = {
     "crossq_cartpole": ("CartPole-v1", "CrossQ", 334.6),
     "dqn_epsilon_greedy_cartpole": ("CartPole-v1", "DQN", 475.0),
     "dqn_boltzmann_cartpole": ("CartPole-v1", "DQN", 475.0),
+    "dqn_epsilon_greedy_cartpole_hpo": ("CartPole-v1", "DQN", 475.0),  # SLM-Lab's search specs, base values
+    "dqn_epsilon_greedy_cartpole_search": ("CartPole-v1", "DQN", 475.0),
     "ppo_acrobot": ("Acrobot-v1", "PPO", -81.3),
     "ddqn_per_acrobot": ("Acrobot-v1", "DDQN+PER", -83.9),
     "a2c_gae_acrobot": ("Acrobot-v1", "A2C", -84.0),

@@ -669,7 +669,8 @@ class Trial:
             return 0 if clean else 1
         if self.analyze:
             from orchestrator.analysis import summary_lines
-            print("\n".join([f"trial done: {self.predir}", *(summary_lines(self.predir, out) if out else [])]))
+            print("\n".join([f"trial done: {self.predir}", *(summary_lines(self.predir, out) if out else [])]),
+                  flush=True)  # seen at once through a pipe or nohup log, not at exit
         return 1 if failed else 0
 
     def mark_unfinished(self) -> None:
