@@ -9,12 +9,13 @@ this host and that process is gone (or its PID now belongs to a process started 
 record counts as stale. The lease is released (the file deleted) when the driver exits normally or
 with an error; a SIGKILLed driver leaves it, and the next driver takes it over as above.
 
-Acquisition, on local disk and object stores alike: read the record; if absent or stale, write ours,
-wait ``CONFIRM_DELAY_S`` seconds, then re-read and proceed only if it is still ours. On local disk the
-first write of an absent record is an exclusive create (a hard link, which fails if the name exists), so
-two drivers starting on a run without a lease can never both win. Race window left (object stores, and a
-stale takeover locally): two drivers that both read the record before either writes, and whose writes
-land more than ``CONFIRM_DELAY_S`` apart, can both confirm their own write. Each heartbeat re-reads the
+Acquisition: read the record; if absent or stale, write ours, wait ``CONFIRM_DELAY_S`` seconds, then
+re-read and proceed only if it is still ours. On local disk the first write of an absent record is an
+exclusive create (a hard link, which fails if the name exists), so two drivers starting on a run without a
+lease can never both win, and that create needs no confirming wait (a fresh local ``train`` starts its
+sessions 0.5 s sooner). Race window left (object stores, and a stale takeover locally): two drivers that
+both read the record before either writes, and whose writes land more than ``CONFIRM_DELAY_S`` apart, can
+both confirm their own write. Each heartbeat re-reads the
 record first; a holder that finds another driver's record stops refreshing, prints a warning and sets
 ``lost`` (the trial then asks its sessions to stop at their next checkpoint), so such an overlap lasts
 at most one heartbeat period (``LEASE_HEARTBEAT_S``), not the whole run.
@@ -177,10 +178,10 @@ class Lease:
             if current is not None:
                 self._check_stale(current)
             storage.write_json(self.uri, self.record())
-        time.sleep(CONFIRM_DELAY_S)
-        confirmed = self.read()
-        if not confirmed or confirmed.get("driver_id") != self.driver_id:
-            raise LeaseHeldError(self._held_message(confirmed or {}))
+            time.sleep(CONFIRM_DELAY_S)  # a plain write can be overwritten by a racing driver: re-read it
+            confirmed = self.read()
+            if not confirmed or confirmed.get("driver_id") != self.driver_id:
+                raise LeaseHeldError(self._held_message(confirmed or {}))
         self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
         self._thread.start()
 

@@ -357,6 +357,27 @@ def test_holder_that_lost_its_lease_notices_at_its_next_heartbeat(tmp_path, monk
     assert json.loads((tmp_path / "lease.json").read_text())["driver_id"] == "other"  # not deleted: not ours
 
 
+def test_exclusive_local_lease_needs_no_confirming_wait(tmp_path, monkeypatch):
+    """A local create of an absent lease is exclusive (a hard link), so it is not re-read after a delay; a
+    takeover of a stale record (a plain write a racing driver could overwrite) still waits and re-reads."""
+    monkeypatch.setattr(lease_mod, "CONFIRM_DELAY_S", 3.0)
+    t0 = time.monotonic()
+    first = lease_mod.Lease(str(tmp_path / "fresh"), "train")
+    first.acquire()
+    fresh_s = time.monotonic() - t0
+    first.release()
+    assert fresh_s < 2.0
+    monkeypatch.setattr(lease_mod, "CONFIRM_DELAY_S", 0.4)
+    stale = {"driver_id": "x", "host": "elsewhere", "pid": 1, "mode": "train", "heartbeat_unix": time.time() - 600}
+    (tmp_path / "lease.json").write_text(json.dumps(stale))
+    t0 = time.monotonic()
+    second = lease_mod.Lease(str(tmp_path), "train@latest")
+    second.acquire()
+    takeover_s = time.monotonic() - t0
+    second.release()
+    assert takeover_s >= 0.4
+
+
 def test_lease_on_s3(s3_bucket, monkeypatch):
     monkeypatch.setattr(lease_mod, "CONFIRM_DELAY_S", 0.05)
     predir = f"{s3_bucket}/runs/ppo_cartpole_2026_01_01_000000"
