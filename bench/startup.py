@@ -203,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
             rec = {"impl": impl, "round": r, "load1_start": load, **fn(args.frames), "load1_end": os.getloadavg()[0]}
             runs.append(rec)
             print(f"round {r} {impl}: first frame {rec['first_frame_s']:.1f} s, train {rec['train_s']:.1f} s, "
-                  f"done->exit {rec['done_to_exit_s']:.1f} s, summary->exit {rec['summary_to_exit_s']:.2f} s, whole {rec['whole_s']:.1f} s, cpu {rec['cpu_s']:.1f} s "
+                  f"done->exit {rec['done_to_exit_s']:.1f} s, summary->exit {rec['summary_to_exit_s']:.2f} s, "
+                  f"whole {rec['whole_s']:.1f} s, cpu {rec['cpu_s']:.1f} s "
                   f"(load1 {load:.2f})",
                   flush=True)
     keys = ("first_frame_s", "train_s", "done_to_exit_s", "summary_to_exit_s", "whole_s", "cpu_s")
