@@ -25,16 +25,22 @@ thread, ``--frames`` frames. The lab also checkpoints every ``log_frequency`` fr
 analysis; SB3 writes nothing. Runs alternate (lab, SB3, lab, ...), each with the 1-minute load
 average at its start.
 
+``--cluster`` adds ``lab_cluster``: the same command with ``--address`` on a local Ray head this script
+starts once (``ray start --head --block``, no dashboard) and ends by SIGKILL of its process group, as a user
+with a running Ray would work (its CPU column is the lab's process tree only, not the head's daemons).
+
 Usage:
-    python bench/startup.py [--frames 10240] [--rounds 3] [--before OTHER_CHECKOUT]
+    python bench/startup.py [--frames 10240] [--rounds 3] [--cluster] [--before OTHER_CHECKOUT]
         [--out bench/results/startup.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -74,12 +80,14 @@ print("T done", time.time(), flush=True)
 """
 
 
-def lab_command(frames: int, data_dir: str, root: Path = ROOT) -> list[str]:
-    """``lab SPEC ppo_cartpole train`` of one session, schedules cut to ``frames`` (as bench/throughput.py)."""
+def lab_command(frames: int, data_dir: str, root: Path = ROOT, address: str | None = None) -> list[str]:
+    """``lab SPEC ppo_cartpole train`` of one session, schedules cut to ``frames`` (as bench/throughput.py);
+    with ``address``, on that running Ray (``--address``) instead of an embedded one."""
     items = ["meta.max_session=1", f"env.max_frame={frames}", "meta.log_frequency=2048", "meta.random_seed=1",
              f"agent.net.lr_scheduler_spec.frame={frames}", f"agent.algorithm.clip_eps_spec.end_step={frames}"]
     return [sys.executable, str(root / "run_lab.py"), str(SPEC_FILE), "ppo_cartpole", "train", "--quiet",
-            "--data-dir", data_dir, *[x for item in items for x in ("-s", item)]]
+            "--data-dir", data_dir, *(["--address", address] if address else []),
+            *[x for item in items for x in ("-s", item)]]
 
 
 def session_entry(data_dir: Path) -> dict[str, Any]:
@@ -130,13 +138,14 @@ class TreeCPU:
         return sum(self.seen.values())
 
 
-def run_lab(frames: int, root: Path = ROOT) -> dict[str, Any]:
-    """One ``lab ... train`` of the checkout at ``root``; phase times in seconds."""
+def run_lab(frames: int, root: Path = ROOT, address: str | None = None) -> dict[str, Any]:
+    """One ``lab ... train`` of the checkout at ``root`` (on the Ray at ``address``, else embedded); phase
+    times in seconds. With ``address`` the CPU column counts the lab's process tree only, not the head's."""
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         t0 = time.time()
         env = {**ENV, "PYTHONPATH": str(root)}  # its code, also in the Ray workers (they inherit the environment)
-        proc = subprocess.Popen(lab_command(frames, str(data), root), cwd=tmp, env=env, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(lab_command(frames, str(data), root, address), cwd=tmp, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
         cpu = TreeCPU(proc.pid)
         out: list[tuple[float, str]] = []  # (arrival time, line)
@@ -160,6 +169,37 @@ def run_lab(frames: int, root: Path = ROOT) -> dict[str, Any]:
             "summary_to_exit_s": end - summary, "whole_s": end - t0, "cpu_s": cpu_s}
 
 
+class RayHead:
+    """A local Ray head started as a user starts one (``ray start --head --block``, its own temp dir and port,
+    no dashboard) in a new process group, ended by SIGKILL of that group (every daemon it starts keeps it)."""
+
+    def __init__(self) -> None:
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        self.temp_dir = tempfile.mkdtemp(prefix="rh_")
+        ray = str(Path(sys.executable).with_name("ray"))
+        self.proc = subprocess.Popen(
+            [ray, "start", "--head", "--block", f"--port={port}", f"--temp-dir={self.temp_dir}",
+             "--include-dashboard=false", "--disable-usage-stats", f"--num-cpus={os.cpu_count()}"],
+            env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        self.address = f"127.0.0.1:{port}"
+        deadline = time.time() + 60
+        while not glob.glob(f"{self.temp_dir}/session_latest/logs/raylet.out") and time.time() < deadline:
+            time.sleep(0.2)
+        time.sleep(2.0)  # the raylet registers with the GCS after its log opens
+
+    def stop(self) -> None:
+        """SIGKILL the head's process group (the ``ray start`` process and every daemon it started)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+
 def run_sb3(frames: int) -> dict[str, Any]:
     """One SB3 process doing the same training; phase times in seconds."""
     t0 = time.time()
@@ -177,23 +217,12 @@ def run_sb3(frames: int) -> dict[str, Any]:
             "cpu_s": cpu_s}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--frames", type=int, default=10_240, help="frames of training (multiple of 256)")
-    ap.add_argument("--rounds", type=int, default=3, help="(lab, SB3) pairs, alternating")
-    ap.add_argument("--out", default=str(ROOT / "bench/results/startup.json"))
-    ap.add_argument("--before", default=None, metavar="CHECKOUT",
-                    help="also time the lab of another checkout (e.g. the previous commit) as 'lab_before'")
-    args = ap.parse_args(argv)
-    try:
-        import stable_baselines3
-        sb3_version = stable_baselines3.__version__
-    except ImportError:
-        sb3_version = None
-        print("stable-baselines3 is not installed (pip install -e '.[bench]'): timing the lab only")
-    runs = []
+def _rounds(args: argparse.Namespace, sb3_version: str | None, head: RayHead | None, runs: list[dict]) -> None:
+    """Alternate the implementations for ``args.rounds`` rounds, appending each run's record to ``runs``."""
     for r in range(args.rounds):
         impls = [("lab", run_lab), ("sb3", run_sb3)]
+        if head is not None:
+            impls.insert(1, ("lab_cluster", lambda frames: run_lab(frames, address=head.address)))
         if args.before:
             impls.insert(1, ("lab_before", lambda frames: run_lab(frames, Path(args.before).resolve())))
         for impl, fn in impls:
@@ -207,6 +236,32 @@ def main(argv: list[str] | None = None) -> int:
                   f"whole {rec['whole_s']:.1f} s, cpu {rec['cpu_s']:.1f} s "
                   f"(load1 {load:.2f})",
                   flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--frames", type=int, default=10_240, help="frames of training (multiple of 256)")
+    ap.add_argument("--rounds", type=int, default=3, help="(lab, SB3) pairs, alternating")
+    ap.add_argument("--out", default=str(ROOT / "bench/results/startup.json"))
+    ap.add_argument("--cluster", action="store_true",
+                    help="also time the lab on an already-running local Ray head (ray start --head) as 'lab_cluster'")
+    ap.add_argument("--before", default=None, metavar="CHECKOUT",
+                    help="also time the lab of another checkout (e.g. the previous commit) as 'lab_before'")
+    args = ap.parse_args(argv)
+    try:
+        import stable_baselines3
+        sb3_version = stable_baselines3.__version__
+    except ImportError:
+        sb3_version = None
+        print("stable-baselines3 is not installed (pip install -e '.[bench]'): timing the lab only")
+    runs = []
+    head = RayHead() if args.cluster else None
+    try:
+        _rounds(args, sb3_version, head, runs)
+    finally:
+        if head is not None:
+            head.stop()
+    keys = ("first_frame_s", "train_s", "done_to_exit_s", "summary_to_exit_s", "whole_s", "cpu_s")
     keys = ("first_frame_s", "train_s", "done_to_exit_s", "summary_to_exit_s", "whole_s", "cpu_s")
     summary = {impl: {k: statistics.median(x[k] for x in runs if x["impl"] == impl) for k in keys}
                for impl in sorted({x["impl"] for x in runs})}
