@@ -166,11 +166,18 @@ def run_entry(spec_file: Path, name: str, data_dir: Path, max_frame: int | None,
 
 
 def merge(out: Path, key: str, record: dict[str, Any]) -> None:
-    """Merge ``record`` under ``key`` into the JSON object at ``out`` (created if absent)."""
-    data = json.loads(out.read_text()) if out.exists() else {}
-    data[key] = record
+    """Merge ``record`` under ``key`` into the JSON object at ``out`` (created if absent), under an exclusive
+    ``flock`` of ``{out}.lock`` so that runs of several entries side by side never drop each other's record."""
+    import fcntl
+
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=2) + "\n")
+    with open(f"{out}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = json.loads(out.read_text()) if out.exists() else {}
+        data[key] = record
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        os.replace(tmp, out)
 
 
 def table(data: dict[str, dict[str, Any]]) -> str:
