@@ -25,6 +25,15 @@ Usage:
     python bench/learning.py benchmark/a2c/a2c_gae_cartpole.json a2c_gae_cartpole
         [--max-frame N] [--sessions N] [--data-dir DIR] [--graph-dir docs/img] [--out PATH]
     python bench/learning.py --table          # the markdown table of bench/results/learning.json
+    python bench/learning.py --combine sac_pendulum sac_pendulum@sessions=2 sac_pendulum@sessions=2#2
+
+``--combine KEY PART ...`` pools the sessions of runs of one entry (same spec file, spec name, frames per
+session, other overrides none) made at different times into one record under ``KEY``, as a trial of all their
+sessions: its score is the mean over the pooled sessions, exactly what one trial of that many sessions reports,
+since sessions of a non-distributed trial are independent and each has its own seed (the parts' seeds must all
+differ: a run without ``meta.random_seed`` draws a fresh base seed). The record lists its parts
+(``combined_from``) and has no fps or trial graph of its own (the parts' graphs stay). ``--key-suffix S``
+stores a run under ``{key}#S`` so that a second run of the same entry and overrides keeps the first.
 
 ``SPEC_FILE`` is a path, or a path relative to ``$SLM_LAB_SPECS/v5.3.0`` (SLM-Lab's spec files).
 """
@@ -137,6 +146,7 @@ def run_entry(spec_file: Path, name: str, data_dir: Path, max_frame: int | None,
         raise RuntimeError(f"lab exited {proc.returncode}; see {log_path}")
     predir = resume if resume is not None else Path(m.group(1))
     sess = session_scores(predir)
+    base_seed = json.loads((predir / f"{name}_spec.json").read_text())["meta"]["random_seed"]
     trial = json.loads((predir / "info" / "t0_trial_metrics.json").read_text())
     env, algo, published = PUBLISHED.get(name, (None, None, None))
     mean_ma = float(trial["total_reward_ma"])
@@ -147,6 +157,7 @@ def run_entry(spec_file: Path, name: str, data_dir: Path, max_frame: int | None,
         "spec_name": name, "env": env, "algorithm": algo,
         "overrides": {k: v for k, v in (("max_frame", max_frame), ("sessions", sessions)) if v is not None},
         "sessions": len(sess), "frames_per_session": [s["frame"] for s in sess],
+        "random_seed": base_seed, "session_seeds": [base_seed + s["session"] for s in sess],
         "total_reward_ma": mean_ma,
         "total_reward_ma_sessions": [s["total_reward_ma"] for s in sess],
         "total_reward_ma_min": min(s["total_reward_ma"] for s in sess),
@@ -163,6 +174,46 @@ def run_entry(spec_file: Path, name: str, data_dir: Path, max_frame: int | None,
         "platform": platform.platform(), "cpus": os.cpu_count(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
     }
+
+
+def combine(data: dict[str, dict[str, Any]], parts: list[str]) -> dict[str, Any]:
+    """One record pooling the sessions of the records ``parts`` of ``data`` (see ``--combine``).
+
+    Raises:
+        SystemExit: a part is missing, the parts differ in spec file, spec name, frames per session or
+            ``max_frame`` override, or two sessions share a seed (or a part has no recorded seeds).
+    """
+    missing = [k for k in parts if k not in data]
+    if missing:
+        raise SystemExit(f"--combine: no record {missing} in the results file")
+    recs = [data[k] for k in parts]
+    first = recs[0]
+    for key, r in zip(parts, recs):
+        same = (r["spec_file"], r["spec_name"], r["overrides"].get("max_frame")) == \
+            (first["spec_file"], first["spec_name"], first["overrides"].get("max_frame"))
+        if not same or len(set(r["frames_per_session"] + first["frames_per_session"])) != 1:
+            raise SystemExit(f"--combine: {key} is not a run of {parts[0]}'s entry and budget")
+        if not r.get("session_seeds"):
+            raise SystemExit(f"--combine: {key} has no recorded session seeds")
+    seeds = [x for r in recs for x in r["session_seeds"]]
+    if len(set(seeds)) != len(seeds):
+        raise SystemExit(f"--combine: the parts share a session seed ({seeds})")
+    ma = [x for r in recs for x in r["total_reward_ma_sessions"]]
+    slm = [x for r in recs for x in r["slm_total_reward_ma_sessions"]]
+    mean_ma = sum(ma) / len(ma)
+    return {**{k: first[k] for k in ("spec_file", "spec_name", "env", "algorithm", "published", "platform", "cpus")},
+            "overrides": {k: v for k, v in first["overrides"].items() if k != "sessions"},
+            "sessions": len(ma), "frames_per_session": [x for r in recs for x in r["frames_per_session"]],
+            "session_seeds": seeds, "total_reward_ma": mean_ma, "total_reward_ma_sessions": ma,
+            "total_reward_ma_min": min(ma), "total_reward_ma_max": max(ma),
+            "slm_total_reward_ma": sum(slm) / len(slm), "slm_total_reward_ma_sessions": slm,
+            "best_total_reward_ma_sessions": [x for r in recs for x in r["best_total_reward_ma_sessions"]],
+            "met": None if first["published"] is None else mean_ma >= first["published"],
+            "wall_s": round(sum(r["wall_s"] for r in recs), 1), "fps": None,
+            "load1_start": min(r["load1_start"] for r in recs), "load1_end": max(r["load1_end"] for r in recs),
+            "combined_from": parts, "predir": [r["predir"] for r in recs], "resumed": False,
+            "trial_graph": [r["trial_graph"] for r in recs],
+            "date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
 
 
 def merge(out: Path, key: str, record: dict[str, Any]) -> None:
@@ -205,13 +256,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", default=str(ROOT / "data" / "learning"))
     ap.add_argument("--graph-dir", help="copy the trial graph PNG here as {key}_trial_graph.png")
     ap.add_argument("--resume", help="a run directory of this entry: resume it (train@) with the overrides")
+    ap.add_argument("--combine", nargs="+", metavar="KEY", help="KEY PART [PART ...]: pool the parts' sessions")
+    ap.add_argument("--key-suffix", help="store the run under {key}#SUFFIX (a second run of the same entry)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "learning.json"))
     args = ap.parse_args(argv)
     if args.table:
         print(table(json.loads(Path(args.out).read_text())))
         return 0
+    if args.combine:
+        if len(args.combine) < 3:
+            ap.error("--combine needs KEY and at least two PART keys")
+        out = Path(args.out)
+        record = combine(json.loads(out.read_text()), args.combine[1:])
+        merge(out, args.combine[0], record)
+        print(json.dumps({k: record[k] for k in ("spec_name", "sessions", "total_reward_ma", "published", "met")}))
+        return 0
     if not (args.spec_file and args.spec_name):
-        ap.error("SPEC_FILE and SPEC_NAME are required (or --table)")
+        ap.error("SPEC_FILE and SPEC_NAME are required (or --table or --combine)")
     spec_file = resolve_spec_file(args.spec_file)
     data_dir = Path(args.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -220,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         key += f"@max_frame={args.max_frame}"
     if args.sessions is not None:
         key += f"@sessions={args.sessions}"
+    if args.key_suffix:
+        key += f"#{args.key_suffix}"
     log_path = data_dir / f"{key.replace('@', '_').replace('=', '')}{'_resume' if args.resume else ''}.log"
     resume = Path(args.resume) if args.resume else None
     record = run_entry(spec_file, args.spec_name, data_dir, args.max_frame, args.sessions, log_path, resume)
