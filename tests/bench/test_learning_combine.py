@@ -1,0 +1,50 @@
+"""``bench/learning.py --combine``: runs of one SLM-Lab entry made at different times pool into one record whose
+score is the mean over all their sessions, and runs that are not of one entry, budget and seed set are refused."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("bench_learning", REPO / "bench/learning.py")
+learning = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(learning)
+
+
+def part(seeds: list[int], ma: list[float], frames: int = 200_000, **extra) -> dict:
+    """A record as ``run_entry`` writes it, for ``sac_cartpole`` with ``--sessions len(seeds)``."""
+    return {"spec_file": "benchmark/sac/sac_cartpole.json", "spec_name": "sac_cartpole", "env": "CartPole-v1",
+            "algorithm": "SAC", "published": 406.1, "platform": "linux", "cpus": 2,
+            "overrides": {"sessions": len(seeds)}, "frames_per_session": [frames] * len(seeds),
+            "session_seeds": seeds, "total_reward_ma_sessions": ma,
+            "slm_total_reward_ma_sessions": [m - 10 for m in ma],
+            "best_total_reward_ma_sessions": [500.0] * len(seeds), "load1_start": 1.0, "load1_end": 2.0,
+            "wall_s": 100.0, "predir": f"run{seeds[0]}", "trial_graph": f"g{seeds[0]}.png", **extra}
+
+
+def test_combine_is_the_mean_over_every_pooled_session(tmp_path):
+    out = tmp_path / "learning.json"
+    out.write_text(json.dumps({"a": part([7, 8], [500.0, 400.0]), "b": part([91, 92], [300.0, 200.0])}))
+    assert learning.main(["--out", str(out), "--combine", "sac_cartpole", "a", "b"]) == 0
+    rec = json.loads(out.read_text())["sac_cartpole"]
+    assert rec["sessions"] == 4 and rec["session_seeds"] == [7, 8, 91, 92]
+    assert rec["total_reward_ma"] == 350.0 and rec["total_reward_ma_min"] == 200.0
+    assert rec["slm_total_reward_ma"] == 340.0
+    assert rec["met"] is False and rec["overrides"] == {} and rec["combined_from"] == ["a", "b"]
+    assert rec["wall_s"] == 200.0 and rec["fps"] is None
+
+
+@pytest.mark.parametrize("other, why", [
+    (part([8, 9], [500.0, 500.0]), "share a session seed"),
+    (part([91, 92], [500.0, 500.0], frames=100_000), "not a run of"),
+    (part([91, 92], [500.0, 500.0], spec_name="sac_lunar"), "not a run of"),
+    ({**part([91, 92], [500.0, 500.0]), "session_seeds": None}, "no recorded session seeds"),
+])
+def test_combine_refuses_parts_of_another_entry_budget_or_seed(tmp_path, other, why):
+    data = {"a": part([7, 8], [500.0, 400.0]), "b": other}
+    with pytest.raises(SystemExit, match=why):
+        learning.combine(data, ["a", "b"])
