@@ -267,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
         if len(args.combine) < 3:
             ap.error("--combine needs KEY and at least two PART keys")
         out = Path(args.out)
+        if not out.exists():
+            ap.error(f"--combine: no results file {out}")
         record = combine(json.loads(out.read_text()), args.combine[1:])
         merge(out, args.combine[0], record)
         print(json.dumps({k: record[k] for k in ("spec_name", "sessions", "total_reward_ma", "published", "met")}))

@@ -40,6 +40,7 @@ import argparse
 import glob
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -187,17 +188,22 @@ class RayHead:
             env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         self.address = f"127.0.0.1:{port}"
         deadline = time.time() + 60
-        while not glob.glob(f"{self.temp_dir}/session_latest/logs/raylet.out") and time.time() < deadline:
+        while not glob.glob(f"{self.temp_dir}/session_latest/logs/raylet.out"):
+            if self.proc.poll() is not None or time.time() > deadline:
+                self.stop()
+                raise RuntimeError(f"ray start --head did not bring up a raylet within 60 s (temp dir {self.temp_dir})")
             time.sleep(0.2)
         time.sleep(2.0)  # the raylet registers with the GCS after its log opens
 
     def stop(self) -> None:
-        """SIGKILL the head's process group (the ``ray start`` process and every daemon it started)."""
+        """SIGKILL the head's process group (the ``ray start`` process and every daemon it started) and remove
+        its temp dir."""
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         self.proc.wait()
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
 def run_sb3(frames: int) -> dict[str, Any]:
@@ -261,7 +267,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if head is not None:
             head.stop()
-    keys = ("first_frame_s", "train_s", "done_to_exit_s", "summary_to_exit_s", "whole_s", "cpu_s")
     keys = ("first_frame_s", "train_s", "done_to_exit_s", "summary_to_exit_s", "whole_s", "cpu_s")
     summary = {impl: {k: statistics.median(x[k] for x in runs if x["impl"] == impl) for k in keys}
                for impl in sorted({x["impl"] for x in runs})}
