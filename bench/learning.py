@@ -77,8 +77,15 @@ PUBLISHED: dict[str, tuple[str, str, float]] = {
     "ppo_pendulum": ("Pendulum-v1", "PPO", -174.9),
     "ddqn_per_concat_lunar": ("LunarLander-v3", "DDQN+PER", 265.9),
     "ppo_lunar": ("LunarLander-v3", "PPO", 183.3),
-    "sac_lunar": ("LunarLander-v3", "SAC", 125.0),
+    "sac_lunar": ("LunarLander-v3", "SAC", 106.2),  # discrete SAC (Categorical)
+    "sac_lunar_continuous": ("LunarLanderContinuous-v3", "SAC", 125.0),  # issue 11's continuous SAC row
 }
+
+
+def file_stem(key: str) -> str:
+    """A results key as a file name stem: ``sac_pendulum@sessions=1#2`` -> ``sac_pendulum_sessions1_2`` (no ``@``,
+    ``=`` or ``#``, which a Markdown link would read as a fragment)."""
+    return key.replace("@", "_").replace("=", "").replace("#", "_")
 
 
 def resolve_spec_file(path: str) -> Path:
@@ -285,11 +292,12 @@ def main(argv: list[str] | None = None) -> int:
         key += f"@sessions={args.sessions}"
     if args.key_suffix:
         key += f"#{args.key_suffix}"
-    log_path = data_dir / f"{key.replace('@', '_').replace('=', '')}{'_resume' if args.resume else ''}.log"
+    stem = file_stem(key)
+    log_path = data_dir / f"{stem}{'_resume' if args.resume else ''}.log"
     resume = Path(args.resume) if args.resume else None
     record = run_entry(spec_file, args.spec_name, data_dir, args.max_frame, args.sessions, log_path, resume)
     if args.graph_dir:
-        dst = Path(args.graph_dir) / f"{key.replace('@', '_').replace('=', '')}_trial_graph.png"
+        dst = Path(args.graph_dir) / f"{stem}_trial_graph.png"
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(record["trial_graph"], dst)
         record["trial_graph"] = os.path.relpath(dst, ROOT)

@@ -48,3 +48,8 @@ def test_combine_refuses_parts_of_another_entry_budget_or_seed(tmp_path, other, 
     data = {"a": part([7, 8], [500.0, 400.0]), "b": other}
     with pytest.raises(SystemExit, match=why):
         learning.combine(data, ["a", "b"])
+
+
+def test_file_stem_has_no_link_breaking_characters():
+    assert learning.file_stem("sac_pendulum@sessions=1#2") == "sac_pendulum_sessions1_2"
+    assert learning.file_stem("ppo_pendulum") == "ppo_pendulum"
