@@ -300,6 +300,8 @@ class MLPNet(nn.Module):
         return h
 
     def forward(self, x: torch.Tensor, *extra: torch.Tensor) -> torch.Tensor | list[torch.Tensor]:
+        """Outputs (B, out_dim) from inputs x (B, *O) (flattened, cast to float) and extra inputs (B, *E)
+        concatenated after the first layer; one tensor per head, a list for a multi-head net."""
         h = self.features(x, extra)
         outs = []
         for head in self.heads:
@@ -405,6 +407,7 @@ class DuelingMLPNet(MLPNet):
         self.single_head = True
 
     def forward(self, x: torch.Tensor, *extra: torch.Tensor) -> torch.Tensor:
+        """Q-values (B, A) from inputs x (B, *O) through ``dueling_q``."""
         return dueling_q(self.heads, self.features(x, extra))
 
 

@@ -154,6 +154,7 @@ def cases(args: argparse.Namespace) -> list[tuple[str, str, list[str]]]:
 
 
 def main() -> None:
+    """The command line (usage in the module docstring): runs the benchmark and writes its results file."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--specs", nargs="*", default=None, help="FILE or FILE:NAME in specs/benchmark/")
     parser.add_argument("--all", action="store_true", help="every spec of every file in specs/benchmark/")

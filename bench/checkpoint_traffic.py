@@ -134,6 +134,7 @@ def measure(spec_file: str, name: str, overrides: list[str], frames: int, bucket
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line (usage in the module docstring): runs the benchmark, writes its results; returns 0."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--frames", type=int, default=20480)
     ap.add_argument("--out", default=str(ROOT / "bench/results/checkpoint_traffic.json"))

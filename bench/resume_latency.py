@@ -57,6 +57,7 @@ def time_to_started(mode: str, data: str, old_pids: set[int]) -> tuple[float, se
 
 
 def main() -> None:
+    """The command line (usage in the module docstring): runs the benchmark and writes its results file."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default="bench/results/resume_latency.json")

@@ -56,6 +56,7 @@ def run(frames: int, data_dir: str) -> dict:
 
 
 def main() -> None:
+    """The command line (usage in the module docstring): runs the benchmark and writes its results file."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=20000, help="max_frame of each session")
     parser.add_argument("--out", default="bench/results/search_overhead.json")

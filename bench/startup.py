@@ -245,6 +245,7 @@ def _rounds(args: argparse.Namespace, sb3_version: str | None, head: RayHead | N
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line (usage in the module docstring): runs the benchmark, writes its results; returns 0."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--frames", type=int, default=10_240, help="frames of training (multiple of 256)")
     ap.add_argument("--rounds", type=int, default=3, help="(lab, SB3) pairs, alternating")

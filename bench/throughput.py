@@ -207,6 +207,7 @@ def run_sb3(algo: str, frames: int, seed: int, algo_ftz: bool = False) -> dict[s
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line (usage in the module docstring): runs the benchmark, writes its results; returns 0."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--algo", choices=sorted(ZOO), default="ppo")
     ap.add_argument("--frames", type=int, default=None,

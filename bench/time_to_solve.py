@@ -116,6 +116,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line (usage in the module docstring): runs the benchmark, writes its results; returns 0."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--specs", nargs="+", default=list(DEFAULT_SPECS))
     ap.add_argument("--seeds", type=int, default=3, help="sessions (seeds) per spec")

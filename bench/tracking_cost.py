@@ -48,6 +48,7 @@ def measure(name: str, overrides: list[str], rows: int, root: str) -> dict:
 
 
 def main() -> None:
+    """The command line (usage in the module docstring): runs the benchmark and writes its results file."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=500)
     parser.add_argument("--out", default="bench/results/tracking_cost.json")

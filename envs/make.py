@@ -419,12 +419,16 @@ class NormalizeObservation(VectorWrapper):
         return out if clip is None else np.clip(out, -clip, clip)
 
     def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        """Reset the vector env; observations (N, *O) update the statistics (unless frozen) and come back
+        normalized."""
         obs, info = self.env.reset(seed=seed, options=options)
         if self.update_running_mean:
             self.obs_rms.update(obs)
         return self.normalize(obs), info
 
     def step(self, actions: Any) -> tuple[np.ndarray, Any, Any, Any, dict]:
+        """Step the vector env; observations (N, *O) update the statistics (unless frozen) and come back
+        normalized, as do the ``final_obs`` of sub-envs whose episode ended."""
         obs, reward, terminated, truncated, info = self.env.step(actions)
         if self.update_running_mean:
             self.obs_rms.update(obs)

@@ -66,6 +66,7 @@ class SessionPlan:
 
     @property
     def key(self) -> str:
+        """The session's key in ``run.json`` and file names, ``t{trial}_s{session}``."""
         return f"t{self.trial}_s{self.session}"
 
 

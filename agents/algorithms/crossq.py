@@ -51,6 +51,8 @@ class BRNCritic(nn.Module):
         self.head = nn.Linear(in_dim, out_dim)
 
     def forward(self, x: torch.Tensor, *extra: torch.Tensor) -> torch.Tensor:
+        """Q(s, a) (B, out_dim) from observations x (B, *O) and extra inputs (B, *E) (the actions), each
+        flattened to (B, -1), cast to float and concatenated before the first layer."""
         h = torch.cat([x.reshape(len(x), -1).float(), *(e.reshape(len(e), -1).float() for e in extra)], dim=-1)
         return self.head(self.body(h))
 
