@@ -16,14 +16,14 @@ actors, the spec's own ``env.max_frame``) in a subprocess, then reads the trial'
   ``load1`` at start and end, the published score (``PUBLISHED``) and ``met`` (mean >= published);
 * ``trial_graph``: the trial graph PNG of the run (copied to ``--graph-dir`` when given).
 
-Overrides (``--max-frame``, ``--sessions``) are passed as ``-s env.max_frame=...`` /
-``-s meta.max_session=...`` and recorded under ``overrides``; a run with overrides is stored under the
-key ``{spec_name}@{overrides}`` so it never replaces an unmodified run. Results are merged by key into
+Overrides (``--max-frame``, ``--sessions``, ``--set KEY=VALUE``) are passed as ``-s env.max_frame=...`` /
+``-s meta.max_session=...`` / ``-s KEY=VALUE`` and recorded under ``overrides``; a run with overrides is
+stored under the key ``{spec_name}@{overrides}`` so it never replaces an unmodified run. Results are merged by key into
 ``--out`` (default ``bench/results/learning.json``).
 
 Usage:
     python bench/learning.py benchmark/a2c/a2c_gae_cartpole.json a2c_gae_cartpole
-        [--max-frame N] [--sessions N] [--data-dir DIR] [--graph-dir docs/img] [--out PATH]
+        [--max-frame N] [--sessions N] [--set KEY=VALUE ...] [--data-dir DIR] [--graph-dir docs/img] [--out PATH]
     python bench/learning.py --table          # the markdown table of bench/results/learning.json
     python bench/learning.py --combine sac_pendulum sac_pendulum@sessions=2 sac_pendulum@sessions=2#2
 
@@ -84,8 +84,8 @@ PUBLISHED: dict[str, tuple[str, str, float]] = {
 
 def file_stem(key: str) -> str:
     """A results key as a file name stem: ``sac_pendulum@sessions=1#2`` -> ``sac_pendulum_sessions1_2`` (no ``@``,
-    ``=`` or ``#``, which a Markdown link would read as a fragment)."""
-    return key.replace("@", "_").replace("=", "").replace("#", "_")
+    ``=``, ``,``, ``/`` (a ``--set env=ALE/Pong-v5``) or ``#``, which a Markdown link would read as a fragment)."""
+    return key.replace("@", "_").replace("=", "").replace("#", "_").replace("/", "-").replace(",", "_")
 
 
 def resolve_spec_file(path: str) -> Path:
@@ -120,8 +120,11 @@ def session_scores(predir: Path) -> list[dict[str, Any]]:
 
 
 def run_entry(spec_file: Path, name: str, data_dir: Path, max_frame: int | None, sessions: int | None,
-              log_path: Path, resume: Path | None = None) -> dict[str, Any]:
+              log_path: Path, resume: Path | None = None, sets: tuple[str, ...] = ()) -> dict[str, Any]:
     """Run ``lab spec_file name train`` with the overrides; return the record (see module docstring).
+
+    ``sets`` are further ``KEY=VALUE`` overrides passed as ``-s`` (a spec template's ``${env}``, any spec key),
+    recorded under ``overrides["set"]``.
 
     With ``resume`` (a run directory of this entry) it runs ``lab spec_file name train@{resume}`` instead:
     a run made with ``--sessions 2`` resumed with the spec file that says 4 adds sessions 2 and 3 from frame 0
@@ -131,7 +134,8 @@ def run_entry(spec_file: Path, name: str, data_dir: Path, max_frame: int | None,
     Raises:
         RuntimeError: when ``lab`` exits non-zero or prints no predir.
     """
-    sets = []
+    extra = list(sets)
+    sets = [arg for kv in extra for arg in ("-s", kv)]
     if max_frame is not None:
         sets += ["-s", f"env.max_frame={max_frame}"]
     if sessions is not None:
@@ -162,7 +166,8 @@ def run_entry(spec_file: Path, name: str, data_dir: Path, max_frame: int | None,
     return {
         "spec_file": str(spec_file.relative_to(spec_file.parents[2])) if "v5.3.0" in str(spec_file) else str(spec_file),
         "spec_name": name, "env": env, "algorithm": algo,
-        "overrides": {k: v for k, v in (("max_frame", max_frame), ("sessions", sessions)) if v is not None},
+        "overrides": {k: v for k, v in (("max_frame", max_frame), ("sessions", sessions), ("set", extra or None))
+                      if v is not None},
         "sessions": len(sess), "frames_per_session": [s["frame"] for s in sess],
         "random_seed": base_seed, "session_seeds": [base_seed + s["session"] for s in sess],
         "total_reward_ma": mean_ma,
@@ -188,7 +193,7 @@ def combine(data: dict[str, dict[str, Any]], parts: list[str]) -> dict[str, Any]
 
     Raises:
         SystemExit: a part is missing, the parts differ in spec file, spec name, frames per session or
-            ``max_frame`` override, or two sessions share a seed (or a part has no recorded seeds).
+            ``max_frame`` / ``--set`` overrides, or two sessions share a seed (or a part has no recorded seeds).
     """
     missing = [k for k in parts if k not in data]
     if missing:
@@ -196,8 +201,8 @@ def combine(data: dict[str, dict[str, Any]], parts: list[str]) -> dict[str, Any]
     recs = [data[k] for k in parts]
     first = recs[0]
     for key, r in zip(parts, recs):
-        same = (r["spec_file"], r["spec_name"], r["overrides"].get("max_frame")) == \
-            (first["spec_file"], first["spec_name"], first["overrides"].get("max_frame"))
+        same = (r["spec_file"], r["spec_name"], r["overrides"].get("max_frame"), r["overrides"].get("set")) == \
+            (first["spec_file"], first["spec_name"], first["overrides"].get("max_frame"), first["overrides"].get("set"))
         if not same or len(set(r["frames_per_session"] + first["frames_per_session"])) != 1:
             raise SystemExit(f"--combine: {key} is not a run of {parts[0]}'s entry and budget")
         if not r.get("session_seeds"):
@@ -252,6 +257,20 @@ def table(data: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def result_key(args: argparse.Namespace) -> str:
+    """The results key of a run: ``{spec_name}[@{sets}][@max_frame=N][@sessions=N][#{suffix}]``."""
+    key = args.spec_name
+    if args.set:
+        key += "@" + ",".join(args.set)
+    if args.max_frame is not None:
+        key += f"@max_frame={args.max_frame}"
+    if args.sessions is not None:
+        key += f"@sessions={args.sessions}"
+    if args.key_suffix:
+        key += f"#{args.key_suffix}"
+    return key
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry (see module docstring); returns the exit code."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -260,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table", action="store_true", help="print the markdown table of --out and exit")
     ap.add_argument("--max-frame", type=int)
     ap.add_argument("--sessions", type=int)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a further -s override of the lab (e.g. env=ALE/Pong-v5 for a template); part of the key")
     ap.add_argument("--data-dir", default=str(ROOT / "data" / "learning"))
     ap.add_argument("--graph-dir", help="copy the trial graph PNG here as {key}_trial_graph.png")
     ap.add_argument("--resume", help="a run directory of this entry: resume it (train@) with the overrides")
@@ -285,17 +306,12 @@ def main(argv: list[str] | None = None) -> int:
     spec_file = resolve_spec_file(args.spec_file)
     data_dir = Path(args.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
-    key = args.spec_name
-    if args.max_frame is not None:
-        key += f"@max_frame={args.max_frame}"
-    if args.sessions is not None:
-        key += f"@sessions={args.sessions}"
-    if args.key_suffix:
-        key += f"#{args.key_suffix}"
+    key = result_key(args)
     stem = file_stem(key)
     log_path = data_dir / f"{stem}{'_resume' if args.resume else ''}.log"
     resume = Path(args.resume) if args.resume else None
-    record = run_entry(spec_file, args.spec_name, data_dir, args.max_frame, args.sessions, log_path, resume)
+    record = run_entry(spec_file, args.spec_name, data_dir, args.max_frame, args.sessions, log_path, resume,
+                       tuple(args.set))
     if args.graph_dir:
         dst = Path(args.graph_dir) / f"{stem}_trial_graph.png"
         dst.parent.mkdir(parents=True, exist_ok=True)

@@ -53,3 +53,33 @@ def test_combine_refuses_parts_of_another_entry_budget_or_seed(tmp_path, other, 
 def test_file_stem_has_no_link_breaking_characters():
     assert learning.file_stem("sac_pendulum@sessions=1#2") == "sac_pendulum_sessions1_2"
     assert learning.file_stem("ppo_pendulum") == "ppo_pendulum"
+
+
+def test_combine_refuses_parts_with_other_set_overrides(tmp_path):
+    out = tmp_path / "learning.json"
+    a = part([7], [500.0])
+    b = part([8], [400.0])
+    b["overrides"]["set"] = ["env=ALE/Pong-v5"]
+    out.write_text(json.dumps({"a": a, "b": b}))
+    with pytest.raises(SystemExit, match="not a run of"):
+        learning.main(["--out", str(out), "--combine", "k", "a", "b"])
+
+
+def test_set_overrides_reach_lab_and_the_key(tmp_path, monkeypatch):
+    seen = {}
+
+    def fake_run_entry(spec_file, name, data_dir, max_frame, sessions, log_path, resume, sets):
+        seen.update(name=name, sets=sets, log=log_path.name)
+        return {"spec_name": name, "sessions": 1, "total_reward_ma": -20.0, "slm_total_reward_ma": -20.5,
+                "total_reward_ma_sessions": [-20.0], "published": None, "met": None, "wall_s": 1.0, "fps": 1.0,
+                "trial_graph": str(tmp_path / "g.png")}
+    monkeypatch.setattr(learning, "run_entry", fake_run_entry)
+    spec = tmp_path / "atari.json"
+    spec.write_text("{}")
+    out = tmp_path / "learning.json"
+    assert learning.main([str(spec), "ppo_atari", "--set", "env=ALE/Pong-v5", "--max-frame", "1000",
+                          "--data-dir", str(tmp_path), "--out", str(out)]) == 0
+    assert seen["sets"] == ("env=ALE/Pong-v5",)
+    key = "ppo_atari@env=ALE/Pong-v5@max_frame=1000"
+    assert list(json.loads(out.read_text())) == [key]
+    assert seen["log"] == learning.file_stem(key) + ".log" and "/" not in seen["log"]
