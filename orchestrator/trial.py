@@ -46,8 +46,9 @@ from orchestrator.predir import session_seed
 from orchestrator.progress import SessionProgress
 from orchestrator.session_actor import EXPORTED_FILES, SessionActor
 
-# No torch in the driver of a ``train``: orchestrator.spec is imported by the resume path only (it checks
-# the merged spec here); a fresh ``train`` checks in orchestrator.spec_check's child process.
+# No torch in the driver of a ``train`` or ``train@``: both check their spec (``train@`` also its merge into
+# the saved spec) in orchestrator.spec_check's child process; the cli imports orchestrator.spec for dev, search
+# and enjoy only.
 
 
 @dataclass
