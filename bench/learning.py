@@ -120,10 +120,10 @@ def session_scores(predir: Path) -> list[dict[str, Any]]:
 
 
 def run_entry(spec_file: Path, name: str, data_dir: Path, max_frame: int | None, sessions: int | None,
-              log_path: Path, resume: Path | None = None, sets: tuple[str, ...] = ()) -> dict[str, Any]:
+              log_path: Path, resume: Path | None = None, extra_sets: tuple[str, ...] = ()) -> dict[str, Any]:
     """Run ``lab spec_file name train`` with the overrides; return the record (see module docstring).
 
-    ``sets`` are further ``KEY=VALUE`` overrides passed as ``-s`` (a spec template's ``${env}``, any spec key),
+    ``extra_sets`` are further ``KEY=VALUE`` overrides passed as ``-s`` (a spec template's ``${env}``, any spec key),
     recorded under ``overrides["set"]``.
 
     With ``resume`` (a run directory of this entry) it runs ``lab spec_file name train@{resume}`` instead:
@@ -134,8 +134,7 @@ def run_entry(spec_file: Path, name: str, data_dir: Path, max_frame: int | None,
     Raises:
         RuntimeError: when ``lab`` exits non-zero or prints no predir.
     """
-    extra = list(sets)
-    sets = [arg for kv in extra for arg in ("-s", kv)]
+    sets = [arg for kv in extra_sets for arg in ("-s", kv)]
     if max_frame is not None:
         sets += ["-s", f"env.max_frame={max_frame}"]
     if sessions is not None:
@@ -166,8 +165,8 @@ def run_entry(spec_file: Path, name: str, data_dir: Path, max_frame: int | None,
     return {
         "spec_file": str(spec_file.relative_to(spec_file.parents[2])) if "v5.3.0" in str(spec_file) else str(spec_file),
         "spec_name": name, "env": env, "algorithm": algo,
-        "overrides": {k: v for k, v in (("max_frame", max_frame), ("sessions", sessions), ("set", extra or None))
-                      if v is not None},
+        "overrides": {k: v for k, v in (("max_frame", max_frame), ("sessions", sessions),
+                                        ("set", list(extra_sets) or None)) if v is not None},
         "sessions": len(sess), "frames_per_session": [s["frame"] for s in sess],
         "random_seed": base_seed, "session_seeds": [base_seed + s["session"] for s in sess],
         "total_reward_ma": mean_ma,
@@ -303,6 +302,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not (args.spec_file and args.spec_name):
         ap.error("SPEC_FILE and SPEC_NAME are required (or --table or --combine)")
+    bad = [kv for kv in args.set if "=" not in kv or kv.startswith("=")]
+    if bad:
+        ap.error(f"--set expects KEY=VALUE, got {bad}")
     spec_file = resolve_spec_file(args.spec_file)
     data_dir = Path(args.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)

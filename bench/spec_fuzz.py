@@ -231,7 +231,8 @@ def run(files: list[str], n_cases: int, seed: int, kinds: tuple[str, ...], timeo
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command line (usage in the module docstring): runs the benchmark, writes its results; returns 0."""
+    """The command line (usage in the module docstring): runs the fuzz cases, writes the results; returns 1 when a
+    case crashed, hung or printed a traceback (a finding), else 0."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=300, help="cases to run (default 300)")
     parser.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")

@@ -68,8 +68,8 @@ def test_combine_refuses_parts_with_other_set_overrides(tmp_path):
 def test_set_overrides_reach_lab_and_the_key(tmp_path, monkeypatch):
     seen = {}
 
-    def fake_run_entry(spec_file, name, data_dir, max_frame, sessions, log_path, resume, sets):
-        seen.update(name=name, sets=sets, log=log_path.name)
+    def fake_run_entry(spec_file, name, data_dir, max_frame, sessions, log_path, resume, extra_sets):
+        seen.update(name=name, sets=extra_sets, log=log_path.name)
         return {"spec_name": name, "sessions": 1, "total_reward_ma": -20.0, "slm_total_reward_ma": -20.5,
                 "total_reward_ma_sessions": [-20.0], "published": None, "met": None, "wall_s": 1.0, "fps": 1.0,
                 "trial_graph": str(tmp_path / "g.png")}
@@ -83,3 +83,11 @@ def test_set_overrides_reach_lab_and_the_key(tmp_path, monkeypatch):
     key = "ppo_atari@env=ALE/Pong-v5@max_frame=1000"
     assert list(json.loads(out.read_text())) == [key]
     assert seen["log"] == learning.file_stem(key) + ".log" and "/" not in seen["log"]
+
+
+def test_set_without_equals_exits_2(tmp_path, capsys):
+    spec = tmp_path / "atari.json"
+    spec.write_text("{}")
+    with pytest.raises(SystemExit) as exc:
+        learning.main([str(spec), "ppo_atari", "--set", "env", "--out", str(tmp_path / "o.json")])
+    assert exc.value.code == 2 and "--set expects KEY=VALUE" in capsys.readouterr().err
