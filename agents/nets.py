@@ -17,7 +17,8 @@ Orthogonal init (``init_fn: orthogonal_``) uses the field's gains (Saxe et al. 2
 gains of OpenAI baselines / SB3 / CleanRL PPO, Huang et al. 2022 "The 37 implementation details of
 PPO"): ``HIDDEN_GAIN = sqrt(2)`` on hidden layers, then per head the gain the algorithm asks for:
 ``POLICY_GAIN = 0.01`` for a policy head (near-uniform initial policy), ``VALUE_GAIN = 1`` for value
-and Q heads. Biases start at 0.
+and Q heads. Biases start at 0. Xavier init (``xavier_uniform_`` / ``xavier_normal_``) uses SLM-Lab v5.3's gain, that
+of ``hid_layers_activation`` (``torch.nn.init.calculate_gain``: sqrt 2 for relu), on every layer, heads included.
 """
 
 from __future__ import annotations
@@ -209,16 +210,33 @@ def make_loss(loss_spec: dict[str, Any]) -> nn.Module:
     return LOSSES[name](**{k: v for k, v in loss_spec.items() if k != "name"})
 
 
-def _init_linear(layer: nn.Linear, init_fn: str | None, gain: float) -> None:
-    """Init one layer's weight with ``INIT_FNS[init_fn]`` (``gain`` for orthogonal_) and zero its bias."""
+def _init_linear(layer: nn.Module, init_fn: str | None, gain: float, activation: str) -> None:
+    """Init one Linear/Conv layer's weight with ``INIT_FNS[init_fn]`` and zero its bias (None: torch's default init).
+
+    ``orthogonal_`` takes ``gain`` (the field's per-layer gains, module docstring); ``xavier_*`` take
+    ``torch.nn.init.calculate_gain(activation)`` (the net's ``hid_layers_activation``; sqrt 2 for relu, 5/3 for
+    tanh, 1 where torch has no gain: elu, gelu) on every layer, heads included, as SLM-Lab v5.3's
+    ``net_util.init_layers``; ``kaiming_*`` torch's default gain sqrt 2 (SLM-Lab's, which allows only relu).
+    """
     if init_fn is None:
         return
     if init_fn == "orthogonal_":
         nn.init.orthogonal_(layer.weight, gain)
-    else:
+    elif init_fn.startswith("xavier"):
+        INIT_FNS[init_fn](layer.weight, gain=activation_gain(activation))
+    else:  # kaiming: torch's default gain sqrt 2, what SLM-Lab's nonlinearity=relu / leaky_relu (slope 0) gives
         INIT_FNS[init_fn](layer.weight)
     if layer.bias is not None:
         nn.init.zeros_(layer.bias)
+
+
+def activation_gain(activation: str) -> float:
+    """``torch.nn.init.calculate_gain`` of an ``ACTIVATIONS`` key (``leakyrelu`` as torch's leaky_relu, slope
+    0.01; ``linear``: 1); 1 for the activations torch gives no gain (elu, gelu)."""
+    name = {"leakyrelu": "leaky_relu"}.get(activation, activation)
+    if name not in ("relu", "leaky_relu", "tanh", "selu", "sigmoid", "linear"):
+        return 1.0
+    return nn.init.calculate_gain(name)
 
 
 class MLPNet(nn.Module):
@@ -269,9 +287,9 @@ class MLPNet(nn.Module):
         self.heads = nn.ModuleList(nn.Sequential(nn.Linear(dims[-1], d), out_act()) for d in head_dims)
         for layer in self.body:
             if isinstance(layer, nn.Linear):
-                _init_linear(layer, init_fn, HIDDEN_GAIN)
+                _init_linear(layer, init_fn, HIDDEN_GAIN, hid_layers_activation)
         for head, gain in zip(self.heads, gains):
-            _init_linear(head[0], init_fn, gain)
+            _init_linear(head[0], init_fn, gain, hid_layers_activation)
 
     @classmethod
     def from_spec(cls, net_spec: NetSpec, obs_space: gym.Space, out_dims: int | Sequence[int],
@@ -488,10 +506,11 @@ class ConvNet(nn.Module):
         for d_in, d_out in zip(dims[:-1], dims[1:]):
             fcs += [nn.Linear(d_in, d_out), act()]
         self.fc = nn.Sequential(*fcs)
-        self.single_head, self.heads = _make_heads(dims[-1], out_dims, out_layer_activation, init_fn, head_gains)
+        self.single_head, self.heads = _make_heads(dims[-1], out_dims, out_layer_activation, init_fn, head_gains,
+                                                   hid_layers_activation)
         for layer in [*self.conv, *self.fc]:
             if isinstance(layer, (nn.Linear, nn.Conv2d)):
-                _init_linear(layer, init_fn, HIDDEN_GAIN)
+                _init_linear(layer, init_fn, HIDDEN_GAIN, hid_layers_activation)
         # NHWC kernels: on CPU (oneDNN) a Nature-CNN forward + backward of 256 frames takes 0.21 s instead of 0.39 s
         # on one thread; the weights keep their values and logical shapes (state_dict, sha256 unchanged in meaning)
         self.conv.to(memory_format=torch.channels_last)
@@ -595,8 +614,9 @@ def _check_names(hid_layers_activation: str, out_layer_activation: str | None, i
 
 
 def _make_heads(in_dim: int, out_dims: int | Sequence[int], out_layer_activation: str | None, init_fn: str | None,
-                head_gains: Sequence[float] | None) -> tuple[bool, nn.ModuleList]:
-    """(single_head, heads): one ``Sequential(Linear(in_dim, d), out activation)`` per head, initialized.
+                head_gains: Sequence[float] | None, hid_layers_activation: str) -> tuple[bool, nn.ModuleList]:
+    """(single_head, heads): one ``Sequential(Linear(in_dim, d), out activation)`` per head, initialized
+    (``_init_linear``: head gains for orthogonal, the net's ``hid_layers_activation`` gain for xavier / kaiming).
 
     Raises:
         ValueError: ``head_gains`` whose length differs from the number of heads.
@@ -609,7 +629,7 @@ def _make_heads(in_dim: int, out_dims: int | Sequence[int], out_layer_activation
     out_act = ACTIVATIONS[out_layer_activation] if out_layer_activation else nn.Identity
     heads = nn.ModuleList(nn.Sequential(nn.Linear(in_dim, d), out_act()) for d in head_dims)
     for head, gain in zip(heads, gains):
-        _init_linear(head[0], init_fn, gain)
+        _init_linear(head[0], init_fn, gain, hid_layers_activation)
     return single, heads
 
 
@@ -654,10 +674,13 @@ class TorchArcNet(nn.Module):
         in_shape: one observation's shape O; the body sees (B, *O) as is (no channel permutation), or with
             extra inputs the flat (B, prod(O) + E).
         out_dims / head_gains / out_layer_activation / init_fn: as ``MLPNet``. With ``init_fn`` every Linear and
-            Conv layer of the body is re-initialized (orthogonal: gain ``HIDDEN_GAIN``), biases 0.
+            Conv layer of the body is re-initialized (orthogonal: gain ``HIDDEN_GAIN``; xavier: the gain of
+            ``hid_layers_activation``), biases 0.
         extra_in_dim: E, features of extra inputs (e.g. the action of Q(s, a)), concatenated to the flattened
             observation before the body (SLM-Lab's SAC critic input ``cat(state, action)``).
         obs_scale: multiplier of the input (1/255 for pixels) or None.
+        hid_layers_activation: ``ACTIVATIONS`` key whose gain xavier init uses (SLM-Lab's TorchArcNet reads the
+            spec's ``hid_layers_activation`` for it, default relu); the arc itself names its own activations.
 
     Lazy layers (``LazyLinear``, ``LazyConv2d``, ...) are materialized in the constructor by one forward of a
     zero batch (B = 1) in eval mode, so parameters exist before optimizers are built and checkpoints loaded.
@@ -673,9 +696,9 @@ class TorchArcNet(nn.Module):
     def __init__(self, arc: dict, in_shape: Sequence[int], out_dims: int | Sequence[int],
                  init_fn: str | None = None, out_layer_activation: str | None = None,
                  head_gains: Sequence[float] | None = None, extra_in_dim: int = 0,
-                 obs_scale: float | None = None) -> None:
+                 obs_scale: float | None = None, hid_layers_activation: str = "relu") -> None:
         super().__init__()
-        _check_names("relu", out_layer_activation, init_fn)
+        _check_names(hid_layers_activation, out_layer_activation, init_fn)
         self.in_shape, self.extra_in_dim, self.obs_scale = tuple(in_shape), extra_in_dim, obs_scale
         self.body = build_arc(arc)
         dummy = torch.zeros(1, *self.in_shape)
@@ -691,10 +714,11 @@ class TorchArcNet(nn.Module):
         lazy = [name for name, p in [*self.body.named_parameters(), *self.body.named_buffers()] if is_lazy(p)]
         if lazy:
             raise ValueError(f"arc: lazy layers not reached from graph.input, left unmaterialized: {lazy}")
-        self.single_head, self.heads = _make_heads(feat_dim, out_dims, out_layer_activation, init_fn, head_gains)
+        self.single_head, self.heads = _make_heads(feat_dim, out_dims, out_layer_activation, init_fn, head_gains,
+                                                   hid_layers_activation)
         for layer in self.body.modules():
             if isinstance(layer, _INIT_LAYERS):
-                _init_linear(layer, init_fn, HIDDEN_GAIN)
+                _init_linear(layer, init_fn, HIDDEN_GAIN, hid_layers_activation)
 
     @classmethod
     def from_spec(cls, net_spec: NetSpec, obs_space: gym.Space, out_dims: int | Sequence[int],
@@ -713,7 +737,7 @@ class TorchArcNet(nn.Module):
             raise ValueError(f"TorchArcNet needs a numeric Box observation space, got {obs_space}")
         scale = net_spec.normalize if net_spec.normalize is not None else obs_space.dtype == np.uint8
         return cls(net_spec.arc, obs_space.shape, out_dims, net_spec.init_fn, net_spec.out_layer_activation,
-                   head_gains, extra_in_dim, 1.0 / 255.0 if scale else None)
+                   head_gains, extra_in_dim, 1.0 / 255.0 if scale else None, net_spec.hid_layers_activation)
 
     def features(self, x: torch.Tensor, extra: Sequence[torch.Tensor]) -> torch.Tensor:
         """Flattened body output (B, F) of observations (B, *O) and extra inputs, each (B, E_k)."""
@@ -789,10 +813,10 @@ class RecurrentNet(nn.Module):
         self.rnn = RNN_CELLS[cell_type](dims[-1], hidden_size, num_layers, batch_first=True,
                                         bidirectional=bidirectional)
         self.single_head, self.heads = _make_heads(hidden_size + extra_in_dim, out_dims, out_layer_activation,
-                                                   init_fn, head_gains)
+                                                   init_fn, head_gains, hid_layers_activation)
         for layer in self.fc:
             if isinstance(layer, nn.Linear):
-                _init_linear(layer, init_fn, HIDDEN_GAIN)
+                _init_linear(layer, init_fn, HIDDEN_GAIN, hid_layers_activation)
         if init_fn is not None:
             for name, param in self.rnn.named_parameters():
                 if name.startswith("weight"):

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch.distributions import Normal
 
-LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # SLM-Lab v5.3's clamp of every Gaussian policy's log-std (policy_util)
 
 
 def pdparam_dim(action_space: gym.Space) -> int:

@@ -56,6 +56,22 @@ def test_tanh_log_prob_correction_hand_computed():
     torch.testing.assert_close(logp.double(), ref.sum(-1), rtol=1e-4, atol=1e-4)
 
 
+def test_log_std_clamped_to_slm_labs_range():
+    """SLM-Lab v5.3's policy_util clamps every Gaussian log-std to [-5, 2]: a head asking for log-std -9 samples
+    with std exp(-5) and its mode's log pi is -(-5) - 0.5 ln(2 pi) per dim (u = 0: no tanh correction); +7 gives
+    std exp(2); the clamp passes no gradient beyond its bounds."""
+    assert (policy.LOG_STD_MIN, policy.LOG_STD_MAX) == (-5.0, 2.0)
+    pdparam = torch.tensor([[0.0, -9.0]], requires_grad=True)
+    _, logp = policy.tanh_gaussian_sample(pdparam, torch.Generator(), deterministic=True)
+    assert logp.item() == pytest.approx(5.0 - 0.5 * math.log(2 * math.pi), rel=1e-6)
+    logp.sum().backward()
+    assert pdparam.grad[0, 1].item() == 0.0
+    gen = torch.Generator().manual_seed(3)
+    eps = torch.randn((1000, 1), generator=torch.Generator().manual_seed(3))
+    act, _ = policy.tanh_gaussian_sample(torch.tensor([[0.0, 7.0]]).repeat(1000, 1), gen)
+    torch.testing.assert_close(act, torch.tanh(math.exp(2.0) * eps))
+
+
 def test_continuous_soft_target_and_losses_hand_computed(monkeypatch):
     """Target critics 1 and 2 (min 1), alpha 0.5, a' sampled with log pi = 0.5: V' = 1 - 0.25 = 0.75, y = 1 + 0.9 *
     0.75 = 1.675 (0 bootstrap when terminated: y = 1). Temperature loss with log pi = 0.2, -0.4 and H_target = -1:
