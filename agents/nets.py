@@ -90,7 +90,8 @@ class NetSpec:
         lr_scheduler_spec: ``{"name": one of agents.schedules.LR_SCHEDULERS, ...}`` in frames.
         update_type: target-net update, ``"replace"`` or ``"polyak"``.
         update_frequency: frames between target-net updates.
-        polyak_coef: weight of the old target in a polyak update (SLM-Lab semantics).
+        polyak_coef: polyak weight: kept of the old target (DQN family), or of the online critic (SAC, SLM-Lab v5.3's
+            ``polyak_update``); README "SAC targets".
         shared: one body with actor and critic heads (actor-critic algorithms).
         log_std_init: for Box actions, a state-independent log-std parameter (A,) initialized to this
             value (nats), instead of a log-std head; None: the policy head outputs mean and log-std.
