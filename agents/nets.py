@@ -232,12 +232,12 @@ def _init_linear(layer: nn.Module, init_fn: str | None, gain: float, activation:
 
 
 def activation_gain(activation: str) -> float:
-    """``torch.nn.init.calculate_gain`` of an ``ACTIVATIONS`` key (``leakyrelu`` as torch's leaky_relu, slope
-    0.01; ``linear``: 1); 1 for the activations torch gives no gain (elu, gelu)."""
-    name = {"leakyrelu": "leaky_relu"}.get(activation, activation)
-    if name not in ("relu", "leaky_relu", "tanh", "selu", "sigmoid", "linear"):
+    """``torch.nn.init.calculate_gain`` of an ``ACTIVATIONS`` key (``leakyrelu`` as torch's ``leaky_relu``, slope
+    0.01 as ``nn.LeakyReLU``'s default); 1 for the activations torch has no gain for (elu, gelu). Raises nothing."""
+    try:
+        return nn.init.calculate_gain({"leakyrelu": "leaky_relu"}.get(activation, activation))
+    except ValueError:
         return 1.0
-    return nn.init.calculate_gain(name)
 
 
 class MLPNet(nn.Module):
@@ -617,7 +617,7 @@ def _check_names(hid_layers_activation: str, out_layer_activation: str | None, i
 def _make_heads(in_dim: int, out_dims: int | Sequence[int], out_layer_activation: str | None, init_fn: str | None,
                 head_gains: Sequence[float] | None, hid_layers_activation: str) -> tuple[bool, nn.ModuleList]:
     """(single_head, heads): one ``Sequential(Linear(in_dim, d), out activation)`` per head, initialized
-    (``_init_linear``: head gains for orthogonal, the net's ``hid_layers_activation`` gain for xavier / kaiming).
+    (``_init_linear``: head gains for orthogonal, the gain of the net's ``hid_layers_activation`` for xavier).
 
     Raises:
         ValueError: ``head_gains`` whose length differs from the number of heads.
