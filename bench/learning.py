@@ -99,6 +99,16 @@ def resolve_spec_file(path: str) -> Path:
     raise FileNotFoundError(f"spec file {path!r} not found (nor under $SLM_LAB_SPECS/v5.3.0)")
 
 
+def recorded_spec_file(spec_file: Path) -> str:
+    """The spec file as a record names it, machine-free: relative to SLM-Lab's ``v5.3.0`` dir
+    (``benchmark/sac/sac_pendulum.json``) or to this checkout (``specs/benchmark/atari.json``), else as given."""
+    if "v5.3.0" in spec_file.parts:
+        return Path(*spec_file.parts[spec_file.parts.index("v5.3.0") + 1:]).as_posix()
+    if spec_file.is_relative_to(ROOT):
+        return spec_file.relative_to(ROOT).as_posix()
+    return str(spec_file)
+
+
 def session_scores(predir: Path) -> list[dict[str, Any]]:
     """Per session of trial 0: final frame, the lab's final total_reward_ma and SLM-Lab's 100-row mean.
 
@@ -156,14 +166,15 @@ def run_entry(spec_file: Path, name: str, data_dir: Path, max_frame: int | None,
         raise RuntimeError(f"lab exited {proc.returncode}; see {log_path}")
     predir = resume if resume is not None else Path(m.group(1))
     sess = session_scores(predir)
-    base_seed = json.loads((predir / f"{name}_spec.json").read_text())["meta"]["random_seed"]
+    saved = json.loads((predir / f"{name}_spec.json").read_text())
+    base_seed = saved["meta"]["random_seed"]
     trial = json.loads((predir / "info" / "t0_trial_metrics.json").read_text())
-    env, algo, published = PUBLISHED.get(name, (None, None, None))
+    env, algo, published = PUBLISHED.get(name, (saved["env"]["name"], saved["agent"]["algorithm"]["name"], None))
     mean_ma = float(trial["total_reward_ma"])
     frames = sum(s["frame"] for s in sess)
     graph = predir / "graph" / f"{name}_t0_trial_graph.png"
     return {
-        "spec_file": str(spec_file.relative_to(spec_file.parents[2])) if "v5.3.0" in str(spec_file) else str(spec_file),
+        "spec_file": recorded_spec_file(spec_file),
         "spec_name": name, "env": env, "algorithm": algo,
         "overrides": {k: v for k, v in (("max_frame", max_frame), ("sessions", sessions),
                                         ("set", list(extra_sets) or None)) if v is not None},

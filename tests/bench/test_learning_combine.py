@@ -55,6 +55,13 @@ def test_file_stem_has_no_link_breaking_characters():
     assert learning.file_stem("ppo_pendulum") == "ppo_pendulum"
 
 
+def test_recorded_spec_file_names_no_machine_path(tmp_path):
+    slm = tmp_path / "shared" / "slm_lab_specs" / "v5.3.0" / "benchmark" / "sac" / "sac_pendulum.json"
+    assert learning.recorded_spec_file(slm) == "benchmark/sac/sac_pendulum.json"
+    assert learning.recorded_spec_file(REPO / "specs" / "benchmark" / "atari.json") == "specs/benchmark/atari.json"
+    assert learning.recorded_spec_file(tmp_path / "mine.json") == str(tmp_path / "mine.json")
+
+
 def test_combine_refuses_parts_with_other_set_overrides(tmp_path):
     out = tmp_path / "learning.json"
     a = part([7], [500.0])
