@@ -262,7 +262,7 @@ def table(data: dict[str, dict[str, Any]]) -> str:
         lines.append(
             f"| `{key}` | {r['env']} | {r['sessions']} | {r['frames_per_session'][0]:,} | "
             f"{r['total_reward_ma']:.1f} ({r['total_reward_ma_min']:.1f} to {r['total_reward_ma_max']:.1f}) | "
-            f"{r['slm_total_reward_ma']:.1f} | {r['published']} | {met} | {r['fps'] or 0:,.0f} | {r['wall_s']:,.0f} | "
+            f"{r['slm_total_reward_ma']:.1f} | {'-' if r['published'] is None else r['published']} | {met} | {r['fps'] or 0:,.0f} | {r['wall_s']:,.0f} | "
             f"{r['load1_start']:.1f}-{r['load1_end']:.1f} |")
     return "\n".join(lines)
 
