@@ -260,10 +260,11 @@ def table(data: dict[str, dict[str, Any]]) -> str:
     for key, r in data.items():
         met = "n/a" if r["met"] is None else ("yes" if r["met"] else "no")
         published = "-" if r["published"] is None else r["published"]
+        fps = "" if r["fps"] is None else f"{r['fps']:,.0f}"  # none for a resume or a --combine
         lines.append(
             f"| `{key}` | {r['env']} | {r['sessions']} | {r['frames_per_session'][0]:,} | "
             f"{r['total_reward_ma']:.1f} ({r['total_reward_ma_min']:.1f} to {r['total_reward_ma_max']:.1f}) | "
-            f"{r['slm_total_reward_ma']:.1f} | {published} | {met} | {r['fps'] or 0:,.0f} | {r['wall_s']:,.0f} | "
+            f"{r['slm_total_reward_ma']:.1f} | {published} | {met} | {fps} | {r['wall_s']:,.0f} | "
             f"{r['load1_start']:.1f}-{r['load1_end']:.1f} |")
     return "\n".join(lines)
 
