@@ -76,7 +76,7 @@ class NetSpec:
             order; padding and dilation may be left out: 0 and 1); default the Nature CNN
             ``[[32, 8, 4, 0, 1], [64, 4, 2, 0, 1], [64, 3, 1, 0, 1]]``.
         fc_hid_layers: conv nets: widths of the fully connected layers after the convolutions (default [512]);
-            ``RecurrentNet``: widths of the per-step layers before the recurrent cell (required, may be []).
+            ``RecurrentNet``: widths of the per-step layers before the recurrent cell (default [512], may be []).
         normalize: conv nets: scale observations by 1/255 (SLM-Lab's key); None: only when the observation
             space is uint8 (pixels). MLP nets ignore it, as SLM-Lab's MLPNet does (so its MLP specs with
             ``normalize: true`` run unmodified).

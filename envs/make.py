@@ -21,7 +21,7 @@ section 5: env state can be checkpointed); ALE and MuJoCo sub-envs keep their si
 pickle through ``envs.wrappers.SimStatePickle``; Box2D sub-envs and async vector envs do not pickle, so
 their checkpoints are ``exact: false`` with the pickling error as the reason.
 
-Seeds (docs/ARCHITECTURE.md section 8): ``make_env`` seeds only the vector action space with the session seed;
+Seeds (docs/ARCHITECTURE.md section 7): ``make_env`` seeds only the vector action space with the session seed;
 the reset seeds of the sub-envs come from ``sub_env_seeds(session_seed, num_envs, stream, index)``,
 a ``numpy.random.SeedSequence`` of the session seed. Sub-env i is therefore *not* ``seed + i``
 (gymnasium's default for an int reset seed), which would make sessions s and s + 1 of a trial

@@ -19,7 +19,7 @@ an env stream (``envs.make.sub_env_seeds``).
 
 Checkpoints load onto the CPU (``map_location="cpu"``): RNG states, memory, observations and
 counters stay host-side; ``Algorithm.load_state_dict`` copies net and optimizer tensors into the
-algorithm's device (docs/ARCHITECTURE.md section 8).
+algorithm's device (docs/ARCHITECTURE.md section 4, item 5).
 """
 
 from __future__ import annotations
