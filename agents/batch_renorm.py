@@ -78,6 +78,7 @@ class BatchRenorm1d(nn.Module):
         return F.batch_norm(x, None, None, self.weight * r, self.weight * d + self.bias, training=True, eps=self.eps)
 
     def extra_repr(self) -> str:
+        """The constructor arguments, shown in the module's ``repr``."""
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, r_max={self.r_max_limit}, "
                 f"d_max={self.d_max_limit}, warmup_steps={self.warmup_steps}")
 

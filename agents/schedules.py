@@ -120,6 +120,7 @@ class LinearToZero:
     frame: int
 
     def __call__(self, frame: int) -> float:
+        """The LR factor at ``frame`` (env frames of the session clock)."""
         return max(0.0, 1.0 - frame / self.frame)
 
 
@@ -131,6 +132,7 @@ class StepDecay:
     gamma: float = 0.1
 
     def __call__(self, frame: int) -> float:
+        """The LR factor at ``frame`` (env frames of the session clock)."""
         return self.gamma ** (frame // self.step_size)
 
 
@@ -142,6 +144,7 @@ class MultiStepDecay:
     gamma: float = 0.1
 
     def __call__(self, frame: int) -> float:
+        """The LR factor at ``frame`` (env frames of the session clock)."""
         return self.gamma ** sum(frame >= m for m in self.milestones)
 
 
@@ -153,6 +156,7 @@ class CosineDecay:
     eta_min_factor: float = 0.0
 
     def __call__(self, frame: int) -> float:
+        """The LR factor at ``frame`` (env frames of the session clock)."""
         x = min(frame, self.T_max) / self.T_max
         return self.eta_min_factor + (1 - self.eta_min_factor) * 0.5 * (1 + math.cos(math.pi * x))
 

@@ -47,6 +47,7 @@ class RequestLog(logging.Handler):
         self.counts: collections.Counter = collections.Counter()
 
     def emit(self, record: logging.LogRecord) -> None:
+        """Count one request line of the S3 server's access log by method."""
         m = re.search(r'"(GET|PUT|POST|HEAD|DELETE) (\S+) HTTP', record.getMessage())
         if not m:
             return
@@ -86,6 +87,7 @@ class CountingStream:
         self._stream, self._counts = stream, counts
 
     def write(self, data: Any) -> Any:
+        """Write ``data`` through, counting its bytes."""
         self._counts["bytes_written"] += len(data)
         return self._stream.write(data)
 

@@ -133,6 +133,7 @@ class CountingRecord(trial_mod.RunRecord):
         self.writes: list[tuple[float, int]] = []  # (monotonic time, bytes)
 
     def save(self) -> None:
+        """Write run.json and record when and how many bytes."""
         super().save()
         self.writes.append((time.monotonic(), os.path.getsize(self.uri)))
 
@@ -149,12 +150,14 @@ class SimTrial(trial_mod.Trial):
         self.done_at: dict[str, float] = {}
 
     def new_actor(self, plan: trial_mod.SessionPlan) -> SimActor:
+        """A simulated session on one of the shared host processes (round robin)."""
         return SimActor(self.hosts[plan.session % len(self.hosts)], plan.key, *self.sim)
 
     def end_actor(self, actor: Any) -> None:
-        pass  # the host processes are shared; they end with the cluster
+        """Nothing to end: the host processes are shared and end with the cluster."""
 
     def handle(self, plan: trial_mod.SessionPlan, event: dict[str, Any]) -> None:
+        """Handle an event as the driver does; record its latency (s) from emission and each session's start and end."""
         seen = time.time()
         super().handle(plan, event)
         now = time.monotonic()

@@ -58,6 +58,7 @@ class Case:
 
     @property
     def label(self) -> str:
+        """One line naming the spec, the path and the mutation (value cut at 60 chars)."""
         return f"{self.spec_name} {'.'.join(map(str, self.path))} {self.kind}={json.dumps(self.value)[:60]}"
 
 
@@ -200,6 +201,7 @@ def classify(code: Any, stderr: str, data: Path) -> str:
 
 
 def is_finding(outcome: str) -> bool:
+    """Whether an outcome is a defect: anything but a run (``ok``) or a clear refusal (``exit2``)."""
     return outcome not in ("ok", "exit2")
 
 

@@ -97,6 +97,7 @@ def machine_info() -> dict[str, Any]:
 
 
 def fmt(v: Any, spec: str = ",.0f") -> str:
+    """``v`` formatted with ``spec``; ``-`` for None."""
     return "-" if v is None else format(v, spec)
 
 

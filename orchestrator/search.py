@@ -180,6 +180,7 @@ class TrialNamer:
         self.offset = offset
 
     def __call__(self, trial: Any) -> str:
+        """The name ``t{T}`` of a Tune trial, from its experiment tag."""
         return f"t{int(str(trial.experiment_tag).split('_', 1)[0]) - self.offset}"
 
 
@@ -285,6 +286,7 @@ class TrialReporter:
         self.reported = -1
 
     def __call__(self, plan: SessionPlan, row: dict[str, Any]) -> None:
+        """Record one train_df row of a session; report each frame all live sessions have now reached."""
         self.history.setdefault(plan.session, {})[int(row["frame"])] = float(row[METRIC])
         live = [s for s in self.history if s not in self.plans or self.plans[s].status != "failed"]
         common = set.intersection(*(set(self.history[s]) for s in live)) if live else set()

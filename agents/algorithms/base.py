@@ -171,7 +171,9 @@ class GradExchange(Protocol):
     """
 
     def __call__(self, optim_names: tuple[str, ...], lrs: list[float],
-                 grads: list[torch.Tensor | None]) -> list[torch.Tensor]: ...
+                 grads: list[torch.Tensor | None]) -> list[torch.Tensor]:
+        """Apply one update of the shared optimizers; Args and Returns as in the class docstring."""
+        ...
 
 
 class Algorithm:
