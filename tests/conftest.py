@@ -1,6 +1,5 @@
 """Shared pytest fixtures. Importable without ray or moto (each fixture imports what it needs)."""
 
-import faulthandler
 import os
 import uuid
 
@@ -11,7 +10,6 @@ import pytest
 # in-process mocks do not reach it: the server listens on 127.0.0.1 and the AWS_* variables point
 # every S3 client of this process (and of subprocesses it starts) at it.
 _S3_ENV_CLEARED = ("AWS_SESSION_TOKEN", "AWS_PROFILE")
-_S3_HANG_GUARD_S = 120  # an S3 output stream left open hangs the interpreter: fail loudly instead
 
 
 @pytest.fixture(scope="session")
@@ -48,17 +46,14 @@ def s3_server():
 def s3_bucket(s3_server):
     """``s3://{bucket}`` of a fresh, empty bucket on the moto server (one per test).
 
-    While the test runs, a hang of more than 120 s dumps every thread's stack and exits the process.
+    A hang (e.g. an S3 output stream left open) is ended by pytest-timeout (pyproject.toml's ``timeout``), which
+    prints every thread's stack on the terminal and exits.
     """
     import boto3
 
     bucket = f"lab-test-{uuid.uuid4().hex[:12]}"
     boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1").create_bucket(Bucket=bucket)
-    faulthandler.dump_traceback_later(_S3_HANG_GUARD_S, exit=True)
-    try:
-        yield f"s3://{bucket}"
-    finally:
-        faulthandler.cancel_dump_traceback_later()
+    yield f"s3://{bucket}"
 
 
 # ---------------------------------------------------------------- Ray
