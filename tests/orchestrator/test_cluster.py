@@ -39,36 +39,62 @@ FAST_NODE_DEATH = {"RAY_health_check_initial_delay_ms": "0", "RAY_health_check_p
                    "RAY_health_check_timeout_ms": "500", "RAY_health_check_failure_threshold": "3"}
 
 
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct TCP ports free on 127.0.0.1 right now."""
-    socks = []
+def ephemeral_range() -> tuple[int, int]:
+    """(first, last) of the kernel's ephemeral ports, where ``bind(0)`` picks (Linux default 32768-60999)."""
     try:
-        for _ in range(n):
+        first, last = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(first), int(last)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_ports(n: int, taken: set[int]) -> list[int]:
+    """``n`` distinct TCP ports free on 127.0.0.1 right now and not in ``taken``; adds them to ``taken``.
+
+    ``taken`` holds every port the cluster already gave a component (a worker-port range is not bound
+    until its workers start, so a free-now check alone can hand the same port to two components).
+    """
+    socks, out = [], []
+    try:
+        while len(out) < n:
             s = socket.socket()
             s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
+            socks.append(s)  # held until the end: the kernel does not hand the same port twice
+            port = s.getsockname()[1]
+            if port not in taken:
+                out.append(port)
+        taken.update(out)
+        return out
     finally:
         for s in socks:
             s.close()
 
 
-def free_range(width: int) -> tuple[int, int]:
-    """(first, last) of ``width`` consecutive ports all free now (for Ray's worker ports)."""
+def free_range(width: int, taken: set[int]) -> tuple[int, int]:
+    """(first, last) of ``width`` consecutive ports free now, outside ``taken``; adds them to ``taken``.
+
+    Drawn below the kernel's ephemeral range, so no later ``bind(0)`` (``free_ports``, a Ray component
+    asking for a random port) can land inside it.
+    """
+    top = ephemeral_range()[0]
     for _ in range(200):
-        first = random.randrange(20000, 60000 - width)
+        first = random.randrange(20000, top - width)  # above Ray's defaults (6379, 8265, 10001)
+        ports = set(range(first, first + width))
+        if ports & taken:
+            continue
+        socks = []
         try:
-            socks = []
-            for port in range(first, first + width):
+            for port in sorted(ports):
                 s = socket.socket()
                 socks.append(s)
                 s.bind(("127.0.0.1", port))
-            return first, first + width - 1
         except OSError:
             continue
         finally:
             for s in socks:
                 s.close()
+        taken.update(ports)
+        return first, first + width - 1
     raise RuntimeError("no free port range")
 
 
@@ -123,11 +149,12 @@ class Cluster:
     nodes: list[Node] = field(default_factory=list)
     address: str = ""
     dashboard: str = ""
+    taken: set[int] = field(default_factory=set)  # every port given to a component of this cluster
 
     def ray_start(self, name: str, *args: str, extra_env: dict[str, str] | None = None) -> Node:
         temp_dir = self.root / name
-        lo, hi = free_range(40)
-        ports = free_ports(6)
+        lo, hi = free_range(40, self.taken)
+        ports = free_ports(6, self.taken)
         cmd = [RAY, "start", f"--temp-dir={temp_dir}", "--num-cpus=2", "--disable-usage-stats",
                f"--node-manager-port={ports[0]}", f"--object-manager-port={ports[1]}",
                f"--min-worker-port={lo}", f"--max-worker-port={hi}",
@@ -143,7 +170,7 @@ class Cluster:
         return node
 
     def start_head(self) -> Node:
-        port, client, dash = free_ports(3)
+        port, client, dash = free_ports(3, self.taken)
         self.address = f"127.0.0.1:{port}"
         self.dashboard = f"http://127.0.0.1:{dash}"
         # the dashboard serves `ray job submit` (it needs ray[default], in the test extra)
