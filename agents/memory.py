@@ -38,6 +38,10 @@ class MemorySpec:
     ``PrioritizedReplay`` only: ``alpha`` (priority exponent), ``epsilon`` (added to |TD error|),
     ``beta_start`` (None: SLM-Lab's variant, no importance weights; a number: the paper's, importance-weight
     exponent at frame 0), ``beta_end_step`` (frame at which beta reaches 1).
+    ``obs_dtype``: storage dtype of floating observations, ``float32`` (default) or ``float16``, SLM-Lab's
+    ``Replay`` (it stores every non-uint8 observation as float16: half the bytes, values rounded to about 3
+    significant digits; the nets still compute in float32); integer observations (uint8 frames) are stored as
+    they are either way. A lab key: SLM-Lab has no switch.
     SIL / PPOSIL only: ``sil_replay_name``, the kind of the self-imitation replay beside the on-policy memory
     ``name`` (``Replay`` or ``PrioritizedReplay``; null means ``Replay``; see ``SILReplay``).
     """
@@ -48,6 +52,7 @@ class MemorySpec:
     use_cer: bool = False
     checkpoint: bool = False
     optimize_memory_usage: bool = False
+    obs_dtype: str = field(default="float32", metadata={"choices": ("float32", "float16")})
     alpha: float = field(default=0.6, metadata={"ge": 0})
     epsilon: float = field(default=1e-4, metadata={"ge": 0})
     beta_start: float | None = field(default=None, metadata={"ge": 0, "le": 1})
@@ -59,14 +64,17 @@ FIELDS = ("obs", "act", "reward", "next_obs", "terminated", "truncated")
 ROLLOUT_FIELDS = ("obs", "act", "reward", "terminated", "truncated")  # an OnPolicyBatchReplay row (next obs apart)
 
 
-def storage_dtype(obs_dtype: Any) -> np.dtype:
-    """Replay storage dtype of observations: integer and bool dtypes as they are, floating ones float32.
+def storage_dtype(obs_dtype: Any, float_dtype: Any = np.float32) -> np.dtype:
+    """Replay storage dtype of observations: integer and bool dtypes as they are, float16 as it is, other
+    floating ones ``float_dtype`` (float32, or float16 for ``MemorySpec.obs_dtype: float16``).
 
     Raises:
         TypeError: not a numpy dtype (or something ``np.dtype`` accepts).
     """
     dtype = np.dtype(obs_dtype)
-    return np.dtype(np.float32) if np.issubdtype(dtype, np.floating) else dtype
+    if not np.issubdtype(dtype, np.floating) or dtype == np.float16:
+        return dtype
+    return np.dtype(float_dtype)
 
 
 class Replay:
@@ -79,8 +87,9 @@ class Replay:
         act_dtype: numpy dtype of actions.
         batch_size: transitions per ``sample``.
         obs_dtype: dtype of the observation space. Integer dtypes are stored as they are (an 84x84x4 uint8
-            Atari stack is 28,224 bytes per observation, a quarter of float32); floating ones as float32
-            (MuJoCo's float64 included: the nets compute in float32).
+            Atari stack is 28,224 bytes per observation, a quarter of float32), float16 too; other floating
+            ones as float32 (MuJoCo's float64 included: the nets compute in float32). ``from_spec`` passes
+            float16 here for ``memory.obs_dtype: float16`` (``storage_dtype``).
         use_cer: combined experience replay (Zhang & Sutton 2017): the newest transition is always
             in the sample.
         store_next_obs: false keeps no ``next_obs`` array (``add`` ignores its argument, ``sample`` returns
@@ -116,13 +125,15 @@ class Replay:
                   name: str | None = None, store_next_obs: bool = True) -> Replay:
         """A ``Replay`` (a ``FrameOnceReplay`` with ``spec.optimize_memory_usage``, a ``PrioritizedReplay``
         when ``name``, default ``spec.name``, says so) for ``obs_space``
-        (a gymnasium space with ``shape`` and ``dtype``: observations stored in its dtype, see ``storage_dtype``).
+        (a gymnasium space with ``shape`` and ``dtype``: observations stored in its dtype, floating ones in
+        ``spec.obs_dtype``, see ``storage_dtype``).
         ``store_next_obs`` false: no next observations (then ``optimize_memory_usage`` has nothing to save).
 
         Raises:
             ValueError: as the constructor.
         """
-        args = (spec.max_size, obs_space.shape, act_shape, act_dtype, spec.batch_size, spec.use_cer, obs_space.dtype)
+        obs_dtype = storage_dtype(obs_space.dtype, spec.obs_dtype)
+        args = (spec.max_size, obs_space.shape, act_shape, act_dtype, spec.batch_size, spec.use_cer, obs_dtype)
         if (name or spec.name) == "PrioritizedReplay":
             if spec.optimize_memory_usage and store_next_obs:
                 raise ValueError("agent.memory.optimize_memory_usage is not available with PrioritizedReplay")
@@ -250,7 +261,7 @@ class FrameOnceReplay(Replay):
         elif n != self.num_envs:
             raise ValueError(f"FrameOnceReplay takes {self.num_envs} rows per add, got {n}")
         for k, row in enumerate(self.pending_rows.tolist()):  # their successors are the rows written now
-            if row not in self.final and not np.array_equal(self.pending[k], obs_NO[k]):
+            if row not in self.final and not np.array_equal(self.pending[k], obs_NO[k].astype(self.pending.dtype)):
                 self.final[row] = self.pending[k].copy()
         rows = (self.head + np.arange(n)) % self.max_size
         for row in rows.tolist():

@@ -92,3 +92,32 @@ def test_frame_once_errors():
     mem.add(*zero_rows(2))
     with pytest.raises(ValueError, match="takes 2 rows per add"):
         mem.add(*zero_rows(1))
+
+
+@pytest.mark.parametrize("frame_once", [False, True])
+def test_float16_obs_storage_rounds_as_slm_lab_replay(frame_once):
+    """``memory.obs_dtype: float16`` (SLM-Lab's Replay): float observations stored as float16, half the bytes
+    (CartPole (4,): 2 x 8 bytes of obs + 16 of act, reward, terminated = 32 per transition against 48), each
+    sampled value the float16 rounding of the true one; uint8 frames unchanged. With ``optimize_memory_usage``
+    only episode-end rows keep a final observation (a next obs is compared after rounding), and the samples are
+    the plain float16 replay's."""
+    space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+    half = MemorySpec(max_size=200, batch_size=16, obs_dtype="float16")
+    memory = Replay.from_spec(half, space, (), np.int64)
+    assert memory.data["obs"].dtype == np.float16 and memory.nbytes == 200 * 32
+    assert Replay.from_spec(MemorySpec(max_size=200), space, (), np.int64).nbytes == 200 * 48
+    assert Replay.from_spec(half, ATARI, (), np.int64).data["obs"].dtype == np.uint8
+    assert storage_dtype(np.float64, np.float16) == np.float16 and storage_dtype(np.float16) == np.float16
+    full = Replay(200, (4,), (), np.int64, 16)
+    fill([memory, full], 30)  # 90 rows, 3 sub-envs, episodes of 6 steps
+    np.testing.assert_array_equal(memory.data["obs"], full.data["obs"].astype(np.float16))
+    np.testing.assert_array_equal(memory.data["next_obs"], full.data["next_obs"].astype(np.float16))
+    assert not np.array_equal(memory.data["obs"][:90].astype(np.float32), full.data["obs"][:90])  # really rounded
+    if frame_once:
+        once = Replay.from_spec(MemorySpec(max_size=200, batch_size=16, obs_dtype="float16",
+                                           optimize_memory_usage=True), space, (), np.int64)
+        once32 = FrameOnceReplay(200, (4,), (), np.int64, 16)
+        fill([once, once32], 30)
+        assert once.data["obs"].dtype == np.float16
+        assert 0 < len(once.final) == len(once32.final) < 30  # the episode ends only, not every row
+        assert_same_samples(memory, once)

@@ -105,6 +105,7 @@ def test_one_critic_forward_over_both_halves_and_no_targets():
     ([], 536),
     (["env.name=CartPole-v1", "agent.algorithm.action_pdtype=Categorical", "env.max_frame=520"], 336),
     (["agent.algorithm.policy_delay=3"], 452),
+    (["agent.memory.obs_dtype=float16"], 436),  # SLM-Lab's float16 replay observations, stored in the checkpoint
 ])
 def test_resume_is_exact(tmp_path, extra, stop_frame):
     overrides = [*SMALL, "env.max_frame=800", "meta.log_frequency=200", "agent.memory.checkpoint=true", *extra]
@@ -112,6 +113,8 @@ def test_resume_is_exact(tmp_path, extra, stop_frame):
     straight = assert_resume_exact(tmp_path, "crossq_pendulum", overrides, stop_frame, spec_file=PENDULUM)
     assert straight.clock.opt_step > 0 and straight.train_df.alpha.iloc[-1] != 1.0
     assert int(straight.algorithm.nets["q1_net"].body[1].step) == straight.clock.opt_step
+    obs_dtype = np.float16 if "agent.memory.obs_dtype=float16" in extra else np.float32
+    assert straight.algorithm.memory.data["obs"].dtype == obs_dtype
 
 
 def test_policy_delay_steps_the_actor_once_per_three_critic_steps(tmp_path):
