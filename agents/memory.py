@@ -260,8 +260,9 @@ class FrameOnceReplay(Replay):
             self.num_envs = n
         elif n != self.num_envs:
             raise ValueError(f"FrameOnceReplay takes {self.num_envs} rows per add, got {n}")
+        stored_NO = np.asarray(obs_NO).astype(self.pending.dtype, copy=False)  # as stored (float16 rounds)
         for k, row in enumerate(self.pending_rows.tolist()):  # their successors are the rows written now
-            if row not in self.final and not np.array_equal(self.pending[k], obs_NO[k].astype(self.pending.dtype)):
+            if row not in self.final and not np.array_equal(self.pending[k], stored_NO[k]):
                 self.final[row] = self.pending[k].copy()
         rows = (self.head + np.arange(n)) % self.max_size
         for row in rows.tolist():
