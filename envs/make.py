@@ -3,7 +3,8 @@
 Every session env is a vector env (``num_envs`` = 1 included), so the session loop has one shape
 contract: observations ``(N, *O)``, rewards/terminated/truncated ``(N,)``. Sub-envs auto-reset in
 ``SAME_STEP`` mode: the observation returned on a done step is the next episode's first one and
-the true final observation is in ``info["final_obs"]``.
+the true final observation is in ``info["final_obs"]``; ``env.autoreset: next_step`` gives SLM-Lab's
+``NEXT_STEP`` mode instead (``EnvSpec.autoreset``).
 
 Env families (installed by ``pip install -e .``): classic control; Box2D (``box2d``: LunarLander-v3,
 BipedalWalker-v3, CarRacing-v3); MuJoCo v5 (``mujoco``: Hopper-v5, HalfCheetah-v5, ...); Atari (``ale-py``,
@@ -132,6 +133,15 @@ class EnvSpec:
         frame_skip: Atari: emulator frames per agent step, max-pooled over the last two.
         continuous: passed to ``gym.make`` as the env's own ``continuous`` kwarg when not None (e.g.
             ``LunarLander-v3`` with Box actions; SLM-Lab passes such env keys to ``gym.make`` as well).
+        autoreset: the vector env's autoreset mode (the lab's key). ``"same_step"`` (default): a sub-env whose
+            episode ended resets inside that step, the returned observation is the next episode's first and the
+            true final one is in ``info["final_obs"]``; every stored transition is real. ``"next_step"``: as
+            SLM-Lab v5 steps its ``gym.make_vec`` envs (gymnasium's default): the done step returns the final
+            observation, and the sub-env's next step ignores its action and returns the next episode's first
+            observation with reward 0, not done. That step costs a frame and is stored as a transition
+            (final obs, ignored action, 0, first obs, not done), about one per episode, as in SLM-Lab's memories.
+            Not with a ``RecurrentNet`` (its observation windows assume ``same_step``); evaluation and ``enjoy``
+            envs always use ``same_step``.
 
     SLM-Lab v5's running normalizers (its meaning: gymnasium's vector wrappers): ``normalize_obs``
     (running mean/std of observations, as ``normalize_state``, then clipped to ``[-clip_obs, clip_obs]``),
@@ -159,6 +169,10 @@ class EnvSpec:
     normalize_reward: bool = False
     clip_obs: float | None = field(default=10.0, metadata={"gt": 0})
     clip_reward: float | None = field(default=10.0, metadata={"gt": 0})
+    autoreset: str = field(default="same_step", metadata={"choices": ("same_step", "next_step")})
+
+
+AUTORESET_MODES = {"same_step": AutoresetMode.SAME_STEP, "next_step": AutoresetMode.NEXT_STEP}
 
 
 def is_atari(env_id: str) -> bool:
@@ -174,10 +188,10 @@ def is_atari(env_id: str) -> bool:
 
 def eval_spec(spec: EnvSpec, num_envs: int) -> EnvSpec:
     """The env section of an evaluation / enjoy env: ``num_envs`` sync sub-envs, no reward scaling, whole
-    games (no ``life_loss_info``), no reward normalization; everything else (frame ops, sticky actions,
-    limits, observation normalization) as in training."""
-    return dataclasses.replace(spec, num_envs=num_envs, reward_scale=1.0, vectorization="sync",
-                               life_loss_info=False, normalize_reward=False)  # 1: unscaled, also on Atari
+    games (no ``life_loss_info``), no reward normalization, ``same_step`` autoreset; everything else (frame ops,
+    sticky actions, limits, observation normalization) as in training."""
+    return dataclasses.replace(spec, num_envs=num_envs, reward_scale=1.0, vectorization="sync",  # 1: unscaled
+                               life_loss_info=False, normalize_reward=False, autoreset="same_step")
 
 
 def resolve_vec(spec: EnvSpec, num_cpus: float) -> EnvSpec:
@@ -246,18 +260,21 @@ def make_env(spec: EnvSpec, seed: int | None, render_mode: str | None = None,
         scaling, so ``info["episode"]["r"]`` is the true undiscounted game return.
 
     Raises:
-        ValueError: unknown env id or vectorization mode, Atari options on a non-Atari env, or a
-            ``frame_op`` the observation shape does not allow.
+        ValueError: unknown env id or vectorization mode, Atari options on a non-Atari env, a
+            ``frame_op`` the observation shape does not allow, or ``autoreset: next_step`` with ``seq_len``.
     """
     env_id = resolve_env_id(spec.name)
+    if spec.autoreset == "next_step" and seq_len is not None:
+        raise ValueError("env.autoreset: 'next_step' does not work with a RecurrentNet's observation windows "
+                         "(they assume 'same_step'); expected env.autoreset: same_step")
     atari = is_atari(env_id)
     if not atari and (spec.life_loss_info or spec.repeat_action_probability is not None):
         raise ValueError(f"env '{env_id}': life_loss_info / repeat_action_probability apply to Atari envs only")
     env_fns = [functools.partial(make_sub_env, env_id, spec, render_mode, video_folder)] * spec.num_envs
     if spec.vectorization == "sync":
-        venv: VectorEnv = SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+        venv: VectorEnv = SyncVectorEnv(env_fns, autoreset_mode=AUTORESET_MODES[spec.autoreset])
     elif spec.vectorization == "async":
-        venv = AsyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+        venv = AsyncVectorEnv(env_fns, autoreset_mode=AUTORESET_MODES[spec.autoreset])
     else:
         raise ValueError(f"env.vectorization must be 'sync' or 'async', got '{spec.vectorization}'")
     venv = gym.wrappers.vector.RecordEpisodeStatistics(venv)
@@ -449,17 +466,18 @@ def final_obs(next_obs_NO: np.ndarray, done_N: np.ndarray, info: dict[str, Any])
 
     Args:
         next_obs_NO: observations returned by ``env.step`` (N, *O); on done rows these already
-            belong to the next episode (SAME_STEP autoreset).
+            belong to the next episode under ``same_step`` autoreset, and are the true final ones under
+            ``next_step`` (whose info has no ``final_obs``, except on Atari life-loss rows).
         done_N: bool (N,), terminated | truncated.
-        info: the step's info dict.
+        info: the step's info dict; ``final_obs`` (N,) object and its mask ``_final_obs`` (N,) bool where set.
 
     Returns:
-        (N, *O) array; a copy only when some sub-env is done.
+        (N, *O) array; a copy only when some sub-env has a ``final_obs``.
     """
-    if not done_N.any():
+    if not done_N.any() or "final_obs" not in info:
         return next_obs_NO
     out = next_obs_NO.copy()
-    for i in np.flatnonzero(done_N):
+    for i in np.flatnonzero(done_N & np.asarray(info["_final_obs"], bool)):
         out[i] = info["final_obs"][i]
     return out
 

@@ -608,6 +608,14 @@ def _int_at(spec: dict[str, Any], path: str) -> int | None:
     return value if _type_ok(value, int) else None
 
 
+def _check_autoreset(spec: dict[str, Any], problems: list[str]) -> None:
+    """``env.autoreset: next_step`` (SLM-Lab's vector stepping) does not combine with a RecurrentNet, whose
+    observation windows (``envs.wrappers.ObsWindow``) start a new episode on the done step itself."""
+    if _get(spec, "env.autoreset") == "next_step" and _get(spec, "agent.net.type") == "RecurrentNet":
+        problems.append("env.autoreset: 'next_step' does not work with agent.net.type RecurrentNet (its observation "
+                        "windows assume 'same_step'); expected env.autoreset: same_step")
+
+
 def _check_sizes(spec: dict[str, Any], problems: list[str]) -> None:
     """Cross-key size rules: a replay sample and the training start fit in the replay (Replay memory, or
     SIL's replay beside its on-policy memory: on-policy memories ignore ``batch_size``/``max_size``), and
@@ -815,6 +823,7 @@ def validate(spec: dict[str, Any]) -> list[str]:
     _check_names(spec, problems)
     _check_build_args(spec, problems)
     _check_sizes(spec, problems)
+    _check_autoreset(spec, problems)
     _check_resources(spec, problems)
     _check_slm_lab_meta(spec, problems)
     _check_finite(spec, "", problems)

@@ -52,6 +52,8 @@ def interrupted_then_resumed(spec, seed, stop_frame, predir):
     ("ppo_cartpole", ["env.max_frame=3200", "meta.log_frequency=400"], 1304),
     ("dqn_cartpole", ["env.max_frame=2000", "meta.log_frequency=250", "agent.algorithm.training_start_step=200",
                       "agent.memory.checkpoint=true"], 911),
+    ("dqn_cartpole", ["env.max_frame=1200", "meta.log_frequency=200", "agent.algorithm.training_start_step=200",
+                      "env.autoreset=next_step", "env.max_t=25", "agent.memory.checkpoint=true"], 630),  # reset pending
 ])
 def test_resume_is_exact(tmp_path, name, overrides, stop_frame):
     spec = load_spec(SPECS, name, overrides)

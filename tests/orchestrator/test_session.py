@@ -179,3 +179,37 @@ def test_sessions_of_a_trial_share_no_env_seed():
     assert len(np.unique(rows, axis=0)) == 16
     s0.close()
     s1.close()
+
+
+@pytest.mark.parametrize("autoreset", ["same_step", "next_step"])
+def test_next_step_autoreset_stores_the_reset_step_as_slm_lab_does(autoreset):
+    """``env.autoreset: next_step`` (SLM-Lab's gym.make_vec stepping): the step after an episode's end is a
+    transition (final obs, ignored action, reward 0, the next episode's first obs, not done) that costs a frame;
+    CartPole pays 1 per step, so reward-0 rows are exactly those. ``same_step`` stores none. The reset step
+    belongs to no episode: returns stay <= max_t."""
+    overrides = ["env.max_frame=240", "meta.log_frequency=240", "agent.algorithm.training_start_step=1000",
+                 "env.num_envs=2", "env.max_t=9", f"env.autoreset={autoreset}"]
+    session = run("dqn_cartpole", overrides, seed=5)
+    memory = session.algorithm.memory
+    assert len(memory) == 240  # every vector step is stored, the reset steps too
+    data = {k: v[:240].reshape(120, 2, *v.shape[1:]) for k, v in memory.data.items()}  # (step, sub-env, ...)
+    resets = data["reward"] == 0
+    assert max(session.returns) <= 9
+    if autoreset == "same_step":
+        assert not resets.any() and session.clock.epi >= 2 * (120 // 9)
+        return
+    for i in range(2):
+        rows = np.flatnonzero(resets[:, i])
+        ends = np.flatnonzero(data["terminated"][:, i]) if data["terminated"][:, i].any() else np.empty(0, int)
+        assert len(rows) >= 120 // 10 - 1
+        for r in rows:
+            assert r > 0 and not data["terminated"][r, i]
+            np.testing.assert_array_equal(data["obs"][r, i], data["next_obs"][r - 1, i])  # from the final obs
+            nxt = data["obs"][r + 1, i] if r + 1 < 120 else session.obs[i]
+            np.testing.assert_array_equal(nxt, data["next_obs"][r, i])  # to the next episode's first obs
+            assert np.abs(data["next_obs"][r, i]).max() <= 0.05  # CartPole's reset range
+        # every terminated row is followed by a reset row, and reset rows come only after an episode's end
+        assert set((ends + 1)[ends + 1 < 120].tolist()) <= set(rows.tolist())
+        gaps = np.diff(np.concatenate([[-1], rows]))
+        assert (gaps <= 10).all() and (gaps >= 2).all()  # 1 to 9 real steps between two reset steps (max_t=9)
+    assert session.clock.epi in (resets.sum(), resets.sum() + 1, resets.sum() + 2)  # the last step may end one

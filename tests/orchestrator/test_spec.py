@@ -237,6 +237,12 @@ def test_out_of_range():
         "env.vectorization: expected one of ['sync', 'async', 'auto'], got 'threads'"
     assert only(problems_of(['agent.memory.obs_dtype="float64"'])) == \
         "agent.memory.obs_dtype: expected one of ['float32', 'float16'], got 'float64'"
+    assert only(problems_of(['env.autoreset="next"'])) == \
+        "env.autoreset: expected one of ['same_step', 'next_step'], got 'next'"
+    recurrent = ['agent.net.type="RecurrentNet"', "agent.net.rnn_hidden_size=8", "agent.net.seq_len=4"]
+    assert only(problems_of(['env.autoreset="next_step"', *recurrent])) == \
+        "env.autoreset: 'next_step' does not work with agent.net.type RecurrentNet (its observation windows " \
+        "assume 'same_step'); expected env.autoreset: same_step"
     assert only(problems_of(["meta.distributed=true"])) == \
         "meta.distributed: expected false, 'synced' or 'shared', got True"
 
