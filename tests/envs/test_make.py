@@ -1,6 +1,7 @@
 """make_env: vector shapes, seeding, time limits, true final observations, episode returns, reward
 scaling, pickling; resolve_env_id's old-id mapping."""
 
+import dataclasses
 import pickle
 import warnings
 
@@ -14,6 +15,7 @@ from envs.make import (
     TRAIN_STREAM,
     EnvSpec,
     episode_returns,
+    eval_spec,
     final_obs,
     make_env,
     resolve_env_id,
@@ -78,11 +80,34 @@ def test_final_obs_and_episode_returns_without_done():
     assert final_obs(obs, np.zeros(2, bool), {}) is obs
     assert episode_returns({}).shape == (0,)
     info = {"episode": {"r": np.array([3.0, 7.0])}, "_episode": np.array([False, True]),
-            "final_obs": np.array([None, np.zeros(4)], dtype=object)}
+            "final_obs": np.array([None, np.zeros(4)], dtype=object), "_final_obs": np.array([False, True])}
     np.testing.assert_array_equal(episode_returns(info), [7.0])
     out = final_obs(obs, np.array([False, True]), info)
     np.testing.assert_array_equal(out, [[1, 1, 1, 1], [0, 0, 0, 0]])
     assert obs[1].sum() == 4  # input untouched
+    # next_step autoreset: a done row's returned observation is already the final one (no final_obs in info),
+    # and on Atari only life-loss rows have one (the mask): a game-over row keeps its returned observation
+    assert final_obs(obs, np.array([True, True]), {}) is obs
+    life = {"final_obs": np.array([np.full(4, 5.0), None], dtype=object), "_final_obs": np.array([True, False])}
+    np.testing.assert_array_equal(final_obs(obs, np.array([True, True]), life), [[5, 5, 5, 5], [1, 1, 1, 1]])
+
+
+def test_next_step_autoreset_returns_the_final_obs_then_resets_with_reward_0():
+    """``autoreset="next_step"``: the done step returns the final observation (as gymnasium's NEXT_STEP mode); the
+    following step ignores the action, returns the first observation of a new episode, reward 0, not done; the
+    training env of a session and its evaluation env differ only there (eval_spec makes it same_step)."""
+    spec = EnvSpec("CartPole-v1", max_frame=100, num_envs=1, max_t=3, autoreset="next_step")
+    env = make_env(spec, seed=0)
+    env.reset(seed=[11])
+    steps = [env.step(np.array([1])) for _ in range(4)]
+    assert [bool(s[3][0]) for s in steps] == [False, False, True, False]  # truncated at t=3
+    assert [float(s[1][0]) for s in steps] == [1.0, 1.0, 1.0, 0.0]
+    assert "final_obs" not in steps[2][4] and np.abs(steps[2][0]).max() > np.abs(steps[3][0]).max()
+    same = make_env(dataclasses.replace(spec, autoreset="same_step"), seed=0)
+    same.reset(seed=[11])
+    ref = [same.step(np.array([1])) for _ in range(3)]
+    np.testing.assert_array_equal(steps[2][0][0], ref[2][4]["final_obs"][0])  # the same true final observation
+    assert eval_spec(spec, 1).autoreset == "same_step"
 
 
 @pytest.mark.parametrize("scale, expected", [(None, 1.0), (0.1, 0.1), ("sign", 1.0), (-2.0, -2.0)])
