@@ -13,8 +13,8 @@ Usage:
 Output: one JSON record per mode with ``final_ma`` (last train_df ``total_reward_ma``), ``rows`` (replay size),
 ``q_all_mean``, ``q_preterminal_mean`` / ``_median`` and their counts, ``q_reset_rows_mean``.
 
-Raises:
-    SystemExit: 2 when ``SLM_LAB_SPECS`` is unset or the spec file is missing.
+Exit codes: 2 when ``SLM_LAB_SPECS`` is unset or the spec file is missing; 1 when a mode's run fails (``--out`` is
+then left as it was).
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("same_step", "next_step")
+SPEC_FILE = "v5.3.0/benchmark/dqn/dqn_cartpole.json"  # under $SLM_LAB_SPECS
 
 
 def measure(mode: str, frames: int, seed: int) -> dict[str, Any]:
@@ -38,8 +39,8 @@ def measure(mode: str, frames: int, seed: int) -> dict[str, Any]:
     from orchestrator.session import Session
     from orchestrator.spec import load_spec
     torch.set_num_threads(1)
-    spec_file = Path(os.environ["SLM_LAB_SPECS"]) / "v5.3.0/benchmark/dqn/dqn_cartpole.json"
-    spec = load_spec(str(spec_file), "dqn_boltzmann_cartpole", [f"env.max_frame={frames}", f"env.autoreset={mode}"])
+    spec = load_spec(str(Path(os.environ["SLM_LAB_SPECS"]) / SPEC_FILE), "dqn_boltzmann_cartpole",
+                     [f"env.max_frame={frames}", f"env.autoreset={mode}"])
     session = Session(spec, seed)
     session.run_rl()
     algo = session.algorithm
@@ -59,26 +60,39 @@ def measure(mode: str, frames: int, seed: int) -> dict[str, Any]:
     return out
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an int > 0 (else argparse's exit 2 naming the flag)."""
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected an integer > 0, got {text}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run both modes side by side (one process each) and write their records to ``--out``."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--frames", type=int, default=100_000)
+    ap.add_argument("--frames", type=positive_int, default=100_000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default=str(ROOT / "bench/results/autoreset_q.json"))
     ap.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)  # a child's one mode
     args = ap.parse_args(argv)
     specs = os.environ.get("SLM_LAB_SPECS")
-    if not specs or not (Path(specs) / "v5.3.0/benchmark/dqn/dqn_cartpole.json").is_file():
-        print("error: SLM_LAB_SPECS must name the directory holding v5.3.0/benchmark/dqn/dqn_cartpole.json",
-              file=sys.stderr)
+    if not specs or not (Path(specs) / SPEC_FILE).is_file():
+        print(f"error: SLM_LAB_SPECS must name the directory holding {SPEC_FILE}", file=sys.stderr)
         return 2
     if args.mode:
         print(json.dumps(measure(args.mode, args.frames, args.seed)))
         return 0
     procs = [subprocess.Popen([sys.executable, __file__, "--mode", m, "--frames", str(args.frames), "--seed",
                                str(args.seed)], stdout=subprocess.PIPE, text=True, cwd=ROOT) for m in MODES]
-    records = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
-    Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
+    outputs = [p.communicate()[0] for p in procs]
+    failed = [m for m, p in zip(MODES, procs) if p.returncode != 0]
+    if failed:  # the child's traceback is on stderr already; nothing is written
+        print(f"error: the {', '.join(failed)} run failed; {args.out} left as it was", file=sys.stderr)
+        return 1
+    records = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
+    from orchestrator import storage
+    storage.write_json(args.out, records)  # atomic: a kill mid-write leaves the old file
     for r in records:
         print(json.dumps(r))
     return 0
