@@ -31,6 +31,7 @@ import time
 
 import torch
 
+from orchestrator import storage
 from orchestrator.session_actor import SessionRunner, checkpoint_gap_s
 from orchestrator.spec import load_spec
 
@@ -183,9 +184,8 @@ def main() -> None:
         for peer in args.peers if not explicit else ["default"]:  # the spec's own frame cadence: no peer
             r = measure(file, name, overrides, peer, frames, args.probe_frequency)
             results.append(r)
-            os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-            with open(args.out, "w") as f:  # after every case: a long run stopped early keeps what it measured
-                json.dump(results, f, indent=2)
+            # after every case, atomically: a long run stopped early keeps what it measured
+            storage.write_text(args.out, json.dumps(results, indent=2))
             print(f"| {r['spec']} | {r['cadence']} | {r['basis']} | {r['checkpoints']} | {r['train_s']} "
                   f"| {r['checkpoint_s']} | {r['fraction_pct']}% | {r['ms_per_checkpoint']} "
                   f"| {r['s_between_checkpoints']} | {r['checkpoint_bytes']:,} | {r['load1']:.1f} |", flush=True)

@@ -175,9 +175,9 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
     finally:
         server.stop()
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "results": results},
-                                         indent=1) + "\n")
+    from orchestrator import storage  # atomic: a kill mid-write leaves the old file
+    storage.write_text(str(args.out), json.dumps({"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                                  "results": results}, indent=1) + "\n")
     return 0
 
 

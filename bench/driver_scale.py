@@ -56,6 +56,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import ray  # noqa: E402
 
+from orchestrator import storage  # noqa: E402
 from orchestrator import trial as trial_mod  # noqa: E402
 from orchestrator.spec import load_spec  # noqa: E402
 
@@ -286,7 +287,7 @@ def main() -> None:
                   **real_run(args.real, args.real_frames, args.real_cpus)}
         out = Path(args.out)
         old = json.loads(out.read_text()) if out.exists() else []
-        out.write_text(json.dumps([*old, result], indent=2) + "\n")
+        storage.write_text(str(out), json.dumps([*old, result], indent=2) + "\n")
         return
     from ray.cluster_utils import Cluster
 
@@ -307,7 +308,7 @@ def main() -> None:
               "results": results}
     out = Path(args.out)
     old = json.loads(out.read_text()) if out.exists() else []
-    out.write_text(json.dumps([*(old if isinstance(old, list) else [old]), record], indent=2) + "\n")
+    storage.write_text(str(out), json.dumps([*(old if isinstance(old, list) else [old]), record], indent=2) + "\n")
 
 
 if __name__ == "__main__":

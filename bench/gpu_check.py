@@ -345,8 +345,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     fig["total_s"] = time.perf_counter() - start
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(fig, indent=2))
+        from orchestrator import storage  # atomic: a kill mid-write leaves the old file
+        storage.write_text(str(args.out), json.dumps(fig, indent=2))
     print(figures_line(fig))
     return 0
 

@@ -152,7 +152,8 @@ def main() -> None:
     print(json.dumps(result, indent=2))
     out = Path(args.out)
     old = json.loads(out.read_text()) if out.exists() else []
-    out.write_text(json.dumps([*old, result], indent=2) + "\n")
+    from orchestrator import storage  # atomic: a kill mid-write leaves the old file
+    storage.write_text(str(out), json.dumps([*old, result], indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import time
 import pandas as pd
 import ray
 
-from orchestrator import cli
+from orchestrator import cli, storage
 
 SPECS = "specs/benchmark/cartpole.json"
 SEARCH = 'search={"agent.net.optim_spec.lr__grid_search": [0.0003, 0.001, 0.003, 0.01]}'
@@ -86,9 +86,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     print(f"| {args.frames} | {result['wall_s']} | {result['ray_init_s']} | {result['train_s']} | {slots} | "
           f"{100 * occupancy:.0f}% | {100 * (1 - occupancy):.0f}% | {result['load1']} |")
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
+    storage.write_text(args.out, json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

@@ -393,8 +393,8 @@ def main(argv: list[str] | None = None) -> int:
                        analysis=not args.no_analysis)
     report(result, args.markdown)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1, default=str))
+        from orchestrator import storage  # atomic: a kill mid-write leaves the old file
+        storage.write_text(str(args.out), json.dumps(result, indent=1, default=str))
     failed = any(r["outcome"].startswith("crash") or r.get("dev_rc", 0) not in (0, 2) for r in result["records"])
     return 1 if failed else 0
 

@@ -250,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     for finding in result["findings"]:
         print(f"FINDING {finding['outcome']}: {finding['case']}\n    {finding['stderr_tail'][-200:]!r}")
     if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+        from orchestrator import storage  # atomic: a kill mid-write leaves the old file
+        storage.write_text(str(args.out), json.dumps(result, indent=1) + "\n")
     return 1 if result["findings"] else 0
 
 

@@ -277,8 +277,8 @@ def main(argv: list[str] | None = None) -> int:
               "versions": {"python": sys.version.split()[0], "torch": torch.__version__, "ray": ray.__version__,
                            "stable_baselines3": sb3_version},
               "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    from orchestrator import storage  # atomic: a kill mid-write leaves the old file
+    storage.write_text(str(args.out), json.dumps(result, indent=1) + "\n")
     for impl, med in summary.items():
         print(f"median {impl}: " + ", ".join(f"{k} {v:.1f}" for k, v in med.items()))
     return 0

@@ -58,6 +58,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from orchestrator import storage  # noqa: E402
 from orchestrator.session import Session  # noqa: E402
 from orchestrator.spec import load_spec  # noqa: E402
 
@@ -264,8 +265,7 @@ def main(argv: list[str] | None = None) -> int:
            "versions": {"torch": torch.__version__, "stable_baselines3": stable_baselines3.__version__},
            "cpu_count": os.cpu_count(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "summary": summary, "runs": runs}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    storage.write_text(str(args.out), json.dumps(out, indent=1) + "\n")
     print("\n| impl | fps (median) | frames / CPU-s (median) |\n|---|---|---|")
     for impl in [x for x in ("ours", "sb3", "ours+tb", "sb3+ftz", "ours+bf16") if x in summary["fps"]]:
         print(f"| {impl} | {summary['fps'][impl]:,.0f} | {summary['frames_per_cpu_s'][impl]:,.0f} |")

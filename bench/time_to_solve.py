@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from orchestrator import storage  # noqa: E402
 from orchestrator.session import Session  # noqa: E402
 from orchestrator.spec import load_spec, session_seed  # noqa: E402
 
@@ -145,8 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {"threshold": args.threshold, "ma_window": 20, "spec_file": os.path.relpath(args.spec_file, ROOT),
            "overrides": args.overrides, "stop_on_solve": args.stop_on_solve, "machine": machine_info(),
            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "results": results}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    storage.write_text(str(args.out), json.dumps(out, indent=1) + "\n")
     print(markdown(results))
     return 0
 

@@ -15,6 +15,7 @@ import tempfile
 import time
 from types import SimpleNamespace
 
+from orchestrator import storage
 from orchestrator.session import TRAIN_COLUMNS
 from orchestrator.spec import load_spec
 from orchestrator.tracking import SessionTracker
@@ -58,8 +59,8 @@ def main() -> None:
         results = [measure(name, overrides, args.rows, root) for name, overrides in CASES.items()]
     for r in results:
         print(f"{r['case']:<36} {r['ms_per_row']:.2f} ms per log row, open+close {r['open_close_s']:.2f} s")
-    with open(args.out, "w") as f:
-        json.dump({"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": results}, f, indent=2)
+    storage.write_text(args.out, json.dumps({"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                             "results": results}, indent=2))
 
 
 if __name__ == "__main__":
