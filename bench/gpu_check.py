@@ -3,7 +3,8 @@
 Phases (each a ``python run_lab.py ...`` subprocess with its own embedded Ray; ``--workload cartpole``: PPO on
 CartPole-v1, 2 sessions, 8 sub-envs; ``--workload atari``: SLM-Lab's Atari PPO (``specs/benchmark/atari.json``
 ``ppo_atari``, Nature CNN) on ALE/Pong-v5, 2 sessions of 8 sub-envs, optionally ``--precision bfloat16``; a
-checkpoint every ``--log-frequency`` frames; in the gpu flow the peak GPU memory of phases 1-2 (``nvidia-smi``,
+checkpoint every ``--log-frequency`` frames (``meta.checkpoint_frequency``: frames alone decide, so the kill
+lands mid-run however fast the device); in the gpu flow the peak GPU memory of phases 1-2 (``nvidia-smi``,
 both sessions on one GPU) is recorded):
 
 1. ``train`` with ``agent.net.gpu: true`` and ``meta.resources.num_gpus: 0.5`` (gpu flow) or
@@ -124,13 +125,16 @@ def train_then_kill(argv: list[str], env: dict[str, str], data: str, timeout_s: 
         CheckFailed: the driver ended first, or no such checkpoints within ``timeout_s`` seconds.
     """
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=REPO, env={**os.environ, **DRIVER_ENV, **env}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    log = Path(data) / "train.log"  # a file: only_predir still sees the one run dir
+    with open(log, "w") as out:
+        proc = subprocess.Popen(argv, cwd=REPO, env={**os.environ, **DRIVER_ENV, **env}, stdout=out,
+                                stderr=subprocess.STDOUT)
     tree: list[int] = []
     try:
         while {Path(m).parents[2].name for m in glob.glob(f"{data}/*/t0/s*/ckpt/0*/MANIFEST.json")} != {"s0", "s1"}:
             if proc.poll() is not None:
-                raise CheckFailed(f"train: the driver ended (exit {proc.returncode}) before both checkpoints")
+                raise CheckFailed(f"train: the driver ended (exit {proc.returncode}) before both checkpoints\n"
+                                  f"{log.read_text()[-3000:]}")
             if time.perf_counter() - start > timeout_s:
                 raise CheckFailed(f"train: no checkpoint of both sessions within {timeout_s} s")
             time.sleep(0.05)
@@ -229,7 +233,7 @@ def items_for(gpu: bool, num_gpus: float, max_frame: int, log_frequency: int, pr
     prec = [f"agent.net.precision={precision}"] if precision != "float32" else []
     return [f"agent.net.gpu={'true' if gpu else 'false'}", f"meta.resources.num_gpus={num_gpus}",
             "meta.max_session=2", f"env.max_frame={max_frame}", f"meta.log_frequency={log_frequency}",
-            *WORKLOAD["items"], *prec]
+            f"meta.checkpoint_frequency={log_frequency}", *WORKLOAD["items"], *prec]
 
 
 class GpuMemory:

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The device checks of a lent, offline GPU machine in one command (issue 11, item 6), in priority order:
+#   1. Atari PPO (ppo_atari on ALE/Pong-v5, 2 sessions of 8 sub-envs on one GPU): train, SIGKILL, train@latest
+#      on GPU, in-process restore on CUDA, enjoy@ on CPU, train@ on CPU  (bench/gpu_check.py --workload atari)
+#   2. the same with agent.net.precision bfloat16
+#   3. PPO CartPole, the same flow (bench/gpu_check.py --workload cartpole)
+#   4. the README's GPU-node command: ppo_atari on Pong, 4 sessions of 16 async sub-envs sharing the GPU
+#      (num_cpus 4, num_gpus 0.25 each), 81,920 frames per session; fps per session from train_df
+# Needs the tarball of bench/gpu_site.py at .whl/site.tar.xz (or SITE_TAR) (the packages a bare CUDA image lacks).
+# Writes every log and JSON to /tmp/gpu_run and, after each step, all of them as OUT/gpu_run.tgz (OUT default
+# ./gpu_out; one file, since a device call returns few); each step has its own time limit so a hang in one
+# still leaves the others' figures. MODE=cpu runs the same steps with no GPU (a rehearsal of the script).
+# Usage: OUT=/some/dir bash bench/gpu_run.sh [step ...]  (steps: 1 2 3 4, default 1 4 2 3)
+set -u
+OUT="${OUT:-$PWD/gpu_out}" MODE="${MODE:-gpu}" W=/tmp/gpu_run
+GPUS=$([ "$MODE" = gpu ] && echo 0.25 || echo 0) F4="${F4:-81920}" C4="${C4:-4}"  # step 4: frames, CPUs per session
+mkdir -p "$OUT" "$W" /tmp/site
+pack() { tar -czf "$OUT/gpu_run.tgz" -C "$W" . ; }
+SITE_TAR="${SITE_TAR:-.whl/site.tar.xz}"
+tar -xJf "$SITE_TAR" -C /tmp/site || { echo "FAIL unpack $SITE_TAR"; exit 1; }
+export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1 RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
+{ nvidia-smi; nproc; free -g; df -h /dev/shm /tmp; } > "$W/machine.txt" 2>&1
+python3 -c "import sys, torch, ray, gymnasium, ale_py; print(sys.version.split()[0], 'torch', torch.__version__, \
+'ray', ray.__version__, 'gymnasium', gymnasium.__version__, 'ale_py', ale_py.__version__, \
+'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')" \
+  2>&1 | tee "$W/versions.txt"
+steps=("${@:-1 4 2 3}")
+for step in ${steps[*]}; do
+  case $step in
+    1) args=(--workload atari --out "$W/gpu_check_atari.json"); limit=330 ;;
+    2) args=(--workload atari --precision bfloat16 --out "$W/gpu_check_atari_bf16.json"); limit=240 ;;
+    3) args=(--workload cartpole --out "$W/gpu_check_cartpole.json"); limit=200 ;;
+    4) echo "== step 4: ppo_atari train, 4 sessions x 16 async envs on one GPU (limit 200 s)"
+       timeout -k 10 200 python3 run_lab.py specs/benchmark/atari.json ppo_atari train --quiet --data-dir /tmp/gpu4 \
+         -s 'meta.resources={"num_cpus": '$C4', "num_gpus": '$GPUS'}' -s env.max_frame=$F4 -s meta.log_frequency=$((F4 / 10)) \
+         -s agent.net.gpu=true > "$W/step4.log" 2>&1 &
+       pid=$!
+       while kill -0 $pid 2>/dev/null; do
+         nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader,nounits 2>/dev/null | head -1 \
+           >> "$W/step4_gpu.csv"; sleep 1
+       done
+       wait $pid; echo "== step 4 exit $?"
+       python3 - "$W" <<'PY'
+import glob, json, sys
+import pandas as pd
+rows = []
+for f in sorted(glob.glob("/tmp/gpu4/*/t0/s*/train_df.parquet")):
+    df = pd.read_parquet(f)
+    rows.append({"session": f.split("/")[-2], "frames": int(df["frame"].max()), "fps_median": float(df["fps"].median()),
+                 "fps_last": float(df["fps"].iloc[-1]), "total_reward_ma": float(df["total_reward_ma"].iloc[-1])})
+gpu = [tuple(float(x) for x in line.split(",")) for line in open(sys.argv[1] + "/step4_gpu.csv") if "," in line]
+out = {"sessions": rows, "gpu_mem_peak_mb": max((m for m, _ in gpu), default=None),
+       "gpu_util_median": sorted(u for _, u in gpu)[len(gpu) // 2] if gpu else None}
+json.dump(out, open(sys.argv[1] + "/gpu_atari4.json", "w"), indent=1)
+print(json.dumps(out))
+PY
+       pack; continue ;;
+    *) echo "unknown step $step"; continue ;;
+  esac
+  echo "== step $step: gpu_check ${args[*]} (limit ${limit} s)"
+  timeout -k 10 "$limit" python3 bench/gpu_check.py --mode "$MODE" --timeout 150 "${args[@]}" 2>&1 \
+    | tee "$W/step$step.log" | tail -40
+  echo "== step $step exit ${PIPESTATUS[0]}"
+  pack
+done
+pack
