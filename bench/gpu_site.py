@@ -10,8 +10,8 @@ Ray's 79 MB of wheel), and writes the folder as one xz tarball. On the host:
     python bench/gpu_check.py --mode gpu --workload atari
 
 Packages: Ray, gymnasium with ale-py (Atari and its ROMs), and what they import that a CUDA image
-usually lacks (jsonschema and its helpers, pydantic, tensorboardX, Farama-Notifications). Box2D, MuJoCo and
-plotly are left out (``--with`` adds names). The versions are the lab's pins (pyproject.toml) and the
+usually lacks (jsonschema and its helpers, pydantic, tensorboardX, Farama-Notifications, plotly for the trial
+graphs: without it a run ends with an analysis warning). Box2D and MuJoCo are left out (``--with`` adds names). The versions are the lab's pins (pyproject.toml) and the
 versions its CPU venv resolves.
 
 Usage:
@@ -35,7 +35,7 @@ from pathlib import Path
 PACKAGES = ["ray==2.60.0", "gymnasium==1.4.0", "ale-py==0.12.1", "farama-notifications==0.0.6",
             "jsonschema==4.26.0", "jsonschema-specifications==2025.9.1", "referencing==0.37.0",
             "rpds-py==2026.9.1", "pydantic==2.14.4", "pydantic-core==2.50.5", "annotated-types==0.8.0",
-            "typing-inspection==0.4.5", "tensorboardx==2.6.5"]
+            "typing-inspection==0.4.5", "tensorboardx==2.6.5", "plotly==7.1.0"]
 # parts of the ray wheel a local train / train@ / enjoy@ never imports or executes
 RAY_DROP = ("ray/jars/", "ray/dashboard/client/build/", "ray/rllib/", "ray/serve/", "ray/llm/")
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
