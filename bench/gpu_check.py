@@ -16,6 +16,8 @@ both sessions on one GPU) is recorded):
 4. ``enjoy@{session 0 spec}@latest`` with ``CUDA_VISIBLE_DEVICES=""`` (2 episodes).
 5. ``train@{predir}`` with ``CUDA_VISIBLE_DEVICES=""``, ``meta.resources.num_gpus: 0`` and
    ``env.max_frame`` raised by ``--extra-frames``: the GPU checkpoints continue on the CPU.
+6. ``train@{predir}`` back on the devices of phases 1-2 (gpu flow: CUDA, ``num_gpus: 0.5``), ``env.max_frame``
+   raised by ``--extra-frames`` once more: the CPU checkpoints of phase 5 continue on CUDA.
 
 Each phase checks its exit code and, for train phases, ``run.json`` (both sessions ``done`` at the
 phase's max_frame) and train_df (one row per log frame, no gap, no duplicate). Any failure prints
@@ -295,7 +297,13 @@ def run_flow(gpu: bool, args: argparse.Namespace, data: str) -> dict[str, Any]:
     fig["cpu_resume_s"] = run_phase("train@ (no CUDA)", driver_argv(f"train@{predir}", data, cpu_items), NO_CUDA,
                                     args.timeout)
     fig["cpu_resume_fps"] = check_sessions("train@ (no CUDA)", predir, more, args.log_frequency, args.max_frame)
-    fig["frames"] = 2 * more
+    # and back: the CPU checkpoints of phase 5 continue on the first phases' device (CUDA in the gpu flow)
+    back = more + args.extra_frames
+    fig["back_s"] = run_phase("train@ (back)", driver_argv(
+        f"train@{predir}", data, items_for(gpu, 0.5 if gpu else 0, back, args.log_frequency, args.precision)),
+        device_env, args.timeout)
+    fig["back_fps"] = check_sessions("train@ (back)", predir, back, args.log_frequency, more)
+    fig["frames"] = 2 * back
     return fig
 
 
@@ -304,10 +312,12 @@ def figures_line(fig: dict[str, Any]) -> str:
     secs = " ".join(f"{k[:-2]}={fig[k]:.1f}s" for k in fig if k.endswith("_s"))
     killed = ",".join(f"{s}@{f}" for s, f in fig["killed_at"].items())
     mem = f" gpu_mem_peak={fig['gpu_mem_peak_mb']:.0f}MB" if "gpu_mem_peak_mb" in fig else ""
+    extra = (fig["frames"] // 2 - fig["max_frame"]) // 2
     return (f"gpu_check OK mode={fig['mode']} workload={fig['workload']} precision={fig['precision']}{mem} "
-            f"frames={fig['frames']} (2 sessions to {fig['max_frame']}, then "
-            f"+{fig['frames'] // 2 - fig['max_frame']} on CPU) killed_at={killed} resume_fps={fig['resume_fps']:.0f} "
-            f"cpu_resume_fps={fig['cpu_resume_fps']:.0f} enjoy_return={fig['enjoy_return']:.1f} {secs}")
+            f"frames={fig['frames']} (2 sessions to {fig['max_frame']}, +{extra} on CPU, +{extra} back on "
+            f"{fig['mode'].upper()}) killed_at={killed} resume_fps={fig['resume_fps']:.0f} "
+            f"cpu_resume_fps={fig['cpu_resume_fps']:.0f} back_fps={fig['back_fps']:.0f} "
+            f"enjoy_return={fig['enjoy_return']:.1f} {secs}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,8 +11,8 @@ Ray's 79 MB of wheel), and writes the folder as one xz tarball. On the host:
 
 Packages: Ray, gymnasium with ale-py (Atari and its ROMs), and what they import that a CUDA image
 usually lacks (jsonschema and its helpers, pydantic, tensorboardX, Farama-Notifications, plotly for the trial
-graphs: without it a run ends with an analysis warning). Box2D and MuJoCo are left out (``--with`` adds names). The versions are the lab's pins (pyproject.toml) and the
-versions its CPU venv resolves.
+graphs: without it a run ends with an analysis warning). Box2D and MuJoCo are left out (``--with`` adds names).
+The versions are the lab's pins (pyproject.toml) and the versions its CPU venv resolves.
 
 Usage:
 
