@@ -73,7 +73,7 @@ def run_slm_dev(tmp_path: Path, rel_file: str, name: str, max_frame: int = 300) 
 
     spec_file = str(SLM_SPECS / rel_file)
     if not Path(spec_file).exists():
-        pytest.skip(f"SLM-Lab specs not present: {spec_file}")
+        pytest.fail(f"SLM-Lab spec file not found: {spec_file} (set SLM_LAB_SPECS to the folder holding v5.3.0/)")
     data_dir = tmp_path / "data"
     code = cli.main([spec_file, name, "dev", "-s", f"env.max_frame={max_frame}", "--data-dir", str(data_dir),
                      "--quiet"])
