@@ -6,11 +6,13 @@
 #   3. PPO CartPole, the same flow (bench/gpu_check.py --workload cartpole)
 #   4. the README's GPU-node command: ppo_atari on Pong, 4 sessions of 16 async sub-envs sharing the GPU
 #      (num_cpus 4, num_gpus 0.25 each), 81,920 frames per session; fps per session from train_df
+#   5. a small run written on CUDA (ppo_cartpole and a tiny-conv ppo_atari, 1 session, 1,024 frames, a checkpoint
+#      every 256) packed as cuda_run_fixture.tgz: a fixture for CPU-only tests that resume a CUDA checkpoint
 # Needs the tarball of bench/gpu_site.py at .whl/site.tar.xz (or SITE_TAR) (the packages a bare CUDA image lacks).
 # Writes every log and JSON to /tmp/gpu_run and, after each step, all of them as OUT/gpu_run.tgz (OUT default
 # ./gpu_out; one file, since a device call returns few); each step has its own time limit so a hang in one
 # still leaves the others' figures. MODE=cpu runs the same steps with no GPU (a rehearsal of the script).
-# Usage: OUT=/some/dir bash bench/gpu_run.sh [step ...]  (steps: 1 2 3 4, default 1 4 2 3)
+# Usage: OUT=/some/dir bash bench/gpu_run.sh [step ...]  (steps: 1-5, default 1 4 2 3 5)
 set -u
 OUT="${OUT:-$PWD/gpu_out}" MODE="${MODE:-gpu}" W=/tmp/gpu_run
 GPUS=$([ "$MODE" = gpu ] && echo 0.25 || echo 0) F4="${F4:-81920}" C4="${C4:-4}"  # step 4: frames, CPUs per session
@@ -24,7 +26,7 @@ python3 -c "import sys, torch, ray, gymnasium, ale_py; print(sys.version.split()
 'ray', ray.__version__, 'gymnasium', gymnasium.__version__, 'ale_py', ale_py.__version__, \
 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')" \
   2>&1 | tee "$W/versions.txt"
-steps=("${@:-1 4 2 3}")
+steps=("${@:-1 4 2 3 5}")
 for step in ${steps[*]}; do
   case $step in
     1) args=(--workload atari --out "$W/gpu_check_atari.json"); limit=330 ;;
@@ -54,6 +56,20 @@ out = {"sessions": rows, "gpu_mem_peak_mb": max((m for m, _ in gpu), default=Non
 json.dump(out, open(sys.argv[1] + "/gpu_atari4.json", "w"), indent=1)
 print(json.dumps(out))
 PY
+       pack; continue ;;
+    5) echo "== step 5: runs written on CUDA, packed as a test fixture"
+       rm -rf /tmp/fixture && mkdir -p /tmp/fixture
+       timeout -k 10 120 python3 run_lab.py specs/benchmark/cartpole.json ppo_cartpole train --quiet \
+         --data-dir /tmp/fixture -s meta.max_session=1 -s env.max_frame=1024 -s meta.log_frequency=256 \
+         -s meta.checkpoint_frequency=256 -s meta.keep_checkpoints=1 -s agent.net.gpu=true -s 'meta.resources={"num_cpus": 1, "num_gpus": '$GPUS'}' \
+         > "$W/step5.log" 2>&1
+       timeout -k 10 120 python3 run_lab.py specs/benchmark/atari.json ppo_atari train --quiet --data-dir /tmp/fixture \
+         -s meta.max_session=1 -s env.num_envs=2 -s env.max_frame=1024 -s meta.log_frequency=256 \
+         -s meta.checkpoint_frequency=256 -s meta.keep_checkpoints=1 -s 'agent.net.conv_hid_layers=[[8,8,4],[16,4,2]]' \
+         -s 'agent.net.fc_hid_layers=[32]' -s agent.algorithm.time_horizon=32 -s agent.algorithm.minibatch_size=32 \
+         -s agent.algorithm.training_epoch=1 -s agent.net.gpu=true \
+         -s 'meta.resources={"num_cpus": 1, "num_gpus": '$GPUS'}' >> "$W/step5.log" 2>&1
+       echo "== step 5 exit $?"; tar -czf "$W/cuda_run_fixture.tgz" --exclude=graph -C /tmp/fixture . && du -h "$W/cuda_run_fixture.tgz"
        pack; continue ;;
     *) echo "unknown step $step"; continue ;;
   esac
