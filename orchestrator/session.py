@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import pickle
 import random
 from collections import deque
@@ -50,6 +51,7 @@ from envs.make import (
     sub_env_seeds,
 )
 from orchestrator import transfer
+from orchestrator.errors import UsageError
 from orchestrator.spec import RunSpec, build, spec_hash
 
 if TYPE_CHECKING:
@@ -74,19 +76,59 @@ def seed_globals(seed: int) -> None:
     torch.set_flush_denormal(True)
 
 
+def session_cuda_index(trial: int, session: int, max_session: int, device_count: int, offset: int = 0) -> int:
+    """The CUDA device index of session ``session`` of trial ``trial``: ``(trial * max_session + session + offset)
+    % device_count``, SLM-Lab's GPU assignment (``util.set_cuda_id``, ``offset`` its ``CUDA_OFFSET``), so the
+    sessions of a trial, and the trials of a search, spread over the GPUs a process sees.
+
+    Raises:
+        ValueError: ``device_count`` < 1.
+    """
+    if device_count < 1:
+        raise ValueError(f"device_count must be >= 1, got {device_count}")
+    return (trial * max_session + session + offset) % device_count
+
+
+def select_session_gpu(gpu: bool | str, trial: int, session: int, max_session: int) -> int | None:
+    """Make this session's CUDA device current (``torch.cuda.set_device``), so that its nets, optimizers and
+    generators (on ``torch.device("cuda")``, see ``agents.algorithms.base.pick_device``) land on it.
+
+    Only where ``agent.net.gpu`` asks for CUDA (true or ``"auto"``) and CUDA is visible; the index is
+    ``session_cuda_index`` over the visible devices, with ``CUDA_OFFSET`` from the environment (default 0). Under
+    Ray a session given GPUs (``meta.resources.num_gpus`` > 0) sees only its own (Ray sets
+    ``CUDA_VISIBLE_DEVICES``), so the index is 0 for a one-GPU share; a session given none sees every GPU of its
+    node, and the sessions spread over them as SLM-Lab's do.
+
+    Returns:
+        The device index made current, or None (nets on the CPU; CUDA is not initialized).
+
+    Raises:
+        UsageError: ``CUDA_OFFSET`` is not a non-negative integer.
+    """
+    if gpu not in (True, "auto") or not torch.cuda.is_available():
+        return None
+    raw = os.environ.get("CUDA_OFFSET", "0").strip() or "0"
+    if not raw.isdigit():
+        raise UsageError(f"CUDA_OFFSET must be a non-negative integer (SLM-Lab's GPU offset), got {raw!r}")
+    index = session_cuda_index(trial, session, max_session, torch.cuda.device_count(), int(raw))
+    torch.cuda.set_device(index)
+    return index
+
+
 class Session:
     """One agent trained on one env with one seed.
 
     Args:
         spec: a checked flat spec (``orchestrator.spec.check`` / ``load_spec`` output).
         seed: the session seed (see ``orchestrator.spec.session_seed``).
-        trial: trial index t; session: session index s (used in names only).
+        trial: trial index t; session: session index s (names, and the CUDA device: ``select_session_gpu``).
         fresh: the session starts at frame 0 (it is not restored from a checkpoint next), so
             ``agent.net.init_from`` applies; pass False before ``from_checkpoint`` (resume, enjoy).
 
     Raises:
         ValueError: an env/agent combination the algorithm does not support.
         SpecError: ``agent.net.init_from`` cannot be loaded or does not fit the nets (fresh only).
+        UsageError: ``CUDA_OFFSET`` is set to something other than a non-negative integer (CUDA sessions only).
     """
 
     def __init__(self, spec: dict[str, Any], seed: int, trial: int = 0, session: int = 0,
@@ -95,6 +137,7 @@ class Session:
         self.seed, self.trial, self.session = int(seed), trial, session
         seed_globals(self.seed)
         env_spec, meta = self.spec.env, self.spec.meta
+        self.cuda_index = select_session_gpu(self.spec.agent.net.gpu, trial, session, meta.max_session)
         self.env = make_env(resolve_vec(env_spec, float(meta.resources.get("num_cpus", 1))), self.seed,
                             gamma=self.spec.agent.algorithm.gamma, seq_len=seq_len_of(self.spec.agent.net))
         self.clock = Clock(env_spec.max_frame, env_spec.num_envs)

@@ -213,3 +213,39 @@ def test_next_step_autoreset_stores_the_reset_step_as_slm_lab_does(autoreset):
         gaps = np.diff(np.concatenate([[-1], rows]))
         assert (gaps <= 10).all() and (gaps >= 2).all()  # 1 to 9 real steps between two reset steps (max_t=9)
     assert session.clock.epi in (resets.sum(), resets.sum() + 1, resets.sum() + 2)  # the last step may end one
+
+
+@pytest.mark.parametrize("trial, session, max_session, count, offset, want", [
+    (0, 0, 4, 1, 0, 0),  # one visible GPU (or a Ray share of one): every session on it
+    (0, 3, 4, 8, 0, 3),  # 4 sessions over 8 GPUs: one each
+    (1, 2, 4, 8, 0, 6),  # trial 1 continues where trial 0 ended
+    (1, 3, 4, 4, 0, 3),  # wraps: (4 + 3) % 4
+    (0, 1, 2, 4, 3, 0),  # CUDA_OFFSET shifts: (1 + 3) % 4
+])
+def test_session_cuda_index_is_slm_labs_assignment(trial, session, max_session, count, offset, want):
+    from orchestrator.session import session_cuda_index
+
+    assert session_cuda_index(trial, session, max_session, count, offset) == want
+
+
+def test_select_session_gpu_sets_the_device_only_where_cuda_is_asked_and_visible(monkeypatch):
+    """With CUDA faked visible (4 devices): gpu true or auto makes ``(t * max_session + s + CUDA_OFFSET) % 4``
+    current; gpu false touches nothing; without CUDA nothing is touched; a bad CUDA_OFFSET is a UsageError."""
+    from orchestrator import session as session_mod
+    from orchestrator.errors import UsageError
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "set_device", calls.append)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.delenv("CUDA_OFFSET", raising=False)
+    assert session_mod.select_session_gpu(True, 1, 2, 3) == 1 and calls == [1]  # (3 + 2) % 4
+    assert session_mod.select_session_gpu("auto", 0, 3, 3) == 3 and calls == [1, 3]
+    assert session_mod.select_session_gpu(False, 0, 3, 3) is None and calls == [1, 3]
+    monkeypatch.setenv("CUDA_OFFSET", "2")
+    assert session_mod.select_session_gpu(True, 0, 3, 3) == 1 and calls == [1, 3, 1]  # (3 + 2) % 4
+    monkeypatch.setenv("CUDA_OFFSET", "-1")
+    with pytest.raises(UsageError, match="CUDA_OFFSET"):
+        session_mod.select_session_gpu(True, 0, 0, 1)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert session_mod.select_session_gpu(True, 0, 3, 3) is None and calls == [1, 3, 1]
