@@ -108,7 +108,7 @@ def select_session_gpu(gpu: bool | str, trial: int, session: int, max_session: i
     if gpu not in (True, "auto") or not torch.cuda.is_available():
         return None
     raw = os.environ.get("CUDA_OFFSET", "0").strip() or "0"
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit()):
         raise UsageError(f"CUDA_OFFSET must be a non-negative integer (SLM-Lab's GPU offset), got {raw!r}")
     index = session_cuda_index(trial, session, max_session, torch.cuda.device_count(), int(raw))
     torch.cuda.set_device(index)
