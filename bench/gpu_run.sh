@@ -8,11 +8,12 @@
 #      (num_cpus 4, num_gpus 0.25 each), 81,920 frames per session; fps per session from train_df
 #   5. a small run written on CUDA (ppo_cartpole and a tiny-conv ppo_atari, 1 session, 1,024 frames, a checkpoint
 #      every 256) packed as cuda_run_fixture.tgz: a fixture for CPU-only tests that resume a CUDA checkpoint
+#   6. bench/gpu_exact.py: CUDA sessions repeated and resumed, compared value by value (about 60 s)
 # Needs the tarball of bench/gpu_site.py at .whl/site.tar.xz (or SITE_TAR) (the packages a bare CUDA image lacks).
 # Writes every log and JSON to /tmp/gpu_run and, after each step, all of them as OUT/gpu_run.tgz (OUT default
 # ./gpu_out; one file, since a device call returns few); each step has its own time limit so a hang in one
 # still leaves the others' figures. MODE=cpu runs the same steps with no GPU (a rehearsal of the script).
-# Usage: OUT=/some/dir bash bench/gpu_run.sh [step ...]  (steps: 1-5, default 1 4 2 3 5)
+# Usage: OUT=/some/dir bash bench/gpu_run.sh [step ...]  (steps: 1-6, default 1 4 2 3 5 6)
 set -u
 OUT="${OUT:-$PWD/gpu_out}" MODE="${MODE:-gpu}" W=/tmp/gpu_run
 GPUS=$([ "$MODE" = gpu ] && echo 0.25 || echo 0) F4="${F4:-81920}" C4="${C4:-4}"  # step 4: frames, CPUs per session
@@ -26,7 +27,7 @@ python3 -c "import sys, torch, ray, gymnasium, ale_py; print(sys.version.split()
 'ray', ray.__version__, 'gymnasium', gymnasium.__version__, 'ale_py', ale_py.__version__, \
 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')" \
   2>&1 | tee "$W/versions.txt"
-steps=("${@:-1 4 2 3 5}")
+steps=("${@:-1 4 2 3 5 6}")
 for step in ${steps[*]}; do
   case $step in
     1) args=(--workload atari --out "$W/gpu_check_atari.json"); limit=330 ;;
@@ -70,6 +71,10 @@ PY
          -s agent.algorithm.training_epoch=1 -s agent.net.gpu=true \
          -s 'meta.resources={"num_cpus": 1, "num_gpus": '$GPUS'}' >> "$W/step5.log" 2>&1
        echo "== step 5 exit $?"; tar -czf "$W/cuda_run_fixture.tgz" --exclude=graph -C /tmp/fixture . && du -h "$W/cuda_run_fixture.tgz"
+       pack; continue ;;
+    6) echo "== step 6: gpu_exact (limit 150 s)"
+       timeout -k 10 150 python3 bench/gpu_exact.py $([ "$MODE" = gpu ] || echo --cpu) --out "$W/gpu_exact.json" \
+         2>&1 | tee "$W/step6.log" | grep -v "A.L.E\|Stella"
        pack; continue ;;
     *) echo "unknown step $step"; continue ;;
   esac
