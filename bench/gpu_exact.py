@@ -57,7 +57,15 @@ def compare(a: Any, b: Any) -> tuple[bool, float]:
 
 
 def run_case(label: str, spec_file: str, name: str, items: list[str], stop: int) -> dict[str, Any]:
-    """A, B and R of one case; returns its row."""
+    """A, B and R of one case (``stop``: the frame R is stopped at, a multiple of ``env.num_envs``).
+
+    Returns:
+        The row: ``repeat_equal``/``resume_equal`` (bool), ``repeat_max_loss_diff``/``max_loss_diff`` (loss units),
+        ``manifest_exact``, ``device``, ``seconds`` (wall seconds of the three runs).
+
+    Raises:
+        AssertionError: R did not stop at ``stop`` or did not finish (``interrupted_then_resumed``'s checks).
+    """
     from orchestrator.spec import load_spec
     from tests.orchestrator.test_resume_exact import interrupted_then_resumed, uninterrupted
 
@@ -106,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="JSON file for the rows")
     parser.add_argument("--cpu", action="store_true", help="rehearse on a host without CUDA (nets on the CPU)")
     args = parser.parse_args(argv)
+    if args.fps_frames <= 0:
+        parser.error(f"--fps-frames must be > 0, got {args.fps_frames}")
     if args.deterministic:
         os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"  # before the first cuBLAS handle
     sys.path.insert(0, str(REPO))

@@ -34,6 +34,7 @@ for step in ${steps[*]}; do
     2) args=(--workload atari --precision bfloat16 --out "$W/gpu_check_atari_bf16.json"); limit=240 ;;
     3) args=(--workload cartpole --out "$W/gpu_check_cartpole.json"); limit=200 ;;
     4) echo "== step 4: ppo_atari train, 4 sessions x 16 async envs on one GPU (limit 200 s)"
+       rm -rf /tmp/gpu4 "$W/step4_gpu.csv"  # a rerun on the same machine reads only its own run
        timeout -k 10 200 python3 run_lab.py specs/benchmark/atari.json ppo_atari train --quiet --data-dir /tmp/gpu4 \
          -s 'meta.resources={"num_cpus": '$C4', "num_gpus": '$GPUS'}' -s env.max_frame=$F4 -s meta.log_frequency=$((F4 / 10)) \
          -s agent.net.gpu=true > "$W/step4.log" 2>&1 &
