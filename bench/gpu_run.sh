@@ -7,7 +7,7 @@
 #   4. the README's GPU-node command: ppo_atari on Pong, 4 sessions of 16 async sub-envs sharing the GPU
 #      (num_cpus 4, num_gpus 0.25 each), 81,920 frames per session; fps per session from train_df
 #   5. a small run written on CUDA (ppo_cartpole and a tiny-conv ppo_atari, 1 session, 1,024 frames, a checkpoint
-#      every 256) packed as cuda_run_fixture.tgz: a fixture for CPU-only tests that resume a CUDA checkpoint
+#      every 256) packed as cuda_run_fixture.tgz: the fixture tests/fixtures/cuda_run_h200.tgz (tests/orchestrator/test_cuda_checkpoint.py)
 #   6. bench/gpu_exact.py: CUDA sessions repeated and resumed, compared value by value (about 60 s)
 # Needs the tarball of bench/gpu_site.py at .whl/site.tar.xz (or SITE_TAR) (the packages a bare CUDA image lacks).
 # Writes every log and JSON to /tmp/gpu_run and, after each step, all of them as OUT/gpu_run.tgz (OUT default
