@@ -9,14 +9,17 @@
 #   5. a small run written on CUDA (ppo_cartpole and a tiny-conv ppo_atari, 1 session, 1,024 frames, a checkpoint
 #      every 256) packed as cuda_run_fixture.tgz: the fixture tests/fixtures/cuda_run_h200.tgz (tests/orchestrator/test_cuda_checkpoint.py)
 #   6. bench/gpu_exact.py: CUDA sessions repeated and resumed, compared value by value (about 60 s)
+#   7. bench/throughput.py --device cuda: SAC (Hopper-v5 3,000 frames, Pendulum-v1 3,000 frames) vs SB3, both with
+#      their nets on the GPU, 2 alternating rounds each (needs the bundle's --mujoco part)
+#   8. bench/throughput.py: the same SAC Hopper comparison on this host's CPU (nets on one CPU thread)
 # Needs the tarball of bench/gpu_site.py at .whl/site.tar.xz (or SITE_TAR) (the packages a bare CUDA image lacks).
 # Writes every log and JSON to /tmp/gpu_run and, after each step, all of them as OUT/gpu_run.tgz (OUT default
 # ./gpu_out; one file, since a device call returns few); each step has its own time limit so a hang in one
 # still leaves the others' figures. MODE=cpu runs the same steps with no GPU (a rehearsal of the script).
-# Usage: OUT=/some/dir bash bench/gpu_run.sh [step ...]  (steps: 1-6, default 1 4 2 3 5 6)
+# Usage: OUT=/some/dir bash bench/gpu_run.sh [step ...]  (steps: 1-8, default 1 4 2 3 5 6)
 set -u
 OUT="${OUT:-$PWD/gpu_out}" MODE="${MODE:-gpu}" W=/tmp/gpu_run
-GPUS=$([ "$MODE" = gpu ] && echo 0.25 || echo 0) F4="${F4:-81920}" C4="${C4:-4}"  # step 4: frames, CPUs per session
+GPUS=$([ "$MODE" = gpu ] && echo 0.25 || echo 0) DEV=$([ "$MODE" = gpu ] && echo cuda || echo cpu) F4="${F4:-81920}" C4="${C4:-4}"  # step 4: frames, CPUs per session
 mkdir -p "$OUT" "$W" /tmp/site
 pack() { tar -czf "$OUT/gpu_run.tgz" -C "$W" . ; }
 SITE_TAR="${SITE_TAR:-.whl/site.tar.xz}"
@@ -76,6 +79,16 @@ PY
     6) echo "== step 6: gpu_exact (limit 150 s)"
        timeout -k 10 150 python3 bench/gpu_exact.py $([ "$MODE" = gpu ] || echo --cpu) --out "$W/gpu_exact.json" \
          2>&1 | tee "$W/step6.log" | grep -v "A.L.E\|Stella"
+       pack; continue ;;
+    7) echo "== step 7: SAC throughput vs SB3, nets on $DEV (limit 120 + 150 s)"
+       timeout -k 10 120 python3 bench/throughput.py --algo sac_hopper --device $DEV --rounds 2 \
+         --out "$W/throughput_sac_hopper_$DEV.json" 2>&1 | tee "$W/step7.log" | tail -4
+       timeout -k 10 150 python3 bench/throughput.py --algo sac --frames 3000 --device $DEV --rounds 2 \
+         --out "$W/throughput_sac_$DEV.json" 2>&1 | tee -a "$W/step7.log" | tail -4
+       pack; continue ;;
+    8) echo "== step 8: SAC Hopper throughput vs SB3 on this host's CPU (limit 120 s)"
+       timeout -k 10 120 python3 bench/throughput.py --algo sac_hopper --device cpu --rounds 2 \
+         --out "$W/throughput_sac_hopper_host_cpu.json" 2>&1 | tee "$W/step8.log" | tail -4
        pack; continue ;;
     *) echo "unknown step $step"; continue ;;
   esac

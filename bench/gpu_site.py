@@ -11,7 +11,9 @@ Ray's 79 MB of wheel), and writes the folder as one xz tarball. On the host:
 
 Packages: Ray, gymnasium with ale-py (Atari and its ROMs), and what they import that a CUDA image
 usually lacks (jsonschema and its helpers, pydantic, tensorboardX, Farama-Notifications, plotly for the trial
-graphs: without it a run ends with an analysis warning). Box2D and MuJoCo are left out (``--with`` adds names).
+graphs: without it a run ends with an analysis warning). ``--mujoco`` adds MuJoCo (without its Studio web app
+and docs: 23 of its 53 MB) and Stable-Baselines3 with cloudpickle, for ``bench/throughput.py --device cuda``'s SAC
+rows; Box2D is left out (``--with`` adds other names).
 The versions are the lab's pins (pyproject.toml) and the versions its CPU venv resolves.
 
 Usage:
@@ -36,8 +38,11 @@ PACKAGES = ["ray==2.60.0", "gymnasium==1.4.0", "ale-py==0.12.1", "farama-notific
             "jsonschema==4.26.0", "jsonschema-specifications==2025.9.1", "referencing==0.37.0",
             "rpds-py==2026.9.1", "pydantic==2.14.4", "pydantic-core==2.50.5", "annotated-types==0.8.0",
             "typing-inspection==0.4.5", "tensorboardx==2.6.5", "plotly==7.1.0"]
-# parts of the ray wheel a local train / train@ / enjoy@ never imports or executes
-RAY_DROP = ("ray/jars/", "ray/dashboard/client/build/", "ray/rllib/", "ray/serve/", "ray/llm/")
+# MuJoCo envs and SB3 (the GPU throughput comparison): glfw is imported by mujoco, PyOpenGL is not
+MUJOCO = ["mujoco==4.0.1", "mujoco-core==4.0.1", "glfw==2.11.0", "stable-baselines3==2.9.2", "cloudpickle==3.1.3"]
+# parts of the wheels a local train / train@ / enjoy@ / throughput run never imports or executes
+DROP = ("ray/jars/", "ray/dashboard/client/build/", "ray/rllib/", "ray/serve/", "ray/llm/", "mujoco/studio/",
+        "mujoco/doc/")
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux1_x86_64"]
 
@@ -56,11 +61,11 @@ def download(names: list[str], python_version: str, dest: Path) -> list[Path]:
 
 
 def unpack(wheel: Path, site: Path) -> int:
-    """Unpack one wheel into ``site`` (executable bits kept), skipping ``RAY_DROP``; returns bytes written."""
+    """Unpack one wheel into ``site`` (executable bits kept), skipping ``DROP``; returns bytes written."""
     written = 0
     with zipfile.ZipFile(wheel) as zf:
         for info in zf.infolist():
-            if info.filename.startswith(RAY_DROP) or ".data/scripts/" in info.filename:
+            if info.filename.startswith(DROP) or ".data/scripts/" in info.filename:
                 continue
             path = Path(zf.extract(info, site))
             mode = info.external_attr >> 16
@@ -75,12 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--python-version", default="3.12", help="the GPU host's CPython, e.g. 3.12")
     parser.add_argument("--out", default=".whl/site.tar.xz", help="the tarball to write")
+    parser.add_argument("--mujoco", action="store_true", help="also MuJoCo and Stable-Baselines3 (see above)")
     parser.add_argument("--with", dest="extra", action="append", default=[], help="another requirement to add")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         wheels, site = Path(tmp) / "wheels", Path(tmp) / "site"
         try:
-            found = download(PACKAGES + args.extra, args.python_version, wheels)
+            found = download(PACKAGES + (MUJOCO if args.mujoco else []) + args.extra, args.python_version, wheels)
         except subprocess.CalledProcessError as err:
             print(f"pip download failed (exit {err.returncode})", file=sys.stderr)
             return 1

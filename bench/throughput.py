@@ -17,7 +17,9 @@ nets, one gradient step per frame) but learning from frame 1,000 (zoo: 10,000) s
 lr 1e-3, buffer 1M, learning starts 100, batch 256, tau 0.005, one gradient step per frame, 256-256 nets,
 automatic temperature.
 
-All on CPU with ``torch.set_num_threads(1)``. Runs alternate (ours, SB3, ours, SB3, ...) in this one process,
+All with ``torch.set_num_threads(1)``, nets on the CPU unless ``--device cuda``: then ours runs with
+``agent.net.gpu: true`` and SB3 with ``device="cuda"`` (nets, updates and replay sampling on the GPU; the envs
+and the Python of both loops on one CPU thread). Runs alternate (ours, SB3, ours, SB3, ...) in this one process,
 so both see the same machine load over time. Only the training loop is timed: ``Session.run_rl()`` for ours
 (the session, its envs and nets are built before the timer starts) and ``learn()`` for SB3 (the model and its
 vector env are built before).
@@ -38,7 +40,7 @@ both do the same number of rollouts and gradient steps.
 
 Usage:
     python bench/throughput.py [--algo ppo|dqn|sac|ppo_atari|sac_hopper] [--frames N] [--rounds 2] [--seed 1]
-        [--tracking] [--bf16] [--out bench/results/throughput[_{algo}].json]
+        [--tracking] [--bf16] [--device cpu|cuda] [--out bench/results/throughput[_{algo}].json]
 """
 
 from __future__ import annotations
@@ -144,9 +146,10 @@ def run_ours_tracked(algo: str, frames: int, seed: int) -> dict[str, Any]:
             "checkpoints": kinds.count("checkpoint"), "tensorboard_files": len(events)}
 
 
-def run_sb3(algo: str, frames: int, seed: int, algo_ftz: bool = False) -> dict[str, Any]:
-    """SB3's PPO, DQN or SAC with rl-zoo's settings (as ``ZOO``), ``learn(frames)`` timed; CPU denormals
-    flushed to zero only with ``algo_ftz`` (our sessions always flush them, see ``session.seed_globals``)."""
+def run_sb3(algo: str, frames: int, seed: int, algo_ftz: bool = False, device: str = "cpu") -> dict[str, Any]:
+    """SB3's PPO, DQN or SAC with rl-zoo's settings (as ``ZOO``) on ``device`` (``cpu`` or ``cuda``),
+    ``learn(frames)`` timed; CPU denormals flushed to zero only with ``algo_ftz`` (our sessions always flush them,
+    see ``session.seed_globals``)."""
     import stable_baselines3 as sb3
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
@@ -170,7 +173,7 @@ def run_sb3(algo: str, frames: int, seed: int, algo_ftz: bool = False) -> dict[s
                                            env_kwargs={"frameskip": 1, "repeat_action_probability": 0.25}), 4)
     else:
         env = make_vec_env(zoo["env"], n_envs=zoo["n_envs"], seed=seed)  # DummyVecEnv + Monitor
-    common = {"seed": seed, "device": "cpu", "verbose": 0}
+    common = {"seed": seed, "device": device, "verbose": 0}
     if algo == "ppo_atari":
         model = sb3.PPO("CnnPolicy", env, n_steps=128, batch_size=256, n_epochs=4, gae_lambda=0.95, gamma=0.99,
                         learning_rate=lin(2.5e-4), clip_range=0.1, clip_range_vf=0.1, ent_coef=0.01, vf_coef=0.5,
@@ -207,6 +210,19 @@ def run_sb3(algo: str, frames: int, seed: int, algo_ftz: bool = False) -> dict[s
             "final_ma": statistics.fmean(returns[-20:]) if returns else float("nan")}
 
 
+def runs_of_a_round(args: argparse.Namespace) -> list[tuple[str, Any]]:
+    """(name, run function) of each timed run of one round: ours and SB3, then the optional variants."""
+    gpu = ("agent.net.gpu=true",) if args.device == "cuda" else ()
+    impls = [("ours", lambda *a: run_ours(*a, extra=gpu)), ("sb3", lambda *a: run_sb3(*a, device=args.device))]
+    if args.tracking:
+        impls.append(("ours+tb", run_ours_tracked))
+    if args.sb3_ftz:
+        impls.append(("sb3+ftz", lambda *a: run_sb3(*a, algo_ftz=True, device=args.device)))
+    if args.bf16:
+        impls.append(("ours+bf16", lambda *a: run_ours(*a, extra=(*gpu, "agent.net.precision=bfloat16"))))
+    return impls
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line (usage in the module docstring): runs the benchmark, writes its results; returns 0."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -221,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="also time ours through SessionRunner with checkpoints and TensorBoard on")
     ap.add_argument("--bf16", action="store_true",
                     help="also time ours with agent.net.precision=bfloat16 (conv nets: ours+bf16)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="where both put their nets (cuda: ours with agent.net.gpu true, SB3 with device cuda)")
     ap.add_argument("--out", default=None, help="default bench/results/throughput.json (ppo), "
                                                  "throughput_{algo}.json (others)")
     args = ap.parse_args(argv)
@@ -228,8 +246,12 @@ def main(argv: list[str] | None = None) -> int:
     args.out = args.out or str(ROOT / "bench/results" / ("throughput.json" if args.algo == "ppo"
                                                           else f"throughput_{args.algo}.json"))
     rollout = {"ppo": 8 * 32, "ppo_atari": 8 * 128}.get(args.algo)  # PPO: whole rollouts (envs x steps) only
-    if rollout and args.frames % rollout:
-        ap.error(f"--frames must be a multiple of {rollout} (one {args.algo} rollout)")
+    problem = "--tracking times the CPU session actor path only; drop it with --device cuda" \
+        if args.tracking and args.device == "cuda" else \
+        f"--frames must be a multiple of {rollout} (one {args.algo} rollout)" if rollout and args.frames % rollout \
+        else None
+    if problem:
+        ap.error(problem)
 
     import stable_baselines3
     if args.tracking:
@@ -237,9 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     runs = []
     for r in range(args.rounds):
-        impls = [("ours", run_ours), ("sb3", run_sb3)] + ([("ours+tb", run_ours_tracked)] if args.tracking else []) \
-            + ([("sb3+ftz", lambda *a: run_sb3(*a, algo_ftz=True))] if args.sb3_ftz else []) \
-            + ([("ours+bf16", lambda *a: run_ours(*a, extra=("agent.net.precision=bfloat16",)))] if args.bf16 else [])
+        impls = runs_of_a_round(args)
         for name, fn in impls:
             load = os.getloadavg()
             rec = fn(args.algo, args.frames, args.seed)
@@ -261,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
                                else f"ratio_{extra}/sb3": (med("ours", k) / med(extra, k)) if extra.startswith("sb3")
                                else med(extra, k) / med("sb3", k)})
     out = {"algo": args.algo, "spec": ZOO[args.algo]["name"], "frames": args.frames, "rounds": args.rounds,
-           "seed": args.seed, "torch_threads": 1,
+           "seed": args.seed, "torch_threads": 1, "device": args.device,
+           "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else None,
            "versions": {"torch": torch.__version__, "stable_baselines3": stable_baselines3.__version__},
            "cpu_count": os.cpu_count(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "summary": summary, "runs": runs}
