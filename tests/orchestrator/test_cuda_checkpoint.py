@@ -42,7 +42,8 @@ def unpack(name: str, data: Path) -> Path:
     """The fixture run ``name`` unpacked under ``data``; returns its predir."""
     with tarfile.open(FIXTURE) as tar:
         members = [m for m in tar.getmembers() if m.name.removeprefix("./").startswith(f"{name}_")]
-        tar.extractall(data, members=members, filter="data")
+        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python >= 3.10.12 / 3.11.4
+        tar.extractall(data, members=members, **safe)
     (predir,) = data.glob(f"{name}_*")
     return predir
 
