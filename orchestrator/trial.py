@@ -362,6 +362,9 @@ class Trial:
         self.streams: dict[str, Any] = {}
         self.pending_restart: dict[str, float] = {}  # key -> monotonic time to restart at
         self.stopping_since: float | None = None
+        # set by a signal handler (run_with_signals): the watch loop calls request_stop at its next turn, since
+        # a handler runs between any two bytecodes and must not change the streams under the loop
+        self.stop_requested = False
         self.progress = SessionProgress(disable=True)  # the live display, once run() starts
         self.globals: dict[int, Any] = {}  # trial index -> GlobalParamsActor (meta.distributed)
 
@@ -416,10 +419,18 @@ class Trial:
 
     def request_stop(self) -> None:
         """Ask every running session to commit a final checkpoint and stop; a session whose actor
-        has not started yet (still waiting for resources) is not started at all: ``not started``."""
+        has not started yet (still waiting for resources) is not started at all: ``not started``; a
+        session waiting out its restart back-off is not restarted: ``interrupted`` at its committed
+        checkpoint (the one the restart would have restored). Called from the watch loop only (a signal
+        handler sets ``stop_requested``)."""
         if self.stopping_since is None:
             self.stopping_since = time.monotonic()
             by_key = {p.key: p for p in self.plans}
+            for key in list(self.pending_restart):
+                del self.pending_restart[key]
+                by_key[key].status = "interrupted"
+                self.progress.status(key, "interrupted")
+                self.record.update(by_key[key])
             for key in list(self.streams):
                 if "pid" in self.record.data["sessions"].get(key, {}) or by_key[key].restarts:
                     self.actors[key].stop.remote()
@@ -455,7 +466,7 @@ class Trial:
     def watch_all(self, by_key: dict[str, SessionPlan]) -> None:
         """Watch the sessions until every stream ended and no restart is pending (or the stop's grace passed)."""
         while self.streams or self.pending_restart:
-            if self.lease is not None and self.lease.lost and self.stopping_since is None:
+            if self.stopping_since is None and (self.stop_requested or (self.lease is not None and self.lease.lost)):
                 self.request_stop()
             self.restart_due(by_key)
             if self.stopping_since is not None and \
@@ -496,13 +507,15 @@ class Trial:
         (``RunRecord.hold``). An event waits at most ``WATCH_BATCH_S`` (plus the batch's handling) for
         the driver.
         """
+        keys = {id(s): k for k, s in self.streams.items()}
         refs = list(self.streams.values())
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.WATCH_BATCH_S)
-        keys = {id(s): k for k, s in self.streams.items()}
         self.record.hold = True
         try:
             for stream in ready:
-                self.next_events(by_key[keys[id(stream)]], stream)
+                key = keys[id(stream)]
+                if self.streams.get(key) is stream:  # not released while this batch was handled
+                    self.next_events(by_key[key], stream)
         finally:
             self.record.hold = False
         self.record.flush_due()
@@ -962,11 +975,11 @@ def run_with_signals(trial: Trial, spec: dict[str, Any]) -> int:
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def on_signal(signum: int, frame: Any) -> None:
-        if trial.stopping_since is not None:  # second signal: leave at once
+        if trial.stop_requested:  # second signal: leave at once
             os._exit(1)
         print(f"\n{signal.Signals(signum).name}: committing final checkpoints "
               f"(up to {spec['meta']['shutdown_grace_s']} s; again to exit at once)", file=sys.stderr)
-        trial.request_stop()
+        trial.stop_requested = True  # acted on by the watch loop (Trial.watch_all), not here
 
     in_main = threading.current_thread() is threading.main_thread()
     for sig in previous if in_main else ():

@@ -139,6 +139,38 @@ def test_sigterm_to_driver_interrupts_then_train_latest_completes(ray_local, tmp
         assert_rows(pd.read_parquet(predir / f"t0/s{s}/train_df.parquet"), 1000, 30000)
 
 
+def test_signal_while_the_driver_handles_a_batch_stops_cleanly(ray_local, tmp_path, monkeypatch, capsys):
+    """SIGTERM arriving between the watch loop's ``ray.wait`` and the handling of its ready streams (here: right
+    after the first wait that returns a ready stream, before the sessions' ``started`` events are read) used to
+    release the streams under the loop (KeyError, exit 1, no final checkpoints); the handler now only flags the
+    stop and the loop acts on it at its next turn."""
+    from orchestrator import trial as trial_mod
+
+    real_wait, sent = trial_mod.ray.wait, []
+
+    def wait_then_signal(refs, **kwargs):
+        ready, rest = real_wait(refs, **kwargs)
+        if ready and not sent:
+            sent.append(True)
+            os.kill(os.getpid(), signal.SIGTERM)  # its Python handler runs here, in this (main) thread
+        return ready, rest
+
+    monkeypatch.setattr(trial_mod.ray, "wait", wait_then_signal)
+    data = tmp_path / "data"
+    code = run_cli(SPECS, "ppo_cartpole", "train", "--data-dir", str(data), *overrides(PPO + ["env.max_frame=200000"]))
+    out, err = capsys.readouterr()
+    assert sent and "SIGTERM: committing final checkpoints" in err and "Traceback" not in err
+    assert code == 0, err
+    predir = only_predir(data)
+    assert f"train@{predir}" in out
+    run = storage.read_json(str(predir / "run.json"))
+    for s in (0, 1):
+        entry = run["sessions"][f"t0_s{s}"]
+        assert entry["status"] in ("interrupted", "not started"), entry
+        if entry["status"] == "interrupted":  # its final checkpoint is committed and is the newest on disk
+            assert checkpoint.CheckpointStore(str(predir / f"t0/s{s}")).frames()[-1] == entry["checkpoint"]
+
+
 NODE_LOSS_SCRIPT = textwrap.dedent("""
     import json, os, signal, sys, threading, time, argparse
     import ray

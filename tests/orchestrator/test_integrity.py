@@ -152,6 +152,23 @@ def test_actor_restart_records_the_frame_restored_and_what_was_set_aside(run_cop
     assert "warning: session t0_s0" in capsys.readouterr().err
 
 
+def test_stop_during_a_restart_back_off_does_not_restart(run_copy):
+    """A stop that finds a session waiting out its restart back-off leaves it ``interrupted`` at its committed
+    checkpoint instead of starting a replacement that would train until the grace period ends."""
+    spec = load_spec(SPECS, "ppo_cartpole", ITEMS)
+    plan = SessionPlan(0, 0, 7, resume=True, status="running", frame=3000)
+    trial = Trial(spec, str(run_copy), [plan], RunRecord.load_or_new(str(run_copy), "ppo_cartpole"), quiet=True)
+    trial.progress = _Progress()
+    trial.on_actor_died(plan, RuntimeError("lost"))
+    assert plan.status == "restarting" and "t0_s0" in trial.pending_restart
+    trial.request_stop()
+    assert trial.pending_restart == {} and plan.status == "interrupted" and plan.error is None
+    trial.restart_due({plan.key: plan})
+    assert trial.actors == {} and trial.streams == {}
+    entry = json.loads((run_copy / "run.json").read_text())["sessions"]["t0_s0"]
+    assert entry["status"] == "interrupted" and len(entry["restarts"]) == 1
+
+
 def test_search_resume_verifies_sessions_in_the_driver(run_copy, capsys):
     _delete_state(run_copy / "t0/s0/ckpt/000000003000")
     (run_copy / "t0/trial.json").write_text(json.dumps({"trial": 0, "values": {}, "status": "running"}))
