@@ -344,7 +344,8 @@ def apply_overrides(spec: dict[str, Any], overrides: list[str]) -> dict[str, Any
     """Apply ``key.path=value`` overrides to a flat spec, creating missing dicts on the way.
 
     Raises:
-        SpecError: an override without ``=`` or whose path runs through a non-dict.
+        SpecError: an override without ``=``, with an empty key (``=5``, ``a..b=1``) or whose path runs through
+            a non-dict.
     """
     spec = copy.deepcopy(spec)
     for item in overrides:
@@ -352,6 +353,8 @@ def apply_overrides(spec: dict[str, Any], overrides: list[str]) -> dict[str, Any
             raise SpecError(f"override '{item}': expected key.path=value")
         path, value = item.split("=", 1)
         keys = path.strip().split(".")
+        if not all(k.strip() for k in keys):
+            raise SpecError(f"override '{item}': empty key in '{path}', expected key.path=value")
         node = spec
         for key in keys[:-1]:
             node = node.setdefault(key, {})

@@ -167,6 +167,9 @@ def test_override_errors():
         apply_overrides(FLAT, ["env.max_frame"])
     with pytest.raises(SpecError, match="'max_frame' is not a section"):
         apply_overrides(FLAT, ["env.max_frame.x=1"])
+    for item in ("=5", "env..max_frame=1", "env.=1", " =1"):
+        with pytest.raises(SpecError, match=r"empty key in '.*', expected key.path=value"):
+            apply_overrides(FLAT, [item])
 
 
 def test_override_makes_an_invalid_spec_fail(tmp_path):
