@@ -48,7 +48,10 @@ from __future__ import annotations
 import argparse
 import io
 import math
+import os
+import signal
 import sys
+import threading
 from typing import Any
 
 from ray import tune
@@ -526,8 +529,10 @@ def rebuild_trial_info(predir: str, t: int, why: str) -> dict[str, Any] | None:
     return info
 
 
-def mark_ended(predir: str, spec: dict[str, Any], results: Any) -> tuple[dict[int, str], bool]:
-    """After ``fit``: trials Tune ended without ``done`` become ``stopped`` (scheduler) or ``error``.
+def mark_ended(predir: str, spec: dict[str, Any], results: Any,
+               signalled: bool = False) -> tuple[dict[int, str], bool]:
+    """After ``fit``: trials Tune ended without ``done`` become ``stopped`` (scheduler) or ``error``; after a stop
+    signal (``signalled``) or an early end of ``fit``, the unfinished ones stay ``running`` (``search@`` resumes them).
 
     Returns:
         ({T: last line of the error} of errored trials, whether the search was interrupted before
@@ -538,7 +543,7 @@ def mark_ended(predir: str, spec: dict[str, Any], results: Any) -> tuple[dict[in
         if result.error is not None:
             t = trial_index(storage.basename(str(result.path)))
             errored[t] = (str(result.error).strip().splitlines() or [""])[-1]
-    interrupted = results.num_terminated + results.num_errors < len(results)
+    interrupted = signalled or results.num_terminated + results.num_errors < len(results)
     for t, info in lab_trials(predir).items():
         status = "error" if t in errored else ("stopped" if not interrupted else info["status"])
         if info["status"] == "running" and status != "running":
@@ -559,13 +564,58 @@ def run_search(args: argparse.Namespace) -> int:
             predir, spec, settings, tuner = start_search(args, new_spec, lease)
         print(f"{args.mode}: {predir} (max_trial={spec['meta']['max_trial']}, {spec['meta']['max_session']} "
               f"session(s) per trial, search algorithm {settings['search_alg']})")
+        results, signalled = fit_with_signals(tuner)
+        return finish_search(predir, spec, results, signalled)
+
+
+def fit_with_signals(tuner: Any) -> tuple[Any, bool]:
+    """``tuner.fit()`` with SIGINT and SIGTERM handled by the lab; returns (its ResultGrid, whether one came).
+
+    The first signal is recorded and handed to Tune as SIGUSR1, Tune's own graceful stop (it saves the
+    experiment state and ends the trial actors; their sessions keep the checkpoints they committed); a second
+    signal exits at once (1). Tune's SIGINT handler is turned off (``TUNE_DISABLE_SIGINT_HANDLER``) for the call:
+    with it, Ctrl-C ended the search as if its running trials had all been stopped by the scheduler (``stopped``,
+    never resumed), and SIGTERM reached Ray's fatal-signal handler (exit 1, a C++ stack on stderr). Outside the
+    main thread Python allows no handlers: Tune's defaults stay.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return tuner.fit(), False
+    caught: list[int] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if caught:  # second signal: leave at once
+            os._exit(1)
+        caught.append(signum)
+        print(f"\n{signal.Signals(signum).name}: stopping the search; its trials keep their committed checkpoints "
+              "(again to exit at once)", file=sys.stderr)
+        tune_stop = signal.getsignal(signal.SIGUSR1)
+        if callable(tune_stop) and tune_stop is not previous[signal.SIGUSR1]:
+            tune_stop(signal.SIGUSR1, frame)  # Tune's handler, installed once fit() set up its loop
+        else:  # fit() has not set its handler up yet: stop as Python would
+            raise KeyboardInterrupt
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
+    env_before = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+    try:
         results = tuner.fit()
-        return finish_search(predir, spec, results)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if env_before is None:
+            os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
+        else:
+            os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = env_before
+    return results, bool(caught)
 
 
-def finish_search(predir: str, spec: dict[str, Any], results: Any) -> int:
-    """After ``fit``: mark ended trials, analyze, print the summary; returns the exit code."""
-    errors, interrupted = mark_ended(predir, spec, results)
+def finish_search(predir: str, spec: dict[str, Any], results: Any, signalled: bool = False) -> int:
+    """After ``fit``: mark ended trials, analyze, print the summary; returns the exit code: 1 for a failed trial or
+    a search Tune ended early for another reason, 0 when every trial ended or a signal (``signalled``) stopped it
+    cleanly (its unfinished trials stay ``running`` for ``search@``)."""
+    errors, interrupted = mark_ended(predir, spec, results, signalled)
     df = analyze(predir, spec)
     report_summary(predir, spec, df)
     for t, error in sorted(errors.items()):
@@ -574,7 +624,7 @@ def finish_search(predir: str, spec: dict[str, Any], results: Any) -> int:
         from orchestrator.cli import lab_command
         print("interrupted; resume with:\n  "
               + lab_command(predir_mod.spec_file(predir, spec["name"]), spec["name"], f"search@{predir}"))
-    return 1 if errors or interrupted else 0
+    return 1 if errors or (interrupted and not signalled) else 0
 
 
 class SearchLease:

@@ -8,6 +8,9 @@ the test kills by PID.
 
 import hashlib
 import math
+import os
+import signal
+import threading
 import time
 
 import pandas as pd
@@ -210,6 +213,42 @@ def test_sigkill_driver_then_search_latest(ray_local, tmp_path):
     for s in (0, 1):
         assert run["sessions"][f"t1_s{s}"]["status"] == "done"
         assert_continuous(pd.read_parquet(predir / f"t1/s{s}/train_df.parquet"), 800, 5600)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_stops_the_search_and_search_latest_finishes_it(ray_local, tmp_path, capsys, sig):
+    """Ctrl-C / SIGTERM while t0 trains: the search stops (exit 0, the resume command printed), the unfinished
+    trial stays ``running`` (not ``stopped``, which ``search@`` never resumes), and ``search@latest`` then runs
+    every trial to ``max_frame``. Before, Ctrl-C marked t0 ``stopped`` (lost for good) and SIGTERM hit Ray's
+    fatal-signal handler (exit 1)."""
+    data = str(tmp_path / "data")
+    items = SMALL + ["meta.max_session=1", "env.max_frame=8000", GAMMA_GRID]
+
+    def signal_at_first_checkpoint():
+        deadline = time.time() + 180
+        while time.time() < deadline and not list(tmp_path.glob("data/*/t0/s0/ckpt/0*/MANIFEST.json")):
+            time.sleep(0.05)
+        os.kill(os.getpid(), sig)
+
+    sender = threading.Thread(target=signal_at_first_checkpoint, daemon=True)
+    sender.start()
+    code = run_cli(SPECS, "ppo_cartpole", "search", "--data-dir", data, "--max-concurrent-trials", "1",
+                   *overrides(items))
+    sender.join(timeout=5)
+    out, err = capsys.readouterr()
+    assert f"{signal.Signals(sig).name}: stopping the search" in err and "Traceback" not in err
+    assert code == 0 and "search@" in out
+    (predir,) = (tmp_path / "data").iterdir()
+    statuses = {p.parent.name: storage.read_json(str(p))["status"] for p in predir.glob("t*/trial.json")}
+    assert "stopped" not in statuses.values() and statuses.get("t0") in ("running", "done"), statuses
+    assert "running" in statuses.values() or len(statuses) < 2, f"the search ended before the signal: {statuses}"
+
+    assert run_cli(SPECS, "ppo_cartpole", "search@latest", "--data-dir", data, "--max-concurrent-trials", "1",
+                   *overrides(items)) == 0
+    exp = pd.read_parquet(predir / "info/experiment_df.parquet")
+    assert len(exp) == 2 and set(exp["status"]) == {"done"} and (exp["frame"] == 8000).all()
+    for t in (0, 1):
+        assert_continuous(pd.read_parquet(predir / f"t{t}/s0/train_df.parquet"), 800, 8000)
 
 
 def test_asha_stops_a_learning_rate_of_zero(ray_local, tmp_path):
