@@ -617,7 +617,7 @@ def finish_search(predir: str, spec: dict[str, Any], results: Any, signalled: bo
     cleanly (its unfinished trials stay ``running`` for ``search@``)."""
     errors, interrupted = mark_ended(predir, spec, results, signalled)
     df = analyze(predir, spec)
-    report_summary(predir, spec, df)
+    report_summary(predir, spec, df, interrupted)
     for t, error in sorted(errors.items()):
         print(f"trial t{t} failed: {error}", file=sys.stderr)
     if interrupted:
@@ -894,8 +894,8 @@ def analyze(predir: str, spec: dict[str, Any]) -> Any:
     return df
 
 
-def report_summary(predir: str, spec: dict[str, Any], df: Any) -> None:
-    """Print the experiment table and where the best spec is."""
+def report_summary(predir: str, spec: dict[str, Any], df: Any, interrupted: bool = False) -> None:
+    """Print the experiment table and where the best spec is (so far, when ``interrupted``)."""
     if df.empty:
         print(f"search: no trial ran in {predir}")
         return
@@ -903,6 +903,7 @@ def report_summary(predir: str, spec: dict[str, Any], df: Any) -> None:
     print(df[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     best = storage.join(predir, f"{spec['name']}_best_spec.json")
     from orchestrator.cli import lab_command
-    print(f"search done: {predir}\n  best trial t{int(df['trial'].iloc[0])}; run it with:\n"
+    print(f"search {'interrupted' if interrupted else 'done'}: {predir}\n  best trial "
+          f"{'so far ' if interrupted else ''}t{int(df['trial'].iloc[0])}; run it with:\n"
           f"  {lab_command(best, spec['name'], 'train')}")
 

@@ -237,7 +237,7 @@ def test_signal_stops_the_search_and_search_latest_finishes_it(ray_local, tmp_pa
     sender.join(timeout=5)
     out, err = capsys.readouterr()
     assert f"{signal.Signals(sig).name}: stopping the search" in err and "Traceback" not in err
-    assert code == 0 and "search@" in out
+    assert code == 0 and "search interrupted:" in out and "search@" in out
     (predir,) = (tmp_path / "data").iterdir()
     statuses = {p.parent.name: storage.read_json(str(p))["status"] for p in predir.glob("t*/trial.json")}
     assert "stopped" not in statuses.values() and statuses.get("t0") in ("running", "done"), statuses
