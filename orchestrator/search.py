@@ -666,7 +666,7 @@ def start_search(args: argparse.Namespace, spec: dict[str, Any],
     settings = {"tune_name": spec["name"], "search_alg": search_alg_name(spec, args.search_alg),
                 "max_concurrent_trials": args.max_concurrent_trials}
     init_ray(args.address, getattr(args, "dashboard", False))
-    check_resources(spec["meta"])
+    check_resources(spec["meta"], together=True)
     predir = predir_mod.new_predir(args.data_dir, spec["name"])
     lease.take(predir)
     storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)
@@ -690,7 +690,7 @@ def resume_search(args: argparse.Namespace, new_spec: dict[str, Any], target: st
     spec, applied = resumed_spec(predir, new_spec)
     settings = read_settings(predir, spec["name"])
     init_ray(args.address, getattr(args, "dashboard", False))
-    check_resources(spec["meta"])
+    check_resources(spec["meta"], together=True)
     if applied:
         storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)
     for line in applied:

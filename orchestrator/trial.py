@@ -147,19 +147,26 @@ def lean_head_params() -> Iterator[None]:
         parameter.RayParams = base
 
 
-def check_resources(meta: dict[str, Any]) -> None:
-    """Refuse per-session resources that can never fit the cluster (instead of waiting forever).
+def check_resources(meta: dict[str, Any], together: bool = False) -> None:
+    """Refuse resources that can never fit the cluster (instead of waiting forever): one session's, and with
+    ``together`` (a search trial, whose placement group reserves all ``meta.max_session`` sessions at once) the
+    sum over the trial's sessions.
 
     Raises:
         UsageError: naming what was asked and what exists.
     """
     total = ray.cluster_resources()
     res = meta["resources"]
+    sessions = int(meta["max_session"])
     for key, name in (("num_cpus", "CPU"), ("num_gpus", "GPU")):
-        asked = float(res.get(key, 0) or 0)
-        if asked > float(total.get(name, 0)):
+        asked, exists = float(res.get(key, 0) or 0), float(total.get(name, 0))
+        if asked > exists:
             raise UsageError(f"meta.resources.{key}={asked} per session can never fit: the Ray cluster has "
-                             f"{total.get(name, 0)} {name} in total")
+                             f"{exists} {name} in total")
+        if together and asked * sessions > exists:
+            raise UsageError(f"meta.resources.{key}={asked} x meta.max_session={sessions}: a search trial reserves "
+                             f"all its sessions at once, and {asked * sessions:g} {name} can never fit: the Ray "
+                             f"cluster has {exists} {name} in total (lower either, or add nodes)")
 
 
 class RunRecord:

@@ -34,7 +34,7 @@ DRIVER_CHILD = """
 import json, sys
 from orchestrator import cli, trial
 trial.init_ray = lambda *args, **kwargs: None  # no Ray here: the driver's own imports are the subject
-trial.check_resources = lambda meta: None
+trial.check_resources = lambda meta, together=False: None
 def run_with_signals(tr, spec):
     print("RESULT " + json.dumps({"modules": sorted(sys.modules), "spec": spec, "predir": tr.predir}))
     return 0

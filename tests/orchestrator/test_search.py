@@ -130,6 +130,17 @@ def test_search_bad_input_exits_2_and_creates_nothing(tmp_path, capsys, mode, ex
     assert (sorted(p.name for p in data.rglob("*")) if data.exists() else []) == before
 
 
+def test_search_trial_that_can_never_fit_is_refused(ray_local, tmp_path, capsys):
+    """A search trial reserves all its sessions at once: 8 sessions of 1 CPU on the 4-CPU test Ray would stay
+    PENDING forever; refused up front (exit 2), no run directory created."""
+    data = tmp_path / "data"
+    items = ['meta.resources={"num_cpus": 1, "num_gpus": 0}', "meta.max_session=8", GAMMA_GRID]
+    assert run_cli(SPECS, "ppo_cartpole", "search", "--data-dir", str(data), *overrides(items)) == 2
+    err = capsys.readouterr().err
+    assert "meta.resources.num_cpus=1.0 x meta.max_session=8" in err and "8 CPU can never fit" in err
+    assert "Traceback" not in err and not data.exists()
+
+
 def test_optuna_needs_its_extra_and_samplable_variables():
     spec = load_spec(SPECS, "ppo_cartpole", [GAMMA_GRID])
     try:
