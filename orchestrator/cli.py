@@ -163,6 +163,7 @@ def run_dev(spec: dict[str, Any], data_dir: str, quiet: bool) -> int:
 
     Raises:
         SpecError: the env/agent combination is not supported (before the predir exists).
+        UsageError: the tracker (``meta.tracking``) did not start; the new predir is removed.
     """
     import torch
 
@@ -184,7 +185,16 @@ def run_dev(spec: dict[str, Any], data_dir: str, quiet: bool) -> int:
     sdir = predir_mod.session_dir(predir, 0, 0)
     log_lines: list[str] = []
     tracker = SessionTracker(spec, predir, 0, 0)  # TensorBoard, W&B, MLflow: every row as it is logged
-    tracker.start(session, None)
+    try:
+        tracker.start(session, None)
+    except Exception as err:  # e.g. no W&B login, an MLflow store it refuses  # noqa: BLE001
+        if tracker.tb is not None:
+            tracker.tb.close()
+        session.close()
+        storage.delete(predir)  # this command's own new run directory, nothing trained in it yet
+        raise UsageError(f"meta.tracking={spec['meta']['tracking']}: the tracker did not start "
+                         f"({type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ''})"
+                         ) from None
 
     def on_log(sess: Session, row: dict[str, Any]) -> None:
         log_lines.append(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))

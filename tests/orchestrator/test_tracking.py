@@ -195,3 +195,21 @@ def test_mlflow_resume_logs_the_rows_a_killed_process_had_not_sent(tmp_path, mon
     assert resumed.restored_frame == 800
     history = client.get_metric_history(run_id, "train/epi")
     assert [m.step for m in history] == resumed.session.train_df["frame"].tolist()
+
+
+def test_dev_with_a_tracker_that_does_not_start_exits_2_and_leaves_no_run(tmp_path, monkeypatch, capsys):
+    """``dev`` whose W&B / MLflow run cannot start (e.g. no W&B login: wandb raises UsageError) used to end in
+    a traceback with a half-made run directory; now exit 2 naming ``meta.tracking`` and the cause, nothing left."""
+    from orchestrator import tracking
+
+    def no_login(self, run_id):
+        raise RuntimeError("api_key not configured (no-tty). call wandb.login(key=[your_api_key])")
+
+    monkeypatch.setattr(tracking.SessionTracker, "open_run", no_login)
+    data = tmp_path / "data"
+    code = run_cli(SPECS, "ppo_cartpole", "dev", "--data-dir", str(data), "-s", "env.max_frame=400",
+                   "-s", "meta.tracking=wandb")
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "meta.tracking=wandb: the tracker did not start (RuntimeError: api_key not configured" in err
+    assert not data.exists() or list(data.iterdir()) == []
