@@ -192,9 +192,9 @@ def run_dev(spec: dict[str, Any], data_dir: str, quiet: bool) -> int:
             tracker.tb.close()
         session.close()
         storage.delete(predir)  # this command's own new run directory, nothing trained in it yet
+        cause = (str(err).strip().splitlines() or [""])[-1]
         raise UsageError(f"meta.tracking={spec['meta']['tracking']}: the tracker did not start "
-                         f"({type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ''})"
-                         ) from None
+                         f"({type(err).__name__}: {cause})") from None
 
     def on_log(sess: Session, row: dict[str, Any]) -> None:
         log_lines.append(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
