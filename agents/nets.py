@@ -35,6 +35,7 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 import agents.batch_renorm  # noqa: F401  (registers BatchRenorm1d / LazyBatchRenorm1d in torch.nn for arcs)
+from agents import eager_optim
 
 HIDDEN_GAIN = math.sqrt(2.0)
 POLICY_GAIN = 0.01
@@ -187,6 +188,7 @@ def make_optim(params: Any, optim_spec: dict[str, Any]) -> torch.optim.Optimizer
     if name not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer '{name}'; expected one of {sorted(OPTIMIZERS)}")
     kwargs = {k: v for k, v in optim_spec.items() if k != "name"}
+    eager_optim.defer_dynamo()  # the constructor's add_param_group would import torch._dynamo
     if OPTIMIZERS[name] in FUSED_DEFAULT and not {"fused", "foreach", "differentiable", "capturable"} & set(kwargs):
         kwargs["fused"] = True
     elif not kwargs.get("fused"):

@@ -112,6 +112,8 @@ class GlobalParams:
         Raises:
             ValueError: ``grads`` does not match the optimizers' parameters (count or shapes).
         """
+        from agents import eager_optim  # here: the driver imports this module and must not load torch
+
         params = optim_params(self.algorithm, optim_names)
         if len(grads) != len(params):
             raise ValueError(f"push from {key}: {len(grads)} gradients for {len(params)} parameters of {optim_names}")
@@ -124,7 +126,7 @@ class GlobalParams:
             optim = self.algorithm.optims[name]
             for group in optim.param_groups:
                 group["lr"] = lr
-            optim.step()
+            eager_optim.step(optim)
         self.step += 1
         self.pushes[key] = self.pushes.get(key, 0) + 1
         return [p.detach().cpu().clone() for p in params]

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents import policy
+from agents import eager_optim, policy
 from agents.memory import MEMORIES, MemorySpec
 from agents.nets import ConvNet, NetSpec, make_net, make_optim
 from agents.schedules import FrameLR, VarSchedule, make_lr_scheduler
@@ -431,7 +431,7 @@ class Algorithm:
                     p.copy_(v)
         else:
             for optim in optims:
-                optim.step()
+                eager_optim.step(optim)
         if count:
             clock.tick_opt_step()
         return grad_norm if norm else None

@@ -13,8 +13,9 @@ REPO = Path(__file__).resolve().parents[2]
 SPECS = str(REPO / "specs/benchmark/cartpole.json")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled",
        "RAY_USAGE_STATS_ENABLED": "0"}
-# loaded by none of a CartPole session's work: plotting, Tune, the DataFrame library, TorchArcNet's builder, Atari
-NOT_IN_SESSION = ("pandas", "matplotlib", "plotly", "ray.tune", "torcharc", "ale_py")
+# loaded by none of a CartPole session's work: plotting, Tune, the DataFrame library, TorchArcNet's builder, Atari,
+# torch's compiler stack (its optimizers' wrappers import it: agents/eager_optim.py)
+NOT_IN_SESSION = ("pandas", "matplotlib", "plotly", "ray.tune", "torcharc", "ale_py", "torch._dynamo")
 
 SESSION_CHILD = """
 import json, sys
@@ -22,12 +23,17 @@ from orchestrator.session_actor import SessionRunner
 spec, predir = json.loads(sys.argv[1]), sys.argv[2]
 runner = SessionRunner(spec, predir, 0, 0, 1, resume=False)
 events = [e["kind"] for e in runner.events()]
+spec["env"]["max_frame"] += 256  # and a resume from its last checkpoint (optimizer state loaded, more steps)
+resumed = SessionRunner(spec, predir, 0, 0, 1, resume=True)
+resumed_events = [e["kind"] for e in resumed.events()]
 modules = sorted(sys.modules)
 # pandas, once imported (train_df), works with pyarrow as usual after storage.skip_pandas_probe
 from orchestrator import storage
 copy = storage.read_parquet(runner.session_dir + "/train_df.parquet")
-same = copy.equals(runner.session.train_df) and len(copy) == 2
-print(json.dumps({"events": events, "frame": runner.session.clock.frame, "modules": modules, "same": same}))
+same = copy.equals(resumed.session.train_df) and len(copy) == 3
+print(json.dumps({"events": events, "frame": runner.session.clock.frame, "modules": modules, "same": same,
+                  "resumed_events": resumed_events, "resumed_frame": resumed.session.clock.frame,
+                  "restored_frame": resumed.restored_frame}))
 """
 
 DRIVER_CHILD = """
@@ -48,7 +54,7 @@ def child(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
-def test_cartpole_session_actor_loads_no_pandas_plotting_tune_torcharc_or_ale(tmp_path):
+def test_cartpole_session_actor_loads_no_pandas_plotting_tune_torcharc_ale_or_dynamo(tmp_path):
     spec = load_spec(SPECS, "ppo_cartpole", ["env.max_frame=512", "meta.log_frequency=256"])
     out = child(SESSION_CHILD, json.dumps(spec), str(tmp_path / "ppo_cartpole_2026_01_01_000000"), cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -56,6 +62,8 @@ def test_cartpole_session_actor_loads_no_pandas_plotting_tune_torcharc_or_ale(tm
     assert result["frame"] == 512 and result["events"][0] == "started" and result["events"][-1] == "done"
     assert "checkpoint" in result["events"]  # it committed checkpoints (Parquet of train_df included)
     assert result["same"]  # the exported train_df.parquet, read through pandas, equals the session's train_df
+    assert result["restored_frame"] == 512 and result["resumed_frame"] == 768  # resumed: optimizer state loaded
+    assert result["resumed_events"][-1] == "done"
     modules = set(result["modules"])
     assert {"torch", "gymnasium", "orchestrator.session"} <= modules  # what it did import is seen
     loaded = sorted(m for m in modules if any(m == bad or m.startswith(bad + ".") for bad in NOT_IN_SESSION))
