@@ -376,6 +376,9 @@ class StackedMLP(nn.Module):
             for i, (lin, _) in enumerate(plan):
                 lin.weight = nn.Parameter(self.weights[i].detach()[k], requires_grad=False)
                 lin.bias = nn.Parameter(self.biases[i].detach()[k, 0], requires_grad=False)
+        # (weight, bias, activation) per layer as a plain tuple: indexing ParameterLists costs ~0.1 ms per SAC
+        # update in Python; the Parameter objects stay the same (``to``, ``load_state_dict`` change them in place)
+        self.layers = tuple(zip(self.weights, self.biases, self.acts))
 
     @staticmethod
     def _plan(net: MLPNet) -> list[tuple[nn.Linear, nn.Module]]:
@@ -393,8 +396,8 @@ class StackedMLP(nn.Module):
         h = (x if x.is_floating_point() else x.float()).flatten(1)
         if extra:
             h = torch.cat([h, *(e.reshape(len(e), -1).float() for e in extra)], dim=-1)
-        h = h.expand(len(self.weights[0]), *h.shape)
-        for w, b, act in zip(self.weights, self.biases, self.acts):
+        h = h.expand(len(self.layers[0][0]), *h.shape)
+        for w, b, act in self.layers:
             h = act.forward(torch.baddbmm(b, h, w.transpose(1, 2)))
         return h
 
