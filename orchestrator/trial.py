@@ -122,15 +122,30 @@ def init_ray(address: str | None, dashboard: bool = False) -> None:
 
 @contextlib.contextmanager
 def lean_head_params() -> Iterator[None]:
-    """While a local Ray starts: no autoscaler monitor and no log monitor (about 80 MB RSS each; docs/BENCHMARKS.md
-    "Process memory"). A one-machine Ray never autoscales, and with ``log_to_driver=False`` the log monitor,
-    which only forwards worker output to drivers, has nothing to do. ``ray.init`` has no option for either,
-    so its node parameters (``RayParams``, Ray 2.60, whose ``no_monitor``/``include_log_monitor`` fields
-    ``ray start`` sets) get these two defaults; with another Ray that lacks them nothing changes."""
+    """While a local Ray starts: no autoscaler monitor, no log monitor, no dashboard API server, and the raylet's
+    dashboard agent in its minimal mode (docs/BENCHMARKS.md "Process memory" and "Start-up and exit").
+
+    A one-machine Ray never autoscales; with ``log_to_driver=False`` the log monitor, which only forwards worker
+    output to drivers, has nothing to do; the API server, which Ray starts even with ``include_dashboard=False``
+    (it serves ``ray list``'s state API and job submission, neither of which the lab uses on its own Ray;
+    ``--dashboard`` starts the full one), costs about 100 MB, and ``ray.init`` waits about 0.8 s for it before it
+    starts the raylet; and the agent's full mode (metrics export and the dashboard's node reports) costs the
+    driver about 0.25 s of imports (aiohttp and the like) to decide on it. ``ray.init`` has no option for any of
+    these, so for its duration its node parameters (``RayParams``, Ray 2.60, whose ``no_monitor`` /
+    ``include_log_monitor`` fields ``ray start`` sets) get the first two defaults, the node's ``start_api_server``
+    records no web UI, as Ray does for a minimal install that starts no server, and Ray's dashboard-dependency
+    check answers as it does for a minimal install. With a Ray that lacks these, nothing changes.
+    """
+    import ray._private.node as node
     import ray._private.parameter as parameter
+    import ray._private.utils as ray_utils
 
     base = parameter.RayParams
-    if not {"no_monitor", "include_log_monitor"} <= set(inspect.signature(base).parameters):
+    start_api_server = getattr(node.Node, "start_api_server", None)
+    dependency_error = getattr(ray_utils, "get_dashboard_dependency_error", None)
+    if not {"no_monitor", "include_log_monitor"} <= set(inspect.signature(base).parameters) or \
+            start_api_server is None or "include_dashboard" not in inspect.signature(start_api_server).parameters \
+            or dependency_error is None:
         yield
         return
 
@@ -140,11 +155,18 @@ def lean_head_params() -> Iterator[None]:
             kwargs.setdefault("include_log_monitor", False)
             super().__init__(*args, **kwargs)
 
+    def no_api_server(self: Any, *, include_dashboard: bool | None, raise_on_failure: bool) -> None:
+        self._webui_url = ""  # what Ray records when it starts no server (a minimal install)
+
     parameter.RayParams = LeanParams
+    node.Node.start_api_server = no_api_server
+    ray_utils.get_dashboard_dependency_error = lambda: "the lab's local Ray: dashboard agent in minimal mode"
     try:
         yield
     finally:
         parameter.RayParams = base
+        node.Node.start_api_server = start_api_server
+        ray_utils.get_dashboard_dependency_error = dependency_error
 
 
 def check_resources(meta: dict[str, Any], together: bool = False) -> None:

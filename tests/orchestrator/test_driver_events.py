@@ -1,6 +1,10 @@
 """The driver's event handling at scale: checkpoint batches, the batched watch loop, held run.json writes."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from lab_helpers import SPECS
@@ -9,6 +13,8 @@ from orchestrator import storage
 from orchestrator.session_actor import SessionRunner, checkpoint_batches
 from orchestrator.spec import load_spec
 from orchestrator.trial import RunRecord, SessionPlan, Trial
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_checkpoint_batches_group_a_checkpoints_commit_and_its_rows(tmp_path):
@@ -138,3 +144,39 @@ def test_lean_head_params_drop_the_monitors_only_while_a_local_ray_starts():
     assert (lean.no_monitor, lean.include_log_monitor) == (True, False)
     assert explicit.include_log_monitor is True  # what the caller sets wins
     assert parameter.RayParams is base and base().no_monitor is False
+
+
+LOCAL_RAY_CHILD = """
+import json, os, subprocess, sys, ray
+import ray._private.node as node
+from ray._private import ray_constants
+from orchestrator import trial
+base = node.Node.start_api_server
+trial.init_ray(None)
+agent = [line for line in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout.splitlines()
+         if "dashboard/agent.py" in line and ray._private.worker._global_node.get_session_dir_path() in line]
+@ray.remote
+def pid():
+    return os.getpid()
+processes = sorted(ray._private.worker._global_node.all_processes)
+print(json.dumps({"processes": processes, "dashboard": ray_constants.PROCESS_TYPE_DASHBOARD,
+                  "task": ray.get(pid.remote()) != os.getpid(), "restored": node.Node.start_api_server is base,
+                  "agent": agent, "aiohttp": "aiohttp" in sys.modules,
+                  "check": ray._private.utils.get_dashboard_dependency_error() is None}))
+ray.shutdown()
+"""
+
+
+def test_a_local_ray_starts_without_monitors_or_api_server_with_a_minimal_agent_and_runs_tasks(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    out = subprocess.run([sys.executable, "-c", LOCAL_RAY_CHILD], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["task"] and result["restored"]
+    assert len(result["agent"]) == 1 and "--minimal" in result["agent"][0]  # the raylet's agent, minimal
+    assert result["check"]  # Ray's own dependency check answers again after the start (ray[default] installed)
+    assert not result["aiohttp"]  # the driver did not import the dashboard's dependencies
+    assert {"gcs_server", "raylet"} <= set(result["processes"])
+    assert not {result["dashboard"], "monitor", "log_monitor"} & set(result["processes"]), result["processes"]
