@@ -17,6 +17,7 @@ beside it, so the page works offline and several pages share it); ``--out`` defa
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -185,14 +186,38 @@ def write_html(uri: str, figure: dict[str, Any], title: str) -> None:
     Raises:
         storage.StorageError: a write failed.
     """
+    import pkgutil
+
     import plotly.io as pio
-    from plotly.offline import get_plotlyjs
 
     js = storage.join(storage.dirname(uri), PLOTLY_JS)
-    if not storage.exists(js):
-        storage.write_text(js, get_plotlyjs())
-    html = pio.to_html(figure, include_plotlyjs="directory", full_html=True, validate=True)
+    if not storage.exists(js):  # plotly's own file, as plotly.offline.get_plotlyjs reads it (bytes: no str copies)
+        storage.write_bytes(js, pkgutil.get_data("plotly", "package_data/plotly.min.js"))
+    template = default_template()
+    if template is None:  # a plotly without its template file: its own validation applies the template
+        html = pio.to_html(figure, include_plotlyjs="directory", full_html=True, validate=True)
+    else:
+        layout = {"template": template, **figure.get("layout", {})}
+        html = pio.to_html({**figure, "layout": layout}, include_plotlyjs="directory", full_html=True, validate=False)
     storage.write_text(uri, html.replace("<head>", f"<head><title>{title}</title>", 1))
+
+
+@functools.cache
+def default_template() -> dict[str, Any] | None:
+    """plotly's default ``plotly`` template as a dict, from its package data, or None where it is not there.
+
+    ``pio.to_html(validate=True)`` would apply it too, by building a ``plotly.graph_objects.Figure``, which imports
+    plotly's validator tree (about 16 MB of the driver's RSS, most of its peak at the analysis: docs/BENCHMARKS.md
+    "Process memory"); the figures here are the lab's own, so the template is set directly and the same page is
+    written without it (its JSON keys in the order given instead of sorted)."""
+    import json
+    import pkgutil
+
+    try:
+        data = pkgutil.get_data("plotly", "package_data/templates/plotly.json")
+    except (OSError, ImportError):
+        return None
+    return json.loads(data) if data else None
 
 
 # ---------------------------------------------------------------- the command

@@ -80,6 +80,36 @@ def test_lab_compare_writes_png_and_html(tmp_path, capsys):
     assert (tmp_path / "out/plotly.min.js").stat().st_size > 1_000_000
 
 
+def test_html_page_is_plotlys_validated_page_without_validation(tmp_path):
+    """``compare.write_html`` sets plotly's default template itself instead of validating the figure (which imports
+    plotly's validator tree): the figure JSON in the page equals the one plotly's validation writes."""
+    import plotly.io as pio
+    from plotly.offline import get_plotlyjs
+
+    from orchestrator import compare
+
+    figure = {"data": [{"type": "scatter", "x": [1, 2, 3], "y": [3.5, 1.0, 2.0], "mode": "lines", "name": "mean",
+                        "line": {"color": "#1f77b4"}}],
+              "layout": {"title": {"text": "t0"}, "xaxis": {"title": {"text": "frame"}}, "hovermode": "x unified"}}
+    compare.write_html(str(tmp_path / "page.html"), figure, "the title")
+    page = (tmp_path / "page.html").read_text()
+    validated = pio.to_html(figure, include_plotlyjs="directory", full_html=True, validate=True)
+
+    def plot_args(html):  # the data and layout JSON given to Plotly.newPlot(div_id, data, layout, config)
+        decoder, pos = json.JSONDecoder(), html.index("Plotly.newPlot(") + len("Plotly.newPlot(")
+        values = []
+        for _ in range(3):
+            pos = len(html) - len(html[pos:].lstrip(" \n,"))
+            value, pos = decoder.raw_decode(html, pos)
+            values.append(value)
+        return values[1], values[2]
+
+    assert plot_args(page) == plot_args(validated)  # the same figure, template included (keys in another order)
+    assert "colorway" in plot_args(page)[1]["template"]["layout"]
+    assert "<title>the title</title>" in page and 'src="plotly.min.js"' in page
+    assert (tmp_path / "plotly.min.js").read_text() == get_plotlyjs()
+
+
 def test_lab_compare_bad_input_exits_2(tmp_path, capsys):
     assert run_cli("compare", str(tmp_path / "missing")) == 2
     assert "does not exist" in capsys.readouterr().err
