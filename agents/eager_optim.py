@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-# the Optimizer methods torch wraps with torch._disable_dynamo (torch 2.4 to 2.13)
+# the Optimizer methods torch wraps with torch._disable_dynamo (as of torch 2.13, the version pyproject pins)
 DYNAMO_DISABLED_METHODS = ("add_param_group", "zero_grad", "state_dict", "load_state_dict")
 _CACHE_ATTR = "__dynamo_disable"  # where torch._disable_dynamo's wrapper caches a method's disabled form
 
