@@ -134,18 +134,23 @@ def lean_head_params() -> Iterator[None]:
     these, so for its duration its node parameters (``RayParams``, Ray 2.60, whose ``no_monitor`` /
     ``include_log_monitor`` fields ``ray start`` sets) get the first two defaults, the node's ``start_api_server``
     records no web UI, as Ray does for a minimal install that starts no server, and Ray's dashboard-dependency
-    check answers as it does for a minimal install. With a Ray that lacks these, nothing changes.
+    check answers as it does for a minimal install. Last, the head waits for its raylet to register with Ray's own
+    lookup, which here took 1.0 s every time (it looks again about once a second); ``services.get_node`` first
+    polls the GCS's node table every 20 ms (0.3-0.9 s less). With a Ray that lacks these, nothing changes.
     """
     import ray._private.node as node
     import ray._private.parameter as parameter
+    import ray._private.services as services
+    import ray._private.state as ray_state
     import ray._private.utils as ray_utils
 
     base = parameter.RayParams
     start_api_server = getattr(node.Node, "start_api_server", None)
     dependency_error = getattr(ray_utils, "get_dashboard_dependency_error", None)
+    get_node = getattr(services, "get_node", None)
     if not {"no_monitor", "include_log_monitor"} <= set(inspect.signature(base).parameters) or \
             start_api_server is None or "include_dashboard" not in inspect.signature(start_api_server).parameters \
-            or dependency_error is None:
+            or dependency_error is None or get_node is None:
         yield
         return
 
@@ -158,15 +163,31 @@ def lean_head_params() -> Iterator[None]:
     def no_api_server(self: Any, *, include_dashboard: bool | None, raise_on_failure: bool) -> None:
         self._webui_url = ""  # what Ray records when it starts no server (a minimal install)
 
+    def get_node_when_registered(gcs_address: str, node_id: str) -> Any:
+        try:
+            table = ray_state.GlobalState()
+            table._initialize_global_state(services._get_gcs_client_options(gcs_address))
+            try:
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and all(n["NodeID"] != node_id for n in table.node_table()):
+                    time.sleep(0.02)
+            finally:
+                table.disconnect()
+        except Exception:  # noqa: BLE001  (the poll only saves time: Ray's own lookup below decides)
+            pass
+        return get_node(gcs_address, node_id)
+
     parameter.RayParams = LeanParams
     node.Node.start_api_server = no_api_server
     ray_utils.get_dashboard_dependency_error = lambda: "the lab's local Ray: dashboard agent in minimal mode"
+    services.get_node = get_node_when_registered
     try:
         yield
     finally:
         parameter.RayParams = base
         node.Node.start_api_server = start_api_server
         ray_utils.get_dashboard_dependency_error = dependency_error
+        services.get_node = get_node
 
 
 def check_resources(meta: dict[str, Any], together: bool = False) -> None:

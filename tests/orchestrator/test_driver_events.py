@@ -151,8 +151,12 @@ import json, os, subprocess, sys, ray
 import ray._private.node as node
 from ray._private import ray_constants
 from orchestrator import trial
-base = node.Node.start_api_server
+base, base_get_node = node.Node.start_api_server, ray._private.services.get_node
+tables = []  # node tables the start's registration poll read (the last one has this node)
+node_table = ray._private.state.GlobalState.node_table
+ray._private.state.GlobalState.node_table = lambda self: tables.append(node_table(self)) or tables[-1]
 trial.init_ray(None)
+ray._private.state.GlobalState.node_table = node_table
 agent = [line for line in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout.splitlines()
          if "dashboard/agent.py" in line and ray._private.worker._global_node.get_session_dir_path() in line]
 @ray.remote
@@ -160,8 +164,11 @@ def pid():
     return os.getpid()
 processes = sorted(ray._private.worker._global_node.all_processes)
 print(json.dumps({"processes": processes, "dashboard": ray_constants.PROCESS_TYPE_DASHBOARD,
-                  "task": ray.get(pid.remote()) != os.getpid(), "restored": node.Node.start_api_server is base,
+                  "task": ray.get(pid.remote()) != os.getpid(),
+                  "restored": node.Node.start_api_server is base and ray._private.services.get_node is base_get_node,
                   "agent": agent, "aiohttp": "aiohttp" in sys.modules,
+                  "polled": [n["NodeID"] for n in tables[-1]] if tables else None,
+                  "node": ray._private.worker._global_node.node_id,
                   "check": ray._private.utils.get_dashboard_dependency_error() is None}))
 ray.shutdown()
 """
@@ -178,5 +185,6 @@ def test_a_local_ray_starts_without_monitors_or_api_server_with_a_minimal_agent_
     assert len(result["agent"]) == 1 and "--minimal" in result["agent"][0]  # the raylet's agent, minimal
     assert result["check"]  # Ray's own dependency check answers again after the start (ray[default] installed)
     assert not result["aiohttp"]  # the driver did not import the dashboard's dependencies
+    assert result["polled"] == [result["node"]]  # the start polled the node table until its raylet was there
     assert {"gcs_server", "raylet"} <= set(result["processes"])
     assert not {result["dashboard"], "monitor", "log_monitor"} & set(result["processes"]), result["processes"]
