@@ -168,7 +168,7 @@ def lean_head_params() -> Iterator[None]:
             table = ray_state.GlobalState()
             table._initialize_global_state(services._get_gcs_client_options(gcs_address))
             try:
-                deadline = time.monotonic() + 30
+                deadline = time.monotonic() + 10  # then Ray's own lookup and its timeout take over
                 while time.monotonic() < deadline and all(n["NodeID"] != node_id for n in table.node_table()):
                     time.sleep(0.02)
             finally:
