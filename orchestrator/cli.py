@@ -394,8 +394,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> NoReturn:
-    """The ``lab`` command and ``run_lab.py``: ``main``, then the exit handlers (``ray.shutdown`` among them)
-    and a flush of stdout/stderr, then ``os._exit`` with main's code.
+    """The ``lab`` command and ``run_lab.py``: ``main``, ``ray.shutdown`` (when main started or joined a Ray),
+    the exit handlers, a flush of stdout/stderr, then ``os._exit`` with main's code.
 
     This skips only the interpreter's final teardown (finalizing every module: pandas, matplotlib, plotly,
     Ray; ~1 s on 2 busy cores, docs/BENCHMARKS.md "Start-up and exit"); everything the lab writes is written
@@ -411,6 +411,11 @@ def entry() -> NoReturn:
     if code is not None and not isinstance(code, int):  # sys.exit("message"): Python prints it, exits 1
         print(code, file=sys.stderr)
         code = 1
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        # Ray's exit handler first sleeps 0.5 s so that forwarded worker logs finish printing; the lab's drivers
+        # forward none (log_to_driver=False), so it shuts Ray down itself (the handler then has nothing to do)
+        ray.shutdown()
     atexit._run_exitfuncs()  # CPython's own exit handlers: what a normal exit runs before the teardown
     sys.stdout.flush()
     sys.stderr.flush()

@@ -379,6 +379,36 @@ class SessionHosts:
 HOSTS = SessionHosts()  # this process's warm session actors (used by search trials: orchestrator.search)
 
 
+
+ANALYSIS_MODULES = ("pandas", "matplotlib.backends.backend_agg", "matplotlib.figure", "plotly.io",
+                    "orchestrator.analysis", "orchestrator.stats", "orchestrator.compare")
+
+
+def preload_analysis() -> threading.Thread:
+    """Import the modules of the end-of-trial analysis (``ANALYSIS_MODULES``) in a daemon thread while the
+    sessions train (``Trial`` starts it at the first log row, after the actors' start-up, when the driver only
+    waits on its actors), so the analysis after the last session does not wait ~0.4-0.5 s for pandas,
+    matplotlib and plotly (2 cores, docs/BENCHMARKS.md "Start-up and exit"). They are the modules the analysis
+    imports anyway: the driver's peak memory is unchanged. An import that fails is left for the analysis to
+    report.
+
+    Returns:
+        The started thread (nothing needs to join it).
+    """
+    import importlib
+
+    def load() -> None:
+        for name in ANALYSIS_MODULES:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - the analysis imports it again and reports the error
+                return
+
+    thread = threading.Thread(target=load, name="preload-analysis", daemon=True)
+    thread.start()
+    return thread
+
+
 class Trial:
     """Runs the planned sessions of one trial as Ray actors and watches them.
 
@@ -415,6 +445,7 @@ class Trial:
         # set by a signal handler (run_with_signals): the watch loop calls request_stop at its next turn, since
         # a handler runs between any two bytecodes and must not change the streams under the loop
         self.stop_requested = False
+        self.preload: threading.Thread | None = None  # the analysis' imports, from the first log row on
         self.progress = SessionProgress(disable=True)  # the live display, once run() starts
         self.globals: dict[int, Any] = {}  # trial index -> GlobalParamsActor (meta.distributed)
 
@@ -618,10 +649,7 @@ class Trial:
             for inner in event["events"]:
                 self.handle(plan, inner)
         elif kind == "log":
-            plan.frame = int(event["row"]["frame"])
-            self.progress.update(plan.key, event["row"], int(self.spec["env"]["max_frame"]))
-            if self.on_log is not None:
-                self.on_log(plan, event["row"])
+            self.on_log_row(plan, event["row"])
         elif kind == "checkpoint_failed":
             self.progress.status(plan.key, f"checkpoint failed at {event['frame']}")
         elif kind == "checkpoint":
@@ -635,6 +663,16 @@ class Trial:
                 plan.error = f"no checkpoint could be committed at frame {plan.frame} (see log.txt)"
             self.progress.status(plan.key, kind)
             self.record.update(plan, checkpoint=plan.frame if event["checkpoint"] else None)
+
+    def on_log_row(self, plan: SessionPlan, row: dict[str, Any]) -> None:
+        """A session's train_df row: progress, the ``on_log`` callback; the first row of the trial starts
+        ``preload_analysis`` (a session trains by then: the imports do not slow the actors' start-up)."""
+        if self.preload is None:
+            self.preload = preload_analysis()
+        plan.frame = int(row["frame"])
+        self.progress.update(plan.key, row, int(self.spec["env"]["max_frame"]))
+        if self.on_log is not None:
+            self.on_log(plan, row)
 
     def on_started(self, plan: SessionPlan, event: dict[str, Any]) -> None:
         """Record the actor's pid and the frame it actually restored; warn about checkpoints the

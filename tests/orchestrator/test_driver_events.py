@@ -49,6 +49,21 @@ def test_trial_handles_a_batch_as_its_events_one_by_one(tmp_path):
     assert results[0] == results[1] == (1200, 800, [1000, 1200])
 
 
+def test_trial_starts_the_analysis_preload_once_at_its_first_log_row(tmp_path, monkeypatch):
+    import orchestrator.trial as trial_mod
+
+    started = []
+    monkeypatch.setattr(trial_mod, "preload_analysis", lambda: started.append(len(started)) or f"thread{len(started)}")
+    spec = load_spec(SPECS, "ppo_cartpole", ["meta.max_session=1", "meta.random_seed=1"])
+    plan = SessionPlan(0, 0, 1, False, status="running")
+    trial = Trial(spec, str(tmp_path), [plan], RunRecord(str(tmp_path), {"sessions": {}, "resumes": []}), quiet=True)
+    trial.handle(plan, {"kind": "checkpoint", "frame": 800, "seconds": 0.01})
+    assert started == [] and trial.preload is None  # not while the actors start
+    for f in (1000, 1200):
+        trial.handle(plan, {"kind": "log", "row": {"frame": f, "fps": 1.0, "total_reward_ma": 9.0}})
+    assert started == [0] and trial.preload == "thread1"  # once, at the first row
+
+
 def test_status_writes_are_held_for_a_batch_then_written_once(tmp_path, monkeypatch):
     writes = []
     monkeypatch.setattr(storage, "write_text", lambda uri, text: writes.append(json.loads(text)))
@@ -188,3 +203,56 @@ def test_a_local_ray_starts_without_monitors_or_api_server_with_a_minimal_agent_
     assert result["polled"] == [result["node"]]  # the start polled the node table until its raylet was there
     assert {"gcs_server", "raylet"} <= set(result["processes"])
     assert not {result["dashboard"], "monitor", "log_monitor"} & set(result["processes"]), result["processes"]
+
+
+ENTRY_EXIT_CHILD = """
+import atexit, json, os, sys, time
+import ray
+from orchestrator import cli, trial
+sleeps, real_sleep = [], time.sleep
+time.sleep = lambda s: sleeps.append(s) or real_sleep(s)
+def main():
+    trial.init_ray(None)
+    node = ray._private.worker._global_node
+    pids = [info.process.pid for infos in node.all_processes.values() for info in infos]
+    def report():  # registered after Ray's own exit handler, so it runs before it
+        alive = []
+        for pid in pids:
+            try:
+                os.kill(pid, 0)
+                alive.append(pid)
+            except ProcessLookupError:
+                pass
+        print(json.dumps({"pids": pids, "alive": alive, "sleeps": sleeps, "initialized": ray.is_initialized()}),
+              flush=True)
+    atexit.register(report)
+    return 3
+cli.main = main
+cli.entry()
+"""
+
+
+def test_entry_shuts_its_local_ray_down_before_the_exit_handlers_without_rays_exit_sleep(tmp_path):
+    """``lab``'s exit: Ray's daemons are ended by an explicit ``ray.shutdown`` before the exit handlers run,
+    so Ray's own exit handler (which first sleeps 0.5 s for forwarded worker logs) has nothing left to do."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    out = subprocess.run([sys.executable, "-c", ENTRY_EXIT_CHILD], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 3, out.stderr[-3000:]  # main's code, through os._exit
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(result["pids"]) >= 2  # gcs_server and raylet at least
+    assert result["alive"] == [] and result["initialized"] is False  # ended before the exit handlers ran
+    assert 0.5 not in result["sleeps"]  # Ray's exit-time sleep never ran
+
+
+def test_preload_analysis_imports_the_analysis_modules_in_a_thread():
+    child = ("import sys\nfrom orchestrator import trial\n"
+             "before = [m for m in trial.ANALYSIS_MODULES if m in sys.modules]\n"
+             "trial.preload_analysis().join(120)\n"
+             "print(before, [m for m in trial.ANALYSIS_MODULES if m not in sys.modules])\n"
+             "trial.ANALYSIS_MODULES = ('no_such_module_xyz',)\ntrial.preload_analysis().join(10)\nprint('ok')")
+    out = subprocess.run([sys.executable, "-c", child], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    loaded, ok = out.stdout.strip().splitlines()[-2:]
+    assert loaded == "[] []" and ok == "ok"  # none before (a lean driver), all after; a failed import is quiet
