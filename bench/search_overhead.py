@@ -4,7 +4,8 @@ A ``search`` over a 4-value ``grid_search`` of the learning rate (``meta.max_tri
 CartPole-v1, 2 sessions per trial at 0.5 CPU each, on an embedded local Ray sized to this machine,
 so 2 trials (4 sessions) run at once on 2 cores. Measured:
 
-* ``wall_s``: the whole ``lab ... search`` call (Tune setup, trials, analysis; ``ray.init`` apart);
+* ``wall_s``: the whole ``lab ... search`` call (Tune setup, trials, analysis), the local Ray the search
+  starts (``orchestrator.trial.init_ray``) started before it and timed apart (``ray_init_s``);
 * ``train_s``: the sum over the 8 sessions of their final ``wall_t`` (the session clock counts
   training time only: env steps, updates, logging; not actor start-up, checkpoints or restores);
 * ``occupancy``: ``train_s / (wall_s * slots)`` with ``slots`` = sessions that can run at once
@@ -29,6 +30,7 @@ import pandas as pd
 import ray
 
 from orchestrator import cli, storage
+from orchestrator.trial import init_ray
 
 SPECS = "specs/benchmark/cartpole.json"
 SEARCH = 'search={"agent.net.optim_spec.lr__grid_search": [0.0003, 0.001, 0.003, 0.01]}'
@@ -66,8 +68,7 @@ def main() -> None:
     cpus = os.cpu_count() or 1
     load_start = os.getloadavg()[0]
     start = time.perf_counter()
-    ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False,
-             logging_level="ERROR")
+    init_ray(None, prestart=False)  # the local Ray a `search` starts (orchestrator.search), timed apart
     init_s = time.perf_counter() - start
     root = tempfile.mkdtemp(prefix="search_bench_")
     try:

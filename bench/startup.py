@@ -21,9 +21,9 @@ Both are timed from outside, as a user sees them, each a fresh process started b
 
 Same work: PPO on CartPole-v1 with ``ppo_cartpole``'s hyperparameters (as ``bench/throughput.py``: 8 envs,
 time_horizon/n_steps 32, batch 256, 20 epochs, linear lr and clip to 0 over the budget), one torch
-thread, ``--frames`` frames (default 100,096: ``ppo_cartpole``'s own 100k-frame budget in whole rollouts of 256
-frames, the work the issue's 0.8x goal was set on). The lab also checkpoints every ``log_frequency`` frames and writes its
-analysis; SB3 writes nothing. Runs alternate (lab, SB3, lab, ...), each with the 1-minute load
+thread, ``--frames`` frames (default 100,096: ``ppo_cartpole``'s own 100k-frame budget in whole rollouts of
+256 frames, the work the issue's 0.8x goal was set on). The lab also checkpoints every ``log_frequency`` frames
+and writes its analysis; SB3 writes nothing. Runs alternate (lab, SB3, lab, ...), each with the 1-minute load
 average at its start.
 
 ``--cluster`` adds ``lab_cluster``: the same command with ``--address`` on a local Ray head this script

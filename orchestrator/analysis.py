@@ -475,7 +475,11 @@ def analyze_predir(predir: str, cache_dir: str | None = None, trials: list[int] 
 
 def _analyze_trial(predir: str, spec: dict[str, Any], t: int, sessions: dict[int, SessionResult],
                    run: dict[str, Any], rand: float, out: dict[str, Any]) -> None:
-    """Write one trial's metrics JSON (with ``across_sessions``), PNG and HTML graphs (recorded in ``out``)."""
+    """Write one trial's PNG and HTML graphs, then its metrics JSON (with ``across_sessions``; recorded in ``out``).
+
+    The metrics JSON comes last: a search takes a trial with it as analyzed (``search.analyzed_trials``), so an
+    analysis cut short (a killed driver) is done again in full by ``search@``.
+    """
     from orchestrator import compare
 
     metrics = json_safe(trial_metrics([m for _, m in sessions.values()]))
@@ -484,8 +488,6 @@ def _analyze_trial(predir: str, spec: dict[str, Any], t: int, sessions: dict[int
               if any(f is not None for f in finals) else None,
               "sessions": len(sessions), "random_baseline": rand,
               "across_sessions": across_sessions(sessions, finals)}
-    storage.write_json(storage.join(predir, "info", f"t{t}_trial_metrics.json"), record)
-    out["trials"][f"t{t}"] = record
     points = markers(run, [f"t{t}_s{s}" for s in sessions])
     dfs = {s: df for s, (df, _) in sessions.items()}
     stem = storage.join(predir, "graph", f"{spec['name']}_t{t}_trial_graph")
@@ -493,6 +495,8 @@ def _analyze_trial(predir: str, spec: dict[str, Any], t: int, sessions: dict[int
     storage.write_bytes(stem + ".png", plot_trial(dfs, points, title, rand))
     compare.write_html(stem + ".html", compare.trial_traces(dfs, title, rand, points), title)
     out["graphs"] += [stem + ".png", stem + ".html"]
+    storage.write_json(storage.join(predir, "info", f"t{t}_trial_metrics.json"), record)
+    out["trials"][f"t{t}"] = record
 
 
 ROBUST_METRICS = ("strength", "final_strength", "final_return_ma")

@@ -49,20 +49,24 @@ import argparse
 import io
 import math
 import os
+import queue
 import signal
 import sys
 import threading
 from typing import Any
 
+import ray
 from ray import tune
+from ray.exceptions import RayTaskError
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
 from orchestrator import predir as predir_mod
 from orchestrator import storage
 from orchestrator.checkpoint import CheckpointStore
-from orchestrator.errors import UsageError
+from orchestrator.errors import SpecError, UsageError
 from orchestrator.lease import Lease
+from orchestrator.predir import session_seed
 from orchestrator.search_space import SearchVar, apply_values, parse_search, plain
-from orchestrator.spec import SpecError, check, load_spec, resume_spec, session_seed
 from orchestrator.trial import (
     HOSTS,
     RunRecord,
@@ -71,6 +75,7 @@ from orchestrator.trial import (
     aggregate_trial,
     check_resources,
     export_committed,
+    host_key,
     init_ray,
     missing_spec_message,
     now_iso,
@@ -156,19 +161,43 @@ def make_search_alg(name: str, seed: int, max_concurrent: int | None) -> Any:
 
 
 def make_scheduler(spec: dict[str, Any]) -> Any:
-    """ASHA on ``frame`` from ``meta.search_scheduler`` (None without one; its ``name`` may be left out).
+    """ASHA on ``frame`` from ``meta.search_scheduler`` (FIFO without one; its ``name`` may be left out), each
+    handing the trials that end to the driver's ``TrialAnalyzer`` (``AnalyzeEnded``).
 
     ``max_t`` is one frame past ``max_frame``, so ASHA never stops a trial at its end: the trial
     finishes by itself and records ``done``.
     """
     sched = spec["meta"].get("search_scheduler")
     if not sched:
-        return None
-    from ray.tune.schedulers import ASHAScheduler
+        return AnalyzingFIFO()
     max_t = int(spec["env"]["max_frame"]) + 1
-    return ASHAScheduler(time_attr="frame", max_t=max_t, grace_period=min(int(sched.get("grace_period", 1)), max_t),
+    return AnalyzingASHA(time_attr="frame", max_t=max_t, grace_period=min(int(sched.get("grace_period", 1)), max_t),
                          reduction_factor=float(sched.get("reduction_factor", 2)),
                          brackets=int(sched.get("brackets", 1)))
+
+
+class AnalyzeEnded:
+    """Scheduler mixin (Tune calls a scheduler's ``on_trial_complete`` in the driver as a trial ends): the trial
+    goes to ``ANALYZER`` when its sessions ran in this search (``search_trial``'s last report has ``ran``).
+
+    A scheduler, not a Tune callback: with any callback, ``Tuner.fit`` imports Ray's W&B, MLflow, Comet and Aim
+    integrations to count callbacks for its usage stats (1.4 s of the driver's start here). Stateless, so a
+    restored Tuner's copy (Tune pickles its config) routes to this process's analyzer and run directory.
+    """
+
+    def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> None:
+        """The base scheduler's ``on_trial_complete``, then queue the trial for analysis."""
+        super().on_trial_complete(tune_controller, trial, result)  # type: ignore[misc]
+        if result.get("ran"):  # not a finished trial Tune ran again only to have its metrics reported
+            ANALYZER.submit(result.get("trial"))
+
+
+class AnalyzingFIFO(AnalyzeEnded, FIFOScheduler):
+    """Tune's default first-in-first-out scheduler, with ``AnalyzeEnded``."""
+
+
+class AnalyzingASHA(AnalyzeEnded, ASHAScheduler):
+    """ASHA (``ASHAScheduler``, asynchronous successive halving), with ``AnalyzeEnded``."""
 
 
 class TrialNamer:
@@ -342,7 +371,13 @@ def search_trial(config: dict[str, Any], spec: dict[str, Any], predir: str) -> N
     ctx = tune.get_context()
     t = trial_index(ctx.get_trial_name())
     values = {k: plain(v) for k, v in config.items()}
-    trial_spec = check(apply_values(spec, values))
+    # the session actors start now (their processes import torch while this one waits), and one of them checks the
+    # spec: this process imports no torch (docs/BENCHMARKS.md "Search overhead")
+    hosts = HOSTS.warm_up(host_key(spec["meta"]), int(spec["meta"]["max_session"]))
+    try:
+        trial_spec = ray.get(hosts[0].check_spec.remote(apply_values(spec, values)))
+    except RayTaskError as err:  # a bad variant: its SpecError as the trial's error, without the remote frames
+        raise (err.cause if isinstance(err.cause, SpecError) else err) from None
     info = read_trial_info(predir, t)
     if info is not None and info["values"] != values:
         set_aside(predir, t)
@@ -355,11 +390,56 @@ def search_trial(config: dict[str, Any], spec: dict[str, Any], predir: str) -> N
     storage.write_json(trial_json(predir, t), {**info, "status": "running"})
     run_lab_trial(predir, trial_spec, t)
     metrics = final_metrics(predir, trial_spec, t)
-    from orchestrator.analysis import analyze_after_run  # this trial's metrics and graphs, before "done"
-    analyze_after_run(predir, trials=[t])
     storage.write_json(trial_json(predir, t), {**info, "status": "done", "finished": now_iso(),
                                                "frame": metrics["frame"]})
-    tune.report({**metrics, "trial": t})
+    tune.report({**metrics, "trial": t, "ran": True})  # its graphs: the driver's TrialAnalyzer, as the next runs
+
+
+class TrialAnalyzer:
+    """The driver's thread that writes each ``done`` search trial's metrics and graphs
+    (``analysis.analyze_after_run``) as soon as the trial ends, while the next trials run.
+
+    In the trial's own process the analysis held the trial's placement group (its sessions' CPUs) for 1-5 s
+    after its sessions ended, and the next trial waited for it (docs/BENCHMARKS.md "Search overhead"); here the
+    next trial starts at once. The search's scheduler (``AnalyzeEnded``) hands it the ended trials; ``close``
+    waits for the queue, after which the search's final ``analyze`` does the trials not analyzed yet (a stopped
+    trial, one whose analysis failed, one that ended while the driver was killed).
+    """
+
+    def __init__(self) -> None:
+        self.predir: str | None = None
+        self.queue: queue.Queue[int | None] = queue.Queue()
+        self.thread: threading.Thread | None = None
+
+    def start(self, predir: str) -> None:
+        """Start the thread for the search in ``predir``."""
+        self.predir = predir
+        self.thread = threading.Thread(target=self.run, name="search-analysis", daemon=True)
+        self.thread.start()
+
+    def submit(self, t: Any) -> None:
+        """Queue trial ``t`` (ignored when no search runs in this process, or ``t`` is not a trial index)."""
+        if self.thread is not None and isinstance(t, int):
+            self.queue.put(t)
+
+    def run(self) -> None:
+        """Analyze queued trials whose ``trial.json`` says ``done`` until ``close``."""
+        from orchestrator.analysis import analyze_after_run
+
+        while (t := self.queue.get()) is not None:
+            info = read_trial_info(self.predir, t)
+            if info is not None and info["status"] == "done":
+                analyze_after_run(self.predir, trials=[t])  # a failure only warns; the final analyze retries it
+
+    def close(self) -> None:
+        """Wait for the queued analyses and end the thread."""
+        if self.thread is not None:
+            self.queue.put(None)
+            self.thread.join()
+        self.thread, self.predir = None, None
+
+
+ANALYZER = TrialAnalyzer()  # the running search's (one search per driver process at a time)
 
 
 def is_final(info: dict[str, Any], spec: dict[str, Any]) -> bool:
@@ -555,6 +635,8 @@ def mark_ended(predir: str, spec: dict[str, Any], results: Any,
 
 def run_search(args: argparse.Namespace) -> int:
     """``search`` and ``search@{predir|latest}`` (see module docstring); returns the exit code."""
+    from orchestrator.spec import load_spec  # the driver's check (torch); Tune's trial actors import none
+
     new_spec = load_spec(args.spec_file, args.spec_name, args.overrides)
     args.data_dir = storage.absolute(args.data_dir)
     with SearchLease(args) as lease:
@@ -564,7 +646,11 @@ def run_search(args: argparse.Namespace) -> int:
             predir, spec, settings, tuner = start_search(args, new_spec, lease)
         print(f"{args.mode}: {predir} (max_trial={spec['meta']['max_trial']}, {spec['meta']['max_session']} "
               f"session(s) per trial, search algorithm {settings['search_alg']})")
-        results, signalled = fit_with_signals(tuner)
+        ANALYZER.start(predir)
+        try:
+            results, signalled = fit_with_signals(tuner)
+        finally:
+            ANALYZER.close()
         return finish_search(predir, spec, results, signalled)
 
 
@@ -665,7 +751,7 @@ def start_search(args: argparse.Namespace, spec: dict[str, Any],
         spec["meta"]["random_seed"] = secrets.randbelow(2**31 - 1)
     settings = {"tune_name": spec["name"], "search_alg": search_alg_name(spec, args.search_alg),
                 "max_concurrent_trials": args.max_concurrent_trials}
-    init_ray(args.address, getattr(args, "dashboard", False))
+    init_ray(args.address, getattr(args, "dashboard", False), prestart=False)
     check_resources(spec["meta"], together=True)
     predir = predir_mod.new_predir(args.data_dir, spec["name"])
     lease.take(predir)
@@ -689,7 +775,7 @@ def resume_search(args: argparse.Namespace, new_spec: dict[str, Any], target: st
     lease.take(predir)
     spec, applied = resumed_spec(predir, new_spec)
     settings = read_settings(predir, spec["name"])
-    init_ray(args.address, getattr(args, "dashboard", False))
+    init_ray(args.address, getattr(args, "dashboard", False), prestart=False)
     check_resources(spec["meta"], together=True)
     if applied:
         storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)
@@ -742,6 +828,8 @@ def resumed_spec(predir: str, new_spec: dict[str, Any]) -> tuple[dict[str, Any],
         raise UsageError(f"search@: '{predir}' is not a search run (no search.json); resume it with train@")
     if not storage.exists(predir_mod.spec_file(predir, new_spec["name"])):
         raise UsageError(missing_spec_message("search@", predir, new_spec["name"]))
+    from orchestrator.spec import resume_spec
+
     merged, applied, _ = resume_spec(predir, new_spec, "search@: the search's saved spec")
     return merged, applied
 
@@ -846,7 +934,7 @@ def merge_run_records(predir: str, spec_name: str) -> None:
 def analyzed_trials(predir: str) -> dict[str, dict[str, Any]]:
     """Trial metrics of the trials that are over (``done`` or ``stopped``) and already analyzed.
 
-    A done trial is analyzed when it finishes (``search_trial``), a stopped one at the end of the
+    A done trial is analyzed when it ends (the driver's ``TrialAnalyzer``), a stopped one at the end of the
     search that stopped it; their files are not written again.
 
     Returns:

@@ -306,19 +306,24 @@ class SessionActor:
     first, and a ``Session`` seeds every global RNG it uses (``orchestrator.session.seed_globals``), so a
     session's results do not depend on which process hosts it.
 
+    An actor built without a spec is an empty host: it waits for ``run(session=...)`` (a search trial starts its
+    session actors before it has checked its spec, so their processes start while it does, and checks the spec
+    in one of them: ``check_spec``; the trial's own process imports no torch).
+
     Args:
-        spec, predir, trial, session, seed, resume: see ``SessionRunner``.
+        spec, predir, trial, session, seed, resume: see ``SessionRunner``; ``spec`` None: an empty host.
         num_threads: torch intra-op threads (the actor's CPU share, at least 1).
         global_params: the trial's ``GlobalParamsActor`` with ``meta.distributed`` (see ``SessionRunner``).
     """
 
-    def __init__(self, spec: dict[str, Any], predir: str, trial: int, session: int, seed: int,
-                 resume: bool, num_threads: int = 1, global_params: Any = None) -> None:
+    def __init__(self, spec: dict[str, Any] | None, predir: str = "", trial: int = 0, session: int = 0,
+                 seed: int = 0, resume: bool = False, num_threads: int = 1, global_params: Any = None) -> None:
         import torch
 
         torch.set_num_threads(max(1, num_threads))
         self.runner: SessionRunner | None = None
-        self.open(spec, predir, trial, session, seed, resume, global_params)
+        if spec is not None:
+            self.open(spec, predir, trial, session, seed, resume, global_params)
         signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def open(self, spec: dict[str, Any], predir: str, trial: int, session: int, seed: int, resume: bool,
@@ -329,6 +334,19 @@ class SessionActor:
         self.runner = None
         gc.collect()
         self.runner = SessionRunner(spec, predir, trial, session, seed, resume, global_params)
+
+    def check_spec(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """``orchestrator.spec.check`` of a flat spec in this process (torch imported here already).
+
+        Returns:
+            The defaults-filled copy.
+
+        Raises:
+            SpecError: every problem found (``ray.get`` raises it as a ``RayTaskError`` that is also a ``SpecError``).
+        """
+        from orchestrator.spec import check
+
+        return check(spec)
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         self.stop()

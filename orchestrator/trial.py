@@ -91,13 +91,17 @@ def versions() -> dict[str, str]:
             "gymnasium": of("gymnasium"), "numpy": of("numpy")}
 
 
-def init_ray(address: str | None, dashboard: bool = False) -> None:
+def init_ray(address: str | None, dashboard: bool = False, prestart: bool = True) -> None:
     """Join ``address`` / ``RAY_ADDRESS`` or start a local Ray (no-op if already initialized).
 
     Args:
         dashboard: start the Ray dashboard with a local Ray (``lab --dashboard``; it needs
             ``ray[default]``, the ``cluster`` extra). Off by default: a lighter start. A cluster's
             dashboard is the head's (``ray start --head --include-dashboard=true``).
+        prestart: let a local Ray start one idle worker process per CPU when the driver connects (Ray's
+            default; the first session actor of a ``train`` takes one). False for a ``search``: Tune starts its
+            trial actors with their own ``runtime_env``, so they and their session actors never take those
+            workers, which only cost the start-up CPU time (docs/BENCHMARKS.md "Search overhead").
 
     Raises:
         UsageError: ``dashboard`` without the dashboard's packages installed.
@@ -105,17 +109,19 @@ def init_ray(address: str | None, dashboard: bool = False) -> None:
     if ray.is_initialized():
         return
     address = address or os.environ.get("RAY_ADDRESS") or "local"
+    local = {} if prestart else {"_system_config": {"prestart_worker_first_driver": False}}
     if dashboard and address == "local":
         from ray._private.utils import get_dashboard_dependency_error
         if get_dashboard_dependency_error() is not None:
             raise UsageError("--dashboard needs the Ray dashboard's packages: pip install 'rl-trial-lab[cluster]' "
                              "(ray[default])")
-        context = ray.init(address=address, include_dashboard=True, log_to_driver=False, logging_level="ERROR")
+        context = ray.init(address=address, include_dashboard=True, log_to_driver=False, logging_level="ERROR",
+                           **local)
         print(f"Ray dashboard: http://{context.dashboard_url}")
         return
     if address == "local":
         with lean_head_params():
-            ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR", **local)
         return
     ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
 
@@ -360,10 +366,30 @@ class SessionHosts:
     def take(self, key: tuple[Any, ...]) -> Any | None:
         """An idle actor for sessions of resources ``key`` (None when there is none); idle actors of other
         resources are ended (they hold resources of the placement group the new sessions need)."""
+        self.keep_only(key)
+        return self.idle.pop()[1] if self.idle else None
+
+    def keep_only(self, key: tuple[Any, ...]) -> None:
+        """End the idle actors of resources other than ``key``."""
         for _, actor in [item for item in self.idle if item[0] != key]:
             ray.kill(actor)
         self.idle = [item for item in self.idle if item[0] == key]
-        return self.idle.pop()[1] if self.idle else None
+
+    def warm_up(self, key: tuple[float, float], count: int) -> list[Any]:
+        """Start empty session actors (``SessionActor(None)``) of resources ``key`` = (num_cpus, num_gpus) until
+        ``count`` are idle, in the caller's placement group: their processes start (a worker, torch, the lab)
+        while the caller checks its spec and plans; ``take`` hands them to its sessions.
+
+        Returns:
+            The idle actors of ``key`` (at least ``count``).
+        """
+        self.keep_only(key)
+        num_cpus, num_gpus = key
+        while len(self.idle) < count:
+            actor = SessionActor.options(num_cpus=num_cpus, num_gpus=num_gpus).remote(
+                None, num_threads=max(1, int(num_cpus)))
+            self.idle.append((key, actor))
+        return [actor for _, actor in self.idle]
 
     def put(self, key: tuple[Any, ...], actor: Any) -> None:
         """Keep an actor whose session ended ``done`` for the next session of resources ``key``."""
@@ -376,8 +402,13 @@ class SessionHosts:
         self.idle = []
 
 
-HOSTS = SessionHosts()  # this process's warm session actors (used by search trials: orchestrator.search)
+def host_key(meta: dict[str, Any]) -> tuple[float, float]:
+    """What a session actor is created with besides its session: (num_cpus, num_gpus) of ``meta.resources``."""
+    res = meta["resources"]
+    return float(res.get("num_cpus", 1) or 0), float(res.get("num_gpus", 0) or 0)
 
+
+HOSTS = SessionHosts()  # this process's warm session actors (used by search trials: orchestrator.search)
 
 
 ANALYSIS_MODULES = ("pandas", "matplotlib.backends.backend_agg", "matplotlib.figure", "plotly.io",
@@ -480,10 +511,9 @@ class Trial:
         plan.status = "running"
         self.record.update(plan)
 
-    def host_key(self) -> tuple[Any, ...]:
-        """What a session actor is created with besides its session: (num_cpus, num_gpus) of ``meta.resources``."""
-        res = self.meta["resources"]
-        return float(res.get("num_cpus", 1) or 0), float(res.get("num_gpus", 0) or 0)
+    def host_key(self) -> tuple[float, float]:
+        """What a session actor is created with besides its session (``host_key``)."""
+        return host_key(self.meta)
 
     def new_actor(self, plan: SessionPlan) -> Any:
         """A ``SessionActor`` for ``plan`` with the spec's per-session resources (``bench/driver_scale.py``

@@ -158,7 +158,20 @@ def test_train_summary_resume_header_and_nothing_to_resume(ray_local, tmp_path, 
 
 # ---------------------------------------------------------------- search: analysis when a trial ends
 
-def test_search_trial_is_analyzed_when_it_ends_and_search_at_leaves_it(ray_local, tmp_path):
+def test_search_trial_is_analyzed_by_the_driver_when_it_ends_and_search_at_leaves_it(ray_local, tmp_path,
+                                                                                       monkeypatch):
+    import threading
+
+    import orchestrator.analysis as analysis
+
+    calls = []  # (trials, thread) of every analyze_predir call of the search
+    real = analysis.analyze_predir
+
+    def recorded(predir, trials=None):
+        calls.append((trials, threading.current_thread().name))
+        return real(predir, trials=trials)
+
+    monkeypatch.setattr(analysis, "analyze_predir", recorded)
     data = str(tmp_path / "data")
     items = ["meta.max_session=1", "env.max_frame=800", "meta.log_frequency=400", "meta.random_seed=11",
              'meta.resources={"num_cpus": 0.5, "num_gpus": 0}',
@@ -166,17 +179,18 @@ def test_search_trial_is_analyzed_when_it_ends_and_search_at_leaves_it(ray_local
     assert run_cli(SPECS, "ppo_cartpole", "search", "--data-dir", data, "--max-concurrent-trials", "1",
                    *overrides(items)) == 0
     predir = only_predir(tmp_path / "data")
+    # each trial once, by the driver's analysis thread as it ended; the final analysis had none left to do
+    assert sorted(calls) == [([0], "search-analysis"), ([1], "search-analysis")]
 
     def analysis_files(t):
         return [predir / f"t{t}/s0/session_metrics.json", predir / f"info/t{t}_trial_metrics.json",
                 predir / f"graph/ppo_cartpole_t{t}_s0_session_graph.png",
                 predir / f"graph/ppo_cartpole_t{t}_trial_graph.png"]
 
-    for t in (0, 1):  # written before the trial recorded itself done, not at the end of the search
-        done_at = (predir / f"t{t}/trial.json").stat().st_mtime_ns
-        assert all(p.stat().st_mtime_ns <= done_at for p in analysis_files(t)), t
     stamps = {p: (p.stat().st_mtime_ns, p.read_bytes()) for t in (0, 1) for p in analysis_files(t)}
+    calls.clear()
     assert run_cli(SPECS, "ppo_cartpole", "search@latest", "--data-dir", data, *overrides(items)) == 0
+    assert calls == []
     assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in stamps} == stamps
     exp = pd.read_parquet(predir / "info/experiment_df.parquet")
     assert exp["strength"].notna().all() and len(exp) == 2

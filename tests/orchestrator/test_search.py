@@ -192,19 +192,19 @@ def test_sigkill_driver_then_search_latest(ray_local, tmp_path):
     driver = start_driver([SPECS, "ppo_cartpole", "search", "--data-dir", data, "--max-concurrent-trials", "1",
                            *overrides(items)], tmp_path)
 
-    def t0_done_and_t1_checkpointed() -> bool:
-        t0 = list(tmp_path.glob("data/*/t0/trial.json"))
+    def t0_analyzed_and_t1_checkpointed() -> bool:  # the driver analyzes t0 once it is done
+        t0 = list(tmp_path.glob("data/*/info/t0_trial_metrics.json"))
         t1 = {m.parents[2].name for m in tmp_path.glob("data/*/t1/s*/ckpt/0*/MANIFEST.json")}
-        return bool(t0) and '"done"' in t0[0].read_text() and t1 == {"s0", "s1"}
+        return bool(t0) and t1 == {"s0", "s1"}
 
-    kill_driver_when(driver, t0_done_and_t1_checkpointed, 240, "t0 done and t1 checkpointed")
+    kill_driver_when(driver, t0_analyzed_and_t1_checkpointed, 240, "t0 analyzed and t1 checkpointed")
     (predir,) = (tmp_path / "data").iterdir()
     killed_at = {s: max(int(p.name) for p in (predir / f"t1/s{s}/ckpt").glob("0*")) for s in (0, 1)}
     assert min(killed_at.values()) < 5600, "the driver was killed after t1 finished"
 
     def t0_files():
         outside = [*predir.glob("ppo_cartpole_t0*_spec.json"), *predir.glob("graph/ppo_cartpole_t0_*"),
-                   predir / "info/t0_trial_metrics.json"]  # t0's analysis was written when t0 ended
+                   predir / "info/t0_trial_metrics.json"]  # t0's analysis, written by the driver when t0 ended
         return {**files_digest(predir / "t0"), **{p.name: hashlib.sha256(p.read_bytes()).hexdigest()
                                                   for p in outside}}
 
@@ -312,3 +312,56 @@ def test_asha_stops_a_learning_rate_of_zero(ray_local, tmp_path):
     assert again["status"].to_dict() == {0.003: "done", 0.0: "stopped"}
     assert again["frame"].to_dict() == {0.003: 5600, 0.0: exp.loc[0.0, "frame"]}
     assert storage.read_json(str(predir / "ppo_cartpole_t0_spec.json"))["env"]["max_frame"] == 5600
+
+
+def test_trial_actors_import_no_torch(ray_local, tmp_path):
+    """A Tune trial actor starts its session actors first and has one of them check its variant
+    (``SessionActor.check_spec``), so its own process never maps torch."""
+    seen: dict[int, bool] = {}  # Tune trial actor pid -> libtorch mapped in its process
+    done = threading.Event()
+
+    def watch_trial_actors():
+        while not done.is_set():
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        if b"ImplicitFunc" not in f.read():
+                            continue
+                    with open(f"/proc/{pid}/maps") as f:
+                        seen[int(pid)] = seen.get(int(pid), False) or "libtorch" in f.read()
+                except OSError:
+                    continue
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch_trial_actors, daemon=True)
+    watcher.start()
+    try:
+        code = run_cli(SPECS, "ppo_cartpole", "search", "--data-dir", str(tmp_path / "data"), "--quiet",
+                       *overrides(SMALL + ["meta.max_session=1", "env.max_frame=800", GAMMA_GRID]))
+    finally:
+        done.set()
+        watcher.join(5)
+    assert code == 0
+    (predir,) = (tmp_path / "data").iterdir()
+    assert [storage.read_json(str(predir / f"t{t}/trial.json"))["status"] for t in (0, 1)] == ["done", "done"]
+    assert seen and not any(seen.values()), seen  # trial actors ran, none with torch
+
+
+def test_an_empty_session_actor_checks_a_spec_as_the_driver_does(ray_local):
+    import ray
+    from ray.exceptions import RayTaskError
+
+    from orchestrator.session_actor import SessionActor
+    from orchestrator.spec import check
+
+    spec = load_spec(SPECS, "ppo_cartpole", SMALL)
+    bad = {**spec, "agent": {**spec["agent"], "net": {**spec["agent"]["net"], "hid_layers_activation": "nosuch"}}}
+    host = SessionActor.options(num_cpus=0.5).remote(None)
+    try:
+        assert ray.get(host.check_spec.remote(spec)) == check(spec)
+        with pytest.raises(RayTaskError) as err:
+            ray.get(host.check_spec.remote(bad))
+        assert isinstance(err.value.cause, SpecError)
+        assert "agent.net.hid_layers_activation: unknown name 'nosuch'" in str(err.value.cause)
+    finally:
+        ray.kill(host)

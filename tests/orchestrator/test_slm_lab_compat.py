@@ -245,7 +245,8 @@ def test_scheduler_without_a_name_is_asha_with_slm_lab_keys(tmp_path):
     spec = with_(with_(PPO, "search", {"agent.algorithm.gamma__uniform": [0.9, 0.99]}),
                  "meta.search_scheduler", {"grace_period": 1000, "reduction_factor": 3})
     sched = make_scheduler(load_spec(write(tmp_path, spec), "s"))
-    assert type(sched).__name__ == "AsyncHyperBandScheduler" and sched._time_attr == "frame"
+    from ray.tune.schedulers import AsyncHyperBandScheduler
+    assert isinstance(sched, AsyncHyperBandScheduler) and sched._time_attr == "frame"
     bad = with_(spec, "meta.search_scheduler", {"grace_period": 1000, "time_attr": "training_iteration"})
     assert problems(tmp_path, bad) == ["meta.search_scheduler.time_attr: the lab's ASHA uses time_attr='frame', "
                                        "got 'training_iteration'"]
