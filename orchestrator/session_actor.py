@@ -320,6 +320,9 @@ class SessionActor:
                  seed: int = 0, resume: bool = False, num_threads: int = 1, global_params: Any = None) -> None:
         import torch
 
+        from orchestrator import tracking
+
+        tracking.LEAN_PROCESS["tensorboard"] = True  # this process writes TensorBoard files, never reads them
         torch.set_num_threads(max(1, num_threads))
         self.runner: SessionRunner | None = None
         if spec is not None:

@@ -44,15 +44,17 @@ write goes through ``orchestrator.storage``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import math
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from orchestrator import predir as predir_mod
 from orchestrator import storage
@@ -151,6 +153,34 @@ def has_events(tb_uri: str) -> bool:
     return any(n.startswith("events.out.tfevents") for n in storage.listdir(tb_uri))
 
 
+TB_REMOTE_BACKENDS = ("boto3", "botocore", "fsspec")
+# set by a process that is the lab's own (a session actor: SessionActor.__init__): TensorBoard's writer is imported
+# there without its remote backends, which would stay off for the whole process (tensorboard decides once)
+LEAN_PROCESS = {"tensorboard": False}
+
+
+@contextlib.contextmanager
+def without_modules(names: tuple[str, ...]) -> Iterator[None]:
+    """Within the block, ``import`` of each of ``names`` not yet imported raises ImportError (Python's own
+    ``sys.modules[name] = None`` convention); afterwards they import as usual.
+
+    TensorBoard's file layer (``tensorboard.compat.tensorflow_stub.io.gfile``) imports boto3 and fsspec whenever
+    they are installed, for ``s3://`` and fsspec log dirs; the lab's writer only writes a local directory (an
+    object store gets its files through ``orchestrator.storage``), so a session actor's process, which reads no
+    TensorBoard files, leaves them out (``LEAN_PROCESS``): boto3 alone is ~8 MB and 0.3 s (docs/BENCHMARKS.md
+    "Process memory"). A process that uses the lab in-process keeps TensorBoard's S3 reading.
+    """
+    blocked = [name for name in names if name not in sys.modules]
+    for name in blocked:
+        sys.modules[name] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        for name in blocked:
+            if sys.modules.get(name, 0) is None:
+                del sys.modules[name]
+
+
 class TensorBoardLog:
     """One session's TensorBoard stream in ``{session_dir}/tb`` (local or object store).
 
@@ -164,7 +194,8 @@ class TensorBoardLog:
     """
 
     def __init__(self, tb_uri: str, purge_step: int | None) -> None:
-        from torch.utils.tensorboard import SummaryWriter
+        with without_modules(TB_REMOTE_BACKENDS if LEAN_PROCESS["tensorboard"] else ()):
+            from torch.utils.tensorboard import SummaryWriter
 
         self.uri, self.remote = tb_uri, storage.is_remote(tb_uri)
         self.local = tempfile.mkdtemp(prefix="rl-trial-lab-tb-") if self.remote else storage.resolve(tb_uri)[1]

@@ -14,12 +14,16 @@ SPECS = str(REPO / "specs/benchmark/cartpole.json")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled",
        "RAY_USAGE_STATS_ENABLED": "0"}
 # loaded by none of a CartPole session's work: plotting, Tune, the DataFrame library, TorchArcNet's builder, Atari,
-# torch's compiler stack (its optimizers' wrappers import it: agents/eager_optim.py)
-NOT_IN_SESSION = ("pandas", "matplotlib", "plotly", "ray.tune", "torcharc", "ale_py", "torch._dynamo")
+# torch's compiler stack (its optimizers' wrappers import it: agents/eager_optim.py), TensorBoard's S3/fsspec
+# backends in a session actor (installed with the test extra; its writer writes locally: tracking.LEAN_PROCESS)
+NOT_IN_SESSION = ("pandas", "matplotlib", "plotly", "ray.tune", "torcharc", "ale_py", "torch._dynamo", "boto3",
+                  "botocore", "fsspec")
 
 SESSION_CHILD = """
 import json, sys
+from orchestrator import tracking
 from orchestrator.session_actor import SessionRunner
+tracking.LEAN_PROCESS["tensorboard"] = True  # as SessionActor.__init__ (the session actor's process)
 spec, predir = json.loads(sys.argv[1]), sys.argv[2]
 runner = SessionRunner(spec, predir, 0, 0, 1, resume=False)
 events = [e["kind"] for e in runner.events()]
@@ -65,7 +69,7 @@ def test_cartpole_session_actor_loads_no_pandas_plotting_tune_torcharc_ale_or_dy
     assert result["restored_frame"] == 512 and result["resumed_frame"] == 768  # resumed: optimizer state loaded
     assert result["resumed_events"][-1] == "done"
     modules = set(result["modules"])
-    assert {"torch", "gymnasium", "orchestrator.session"} <= modules  # what it did import is seen
+    assert {"torch", "gymnasium", "orchestrator.session", "torch.utils.tensorboard"} <= modules  # what it did import
     loaded = sorted(m for m in modules if any(m == bad or m.startswith(bad + ".") for bad in NOT_IN_SESSION))
     assert loaded == [], loaded
 

@@ -4,6 +4,7 @@ run across a resume. All in-process (``SessionRunner``), a few hundred frames ea
 
 import json
 import os
+import re
 
 import pandas as pd
 import pytest
@@ -97,7 +98,10 @@ def test_wandb_offline_keeps_one_run_across_resume(tmp_path):
     run(load_spec(SPECS, "ppo_cartpole", SMALL[1:] + ["env.max_frame=1600"] + opts), predir, resume=True)
     assert json.loads((tmp_path / PREDIR / "t0/s0/tracking.json").read_text()) == saved
     offline = sorted(p.name for p in (tmp_path / PREDIR / "t0/s0/wandb").glob("offline-run-*"))
-    assert len(offline) == 2 and all(name.endswith(f"-{saved['run_id']}") for name in offline)
+    # wandb names an offline run dir offline-run-{time to the second}-{run id}, with "-1" added when a resume starts
+    # within the same second
+    pattern = rf"offline-run-\d{{8}}_\d{{6}}-{re.escape(saved['run_id'])}(-\d+)?"
+    assert len(offline) == 2 and all(re.fullmatch(pattern, name) for name in offline), offline
 
 
 def test_mlflow_keeps_one_run_and_logs_each_frame_once(tmp_path, monkeypatch):
@@ -213,3 +217,19 @@ def test_dev_with_a_tracker_that_does_not_start_exits_2_and_leaves_no_run(tmp_pa
     assert code == 2 and "Traceback" not in err
     assert "meta.tracking=wandb: the tracker did not start (RuntimeError: api_key not configured" in err
     assert not data.exists() or list(data.iterdir()) == []
+
+
+def test_without_modules_blocks_only_inside_the_block_and_only_modules_not_yet_imported():
+    import importlib
+    import sys
+
+    from orchestrator.tracking import without_modules
+
+    assert "json" in sys.modules
+    name = "xml.dom.minidom"  # a stdlib module nothing here imported yet
+    sys.modules.pop(name, None)
+    with without_modules((name, "json")):
+        with pytest.raises(ImportError):
+            importlib.import_module(name)
+        assert importlib.import_module("json") is sys.modules["json"]  # already imported: untouched
+    assert importlib.import_module(name).__name__ == name and sys.modules[name] is not None
