@@ -695,9 +695,10 @@ class Trial:
             self.record.update(plan, checkpoint=plan.frame if event["checkpoint"] else None)
 
     def on_log_row(self, plan: SessionPlan, row: dict[str, Any]) -> None:
-        """A session's train_df row: progress, the ``on_log`` callback; the first row of the trial starts
-        ``preload_analysis`` (a session trains by then: the imports do not slow the actors' start-up)."""
-        if self.preload is None:
+        """A session's train_df row: progress, the ``on_log`` callback; the first row of a trial that analyzes
+        itself (``analyze``; a search trial's analysis is the driver's) starts ``preload_analysis`` (a session
+        trains by then: the imports do not slow the actors' start-up)."""
+        if self.preload is None and self.analyze:
             self.preload = preload_analysis()
         plan.frame = int(row["frame"])
         self.progress.update(plan.key, row, int(self.spec["env"]["max_frame"]))

@@ -62,6 +62,10 @@ def test_trial_starts_the_analysis_preload_once_at_its_first_log_row(tmp_path, m
     for f in (1000, 1200):
         trial.handle(plan, {"kind": "log", "row": {"frame": f, "fps": 1.0, "total_reward_ma": 9.0}})
     assert started == [0] and trial.preload == "thread1"  # once, at the first row
+    search_trial = Trial(spec, str(tmp_path), [plan], RunRecord(str(tmp_path), {"sessions": {}, "resumes": []}),
+                         quiet=True, analyze=False)  # a search's trial: the driver analyzes it
+    search_trial.handle(plan, {"kind": "log", "row": {"frame": 1400, "fps": 1.0, "total_reward_ma": 9.0}})
+    assert started == [0] and search_trial.preload is None
 
 
 def test_status_writes_are_held_for_a_batch_then_written_once(tmp_path, monkeypatch):
