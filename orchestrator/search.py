@@ -423,13 +423,12 @@ class TrialAnalyzer:
             self.queue.put(t)
 
     def run(self) -> None:
-        """Analyze queued trials whose ``trial.json`` says ``done`` until ``close``."""
+        """Analyze queued trials until ``close``. A queued trial is ``done``: ``search_trial`` writes that to its
+        ``trial.json`` before the report that queues it (``AnalyzeEnded``), so nothing is read again here."""
         from orchestrator.analysis import analyze_after_run
 
         while (t := self.queue.get()) is not None:
-            info = read_trial_info(self.predir, t)
-            if info is not None and info["status"] == "done":
-                analyze_after_run(self.predir, trials=[t])  # a failure only warns; the final analyze retries it
+            analyze_after_run(self.predir, trials=[t])  # a failure only warns; the final analyze retries it
 
     def close(self) -> None:
         """Wait for the queued analyses and end the thread."""
