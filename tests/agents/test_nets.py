@@ -144,3 +144,44 @@ def test_stacked_mlp_is_its_members_and_their_weights_are_views_of_the_stack():
     assert not stackable(MLPNet(4, 2, [8], layer_norm=True)) and stackable(MLPNet(4, 2, [8]))
     with pytest.raises(ValueError, match="one architecture"):
         StackedMLP([MLPNet(4, 1, [8]), MLPNet(4, 1, [16])])
+
+
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_hidden_relu_runs_in_place_with_out_of_place_values_and_gradients(layer_norm):
+    """An MLPNet's hidden ReLUs run in place (``hidden_activation``), alone and stacked (``StackedMLP``), and give
+    the outputs and gradients of the same layers with torch's out-of-place ReLU, bit for bit."""
+    from agents.nets import StackedMLP
+
+    torch.manual_seed(3)
+    net = MLPNet(6, 2, [32, 16], "relu", layer_norm=layer_norm)
+    relus = [m for m in net.body if isinstance(m, torch.nn.ReLU)]
+    assert len(relus) == 2 and all(m.inplace for m in relus)
+    assert not MLPNet(6, 2, [8], "selu").body[2].__dict__.get("inplace", False)
+
+    def reference(x):  # the same layers with out-of-place ReLU
+        h = x
+        for m in net.body[1:]:
+            h = torch.relu(h) if isinstance(m, torch.nn.ReLU) else m(h)
+        return net.heads[0](h)
+
+    x = torch.randn(9, 6)
+    out, ref = net(x), reference(x)
+    assert torch.equal(out, ref)
+    grads = torch.autograd.grad(out.square().sum(), list(net.parameters()))
+    ref_grads = torch.autograd.grad(ref.square().sum(), list(net.parameters()))
+    assert all(torch.equal(g, r) for g, r in zip(grads, ref_grads))
+    if not layer_norm:  # stacked: against the same batched matmuls with out-of-place ReLU
+        stack = StackedMLP([net, MLPNet(6, 2, [32, 16], "relu")])
+
+        def stacked_reference(x):
+            h = x.expand(2, *x.shape)
+            for w, b, act in stack.layers:
+                h = torch.baddbmm(b, h, w.transpose(1, 2))
+                h = torch.relu(h) if isinstance(act, torch.nn.ReLU) else h
+            return h
+
+        out, ref = stack(x), stacked_reference(x)
+        assert torch.equal(out, ref)
+        grads = torch.autograd.grad(out.square().sum(), list(stack.parameters()))
+        ref_grads = torch.autograd.grad(ref.square().sum(), list(stack.parameters()))
+        assert all(torch.equal(g, r) for g, r in zip(grads, ref_grads))
