@@ -56,7 +56,7 @@ def kind_of(proc: psutil.Process, driver_pid: int) -> str:
         return "gone"
     exe = cmd.split(" ")[0]
     # (kind, test) in order: the raylet's arguments name default_worker.py, Ray's agents are named like workers
-    rules = [("session_actor", lambda: "SessionActor" in cmd or "SessionActor" in name),
+    rules = [("session_actor", lambda: "SessionActor" in cmd or name.startswith("ray::SessionAct")),  # comm: 15 chars
              ("spec_check", lambda: "orchestrator.spec_check" in cmd),  # the driver's short-lived check child
              ("DashboardAgent", lambda: "DashboardAgent" in cmd), ("RuntimeEnvAgent", lambda: "RuntimeEnvAgent" in cmd),
              ("gcs_server", lambda: name == "gcs_server" or exe.endswith("/gcs_server")),
