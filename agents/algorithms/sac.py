@@ -328,6 +328,9 @@ class SoftActorCritic(ReplayCadence, Algorithm):
             alpha = self.alpha
             q_loss, q_all = self.critic_loss(batch, alpha, metrics)
             grad_norms.append(self.optim_step_tensor(q_loss, critic_optims, clock))
+            # the targets move now, not after the actor's step: nothing below reads them (the same values bit for
+            # bit), and the critics' weights are still in the cache (2-3% of a step, docs/BENCHMARKS.md)
+            self.polyak_targets()
             metrics["q_loss"].append(q_loss.detach())
             loss = q_loss.detach()
             if clock.opt_step % self.algo.policy_delay == 0:  # delayed policy updates (policy_delay critic steps)
@@ -340,7 +343,6 @@ class SoftActorCritic(ReplayCadence, Algorithm):
                 loss = loss + (policy_loss + alpha_loss).detach()
                 metrics["policy_loss"].append(policy_loss.detach())
                 metrics["alpha_loss"].append(alpha_loss.detach())
-            self.polyak_targets()
             losses.append(loss)
             metrics["alpha"].append(self.alpha.squeeze())
         self.replace_targets(clock)
