@@ -243,11 +243,11 @@ def activation_gain(activation: str) -> float:
 
 
 def hidden_activation(name: str) -> nn.Module:
-    """The activation module of ``ACTIVATIONS[name]`` for a hidden layer, that is one applied to the fresh output of a
-    ``Linear`` or ``LayerNorm`` (whose backward does not read their output): ReLU in place (``inplace=True``), which
-    spares a new activation tensor per layer and forward (with SAC's 256-256 critics at batch 256, one 512 KB
-    buffer written per layer: about 4% of a gradient step on this CPU, docs/BENCHMARKS.md) and gives the same
-    values and gradients bit for bit; the other activations as built by default.
+    """The activation module of ``ACTIVATIONS[name]`` for a hidden layer, that is one applied to the fresh output of
+    a ``Linear``, ``Conv2d`` or ``LayerNorm`` (whose backward does not read their output): ReLU in place
+    (``inplace=True``), which spares a new activation tensor per layer and forward (with SAC's 256-256 critics at
+    batch 256, one 512 KB buffer written per layer: about 4% of a gradient step on this CPU, docs/BENCHMARKS.md)
+    and gives the same values and gradients bit for bit; the other activations as built by default.
 
     Raises:
         KeyError: a name not in ``ACTIVATIONS`` (callers check it first).
@@ -507,12 +507,12 @@ class ConvNet(nn.Module):
         self.autocast_dtype = PRECISIONS[precision]
         self.layout = image_layout(self.in_shape)
         chw = self.chw_shape(self.in_shape)
-        act = ACTIVATIONS[hid_layers_activation]
         convs: list[nn.Module] = []
         channels = chw[0]
         for layer in conv_hid_layers:
             out, kernel, stride, padding, dilation = conv_layer_args(layer)
-            convs += [nn.Conv2d(channels, out, kernel, stride, padding, dilation), act()]
+            convs += [nn.Conv2d(channels, out, kernel, stride, padding, dilation),
+                      hidden_activation(hid_layers_activation)]
             channels = out
         self.conv = nn.Sequential(*convs, nn.Flatten())
         with torch.no_grad():
@@ -523,7 +523,7 @@ class ConvNet(nn.Module):
         dims = [conv_dim + extra_in_dim, *fc_hid_layers]
         fcs: list[nn.Module] = []
         for d_in, d_out in zip(dims[:-1], dims[1:]):
-            fcs += [nn.Linear(d_in, d_out), act()]
+            fcs += [nn.Linear(d_in, d_out), hidden_activation(hid_layers_activation)]
         self.fc = nn.Sequential(*fcs)
         self.single_head, self.heads = _make_heads(dims[-1], out_dims, out_layer_activation, init_fn, head_gains,
                                                    hid_layers_activation)
@@ -827,7 +827,7 @@ class RecurrentNet(nn.Module):
         dims = [self.in_dim, *fc_hid_layers]
         fcs: list[nn.Module] = []
         for d_in, d_out in zip(dims[:-1], dims[1:]):
-            fcs += [nn.Linear(d_in, d_out), ACTIVATIONS[hid_layers_activation]()]
+            fcs += [nn.Linear(d_in, d_out), hidden_activation(hid_layers_activation)]
         self.fc = nn.Sequential(*fcs)
         self.rnn = RNN_CELLS[cell_type](dims[-1], hidden_size, num_layers, batch_first=True,
                                         bidirectional=bidirectional)

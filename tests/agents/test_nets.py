@@ -185,3 +185,30 @@ def test_hidden_relu_runs_in_place_with_out_of_place_values_and_gradients(layer_
         grads = torch.autograd.grad(out.square().sum(), list(stack.parameters()))
         ref_grads = torch.autograd.grad(ref.square().sum(), list(stack.parameters()))
         assert all(torch.equal(g, r) for g, r in zip(grads, ref_grads))
+
+
+@pytest.mark.parametrize("kind", ["conv", "recurrent"])
+def test_conv_and_recurrent_hidden_relus_in_place_give_out_of_place_results(kind):
+    """ConvNet's conv and fc ReLUs and RecurrentNet's fc ReLUs run in place, with the outputs and gradients of the
+    same net whose ReLUs are torch's out-of-place ones, bit for bit."""
+    import copy
+
+    from agents.nets import ConvNet, RecurrentNet
+
+    torch.manual_seed(5)
+    if kind == "conv":
+        net, x = ConvNet((2, 12, 12), 3, [[4, 3, 2], [6, 3, 1]], [16]), torch.rand(5, 2, 12, 12)
+    else:
+        net, x = RecurrentNet((4, 3), 2, "GRU", 8, fc_hid_layers=[16, 16]), torch.randn(5, 4, 3)
+    relus = [m for m in net.modules() if isinstance(m, torch.nn.ReLU)]
+    assert len(relus) == (3 if kind == "conv" else 2) and all(m.inplace for m in relus)
+    ref_net = copy.deepcopy(net)
+    for module in ref_net.modules():
+        for name, child in module.named_children():
+            if isinstance(child, torch.nn.ReLU):
+                setattr(module, name, torch.nn.ReLU())
+    out, ref = net(x), ref_net(x)
+    assert torch.equal(out, ref)
+    grads = torch.autograd.grad(out.square().sum(), list(net.parameters()))
+    ref_grads = torch.autograd.grad(ref.square().sum(), list(ref_net.parameters()))
+    assert all(torch.equal(g, r) for g, r in zip(grads, ref_grads))
