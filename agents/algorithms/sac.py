@@ -16,7 +16,8 @@ Per gradient step, on a replay batch (``Replay`` or ``PrioritizedReplay``), with
     alpha:  -mean(exp(log_alpha) * (log pi(a~|s) + H_target))   (discrete: -exp(log_alpha) * (H_target - H))
 
 then ``log_alpha`` is clamped to [log_alpha_min, log_alpha_max] (default -5, 2 as SLM-Lab v5.3) and the target critics
-move by polyak averaging, ``Q' <- polyak_coef * Q + (1 - polyak_coef) * Q'`` after every step (SLM-Lab v5.3's
+move by polyak averaging, ``Q' <- polyak_coef * Q + (1 - polyak_coef) * Q'`` every step (right after the critics'
+step, since neither the actor's nor the temperature's loss reads the targets; SLM-Lab v5.3's
 ``polyak_update``: ``polyak_coef`` is the weight of the online net, the paper's tau), or, with
 ``update_type: replace``, are copied once per ``net.update_frequency`` frames crossed. ``H_target`` is
 ``target_entropy``, by default -A (continuous) or 0.6 ln A (discrete, SLM-Lab's ``start_ratio``).
@@ -316,8 +317,8 @@ class SoftActorCritic(ReplayCadence, Algorithm):
         return loss, q_all
 
     def update(self, clock: Clock) -> LossStats:
-        """One training round (``ReplayCadence``): ``training_iter`` gradient steps (critics, actor, temperature,
-        targets; ``num_envs`` steps when ``training_iter`` is unset). The returned stats are scalar tensors
+        """One training round (``ReplayCadence``): ``training_iter`` gradient steps (critics, targets, then actor and
+        temperature; ``num_envs`` steps when ``training_iter`` is unset). The returned stats are scalar tensors
         (means over the steps), read only when a log row takes them."""
         self.last_train_frame = clock.frame
         metrics: dict[str, list[Any]] = {name: [] for name in self.metric_names}
