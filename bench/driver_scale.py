@@ -114,15 +114,15 @@ class SessionHost:
 
 
 class SimActor:
-    """What ``Trial`` holds as a session's actor handle: ``run.remote()`` / ``stop.remote()`` of one session
-    on its ``SessionHost``."""
+    """What ``Trial`` holds as a session's actor handle: ``run.remote(session)`` / ``stop.remote()`` of one
+    session on its ``SessionHost`` (the session's arguments are the simulation's own)."""
 
     class _Method:
         def __init__(self, fn: Any) -> None:
             self.remote = fn
 
     def __init__(self, host: Any, key: str, duration_s: float, log_every_s: float, ckpt_every: int) -> None:
-        self.run = self._Method(lambda: host.run.remote(key, duration_s, log_every_s, ckpt_every))
+        self.run = self._Method(lambda session=None: host.run.remote(key, duration_s, log_every_s, ckpt_every))
         self.stop = self._Method(lambda: host.stop.remote(key))
 
 
@@ -145,14 +145,14 @@ class SimTrial(trial_mod.Trial):
     def __init__(self, *args: Any, hosts: list[Any], duration_s: float, log_every_s: float, ckpt_every: int,
                  **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.hosts, self.sim = hosts, (duration_s, log_every_s, ckpt_every)
+        self.sim_hosts, self.sim = hosts, (duration_s, log_every_s, ckpt_every)
         self.latency: list[tuple[float, float]] = []  # (monotonic time seen, latency s) of log/checkpoint events
         self.started_at: dict[str, float] = {}
         self.done_at: dict[str, float] = {}
 
     def new_actor(self, plan: trial_mod.SessionPlan) -> SimActor:
         """A simulated session on one of the shared host processes (round robin)."""
-        return SimActor(self.hosts[plan.session % len(self.hosts)], plan.key, *self.sim)
+        return SimActor(self.sim_hosts[plan.session % len(self.sim_hosts)], plan.key, *self.sim)
 
     def end_actor(self, actor: Any) -> None:
         """Nothing to end: the host processes are shared and end with the cluster."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Iterator
@@ -293,6 +294,27 @@ def _best_of(store: CheckpointStore) -> tuple[float, int] | None:
     return best
 
 
+def skip_ray_pydantic_serializers() -> None:
+    """Keep pydantic out of this process's Ray serializer (8 MB of a session actor's RSS).
+
+    The first time a Ray worker deserializes anything, Ray builds its serialization context, which imports
+    pydantic when it is installed (``ray._common.pydantic_compat``, from ``ray.util.serialization_addons``) to
+    register serializers for pydantic models; the lab installs pydantic for torcharc, and no session passes a
+    pydantic object through Ray. Importing that module once with pydantic hidden (``tracking.without_modules``)
+    makes it record "not installed", so the context registers nothing; pydantic itself still imports as usual
+    afterwards (torcharc's TorchArcNet). Only a process that never imports Ray Tune or Ray Train may do this
+    (both build pydantic models from that module at import): a session actor, called first thing in its
+    ``__init__``, which Ray runs before any deserialization because the actor is built with no arguments. A
+    no-op where Ray already built its context or imported the module. docs/BENCHMARKS.md "Process memory".
+    """
+    if "ray._common.pydantic_compat" in sys.modules:
+        return
+    from orchestrator.tracking import without_modules
+
+    with without_modules(("pydantic",)):
+        import ray._common.pydantic_compat  # noqa: F401
+
+
 @ray.remote(max_restarts=0, max_concurrency=2)
 class SessionActor:
     """Ray actor wrapper of ``SessionRunner``; SIGTERM asks the session to stop and checkpoint.
@@ -306,34 +328,36 @@ class SessionActor:
     first, and a ``Session`` seeds every global RNG it uses (``orchestrator.session.seed_globals``), so a
     session's results do not depend on which process hosts it.
 
-    An actor built without a spec is an empty host: it waits for ``run(session=...)`` (a search trial starts its
-    session actors before it has checked its spec, so their processes start while it does, and checks the spec
-    in one of them: ``check_spec``; the trial's own process imports no torch).
-
-    Args:
-        spec, predir, trial, session, seed, resume: see ``SessionRunner``; ``spec`` None: an empty host.
-        num_threads: torch intra-op threads (the actor's CPU share, at least 1).
-        global_params: the trial's ``GlobalParamsActor`` with ``meta.distributed`` (see ``SessionRunner``).
+    An actor is built empty, with no arguments, and gets its session from ``run(session=...)`` (a search trial
+    starts its session actors before it has checked its spec, so their processes start while it does, and checks
+    the spec in one of them: ``check_spec``; the trial's own process imports no torch). Building it with no
+    arguments lets ``__init__`` run before Ray deserializes anything in this process: see
+    ``skip_ray_pydantic_serializers``.
     """
 
-    def __init__(self, spec: dict[str, Any] | None, predir: str = "", trial: int = 0, session: int = 0,
-                 seed: int = 0, resume: bool = False, num_threads: int = 1, global_params: Any = None) -> None:
-        import torch
+    def __init__(self) -> None:
+        skip_ray_pydantic_serializers()
+        import torch  # noqa: F401  (imported while a search trial checks its spec: see above)
 
         from orchestrator import tracking
 
         tracking.LEAN_PROCESS["tensorboard"] = True  # this process writes TensorBoard files, never reads them
-        torch.set_num_threads(max(1, num_threads))
         self.runner: SessionRunner | None = None
-        if spec is not None:
-            self.open(spec, predir, trial, session, seed, resume, global_params)
         signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def open(self, spec: dict[str, Any], predir: str, trial: int, session: int, seed: int, resume: bool,
-             global_params: Any = None) -> None:
-        """Build the runner of a session in this actor, after dropping (and collecting) the previous one."""
+             global_params: Any = None, num_threads: int = 1) -> None:
+        """Build the runner of a session in this actor, after dropping (and collecting) the previous one.
+
+        Args:
+            spec, predir, trial, session, seed, resume, global_params: see ``SessionRunner``.
+            num_threads: torch intra-op threads (the actor's CPU share, at least 1).
+        """
         import gc
 
+        import torch
+
+        torch.set_num_threads(max(1, num_threads))
         self.runner = None
         gc.collect()
         self.runner = SessionRunner(spec, predir, trial, session, seed, resume, global_params)
@@ -370,8 +394,8 @@ class SessionActor:
 
         Args:
             session: the keyword arguments of ``open`` (spec, predir, trial, session, seed, resume,
-                global_params) to host a new session in this actor first; None runs the session it was
-                built with.
+                global_params, num_threads) to host a new session in this actor first; None runs the session
+                it already hosts.
         """
         if session is not None:
             self.open(**session)

@@ -376,7 +376,7 @@ class SessionHosts:
         self.idle = [item for item in self.idle if item[0] == key]
 
     def warm_up(self, key: tuple[float, float], count: int) -> list[Any]:
-        """Start empty session actors (``SessionActor(None)``) of resources ``key`` = (num_cpus, num_gpus) until
+        """Start empty session actors (``SessionActor()``) of resources ``key`` = (num_cpus, num_gpus) until
         ``count`` are idle, in the caller's placement group: their processes start (a worker, torch, the lab)
         while the caller checks its spec and plans; ``take`` hands them to its sessions.
 
@@ -386,8 +386,7 @@ class SessionHosts:
         self.keep_only(key)
         num_cpus, num_gpus = key
         while len(self.idle) < count:
-            actor = SessionActor.options(num_cpus=num_cpus, num_gpus=num_gpus).remote(
-                None, num_threads=max(1, int(num_cpus)))
+            actor = SessionActor.options(num_cpus=num_cpus, num_gpus=num_gpus).remote()
             self.idle.append((key, actor))
         return [actor for _, actor in self.idle]
 
@@ -502,11 +501,10 @@ class Trial:
         actor = self.hosts.take(self.host_key()) if self.hosts is not None else None
         if actor is None:
             actor = self.new_actor(plan)
-            stream = actor.run.remote()
-        else:
-            stream = actor.run.remote({"spec": self.spec, "predir": self.predir, "trial": plan.trial,
-                                       "session": plan.session, "seed": plan.seed, "resume": plan.resume,
-                                       "global_params": self.globals.get(plan.trial)})
+        num_cpus = self.host_key()[0]
+        stream = actor.run.remote({"spec": self.spec, "predir": self.predir, "trial": plan.trial,
+                                   "session": plan.session, "seed": plan.seed, "resume": plan.resume,
+                                   "global_params": self.globals.get(plan.trial), "num_threads": max(1, int(num_cpus))})
         self.actors[plan.key], self.streams[plan.key] = actor, stream
         plan.status = "running"
         self.record.update(plan)
@@ -516,13 +514,11 @@ class Trial:
         return host_key(self.meta)
 
     def new_actor(self, plan: SessionPlan) -> Any:
-        """A ``SessionActor`` for ``plan`` with the spec's per-session resources (``bench/driver_scale.py``
-        overrides this and ``end_actor`` to drive the same loop with simulated sessions)."""
-        res = self.meta["resources"]
-        num_cpus = float(res.get("num_cpus", 1) or 0)
-        return SessionActor.options(num_cpus=num_cpus, num_gpus=float(res.get("num_gpus", 0) or 0)).remote(
-            self.spec, self.predir, plan.trial, plan.session, plan.seed, plan.resume, max(1, int(num_cpus)),
-            self.globals.get(plan.trial))
+        """An empty ``SessionActor`` with the spec's per-session resources, for ``plan`` (``start`` hands it the
+        session; ``bench/driver_scale.py`` overrides this and ``end_actor`` to drive the same loop with simulated
+        sessions)."""
+        num_cpus, num_gpus = self.host_key()
+        return SessionActor.options(num_cpus=num_cpus, num_gpus=num_gpus).remote()
 
     def end_actor(self, actor: Any) -> None:
         """End a session's actor (its process) once its stream is dropped."""

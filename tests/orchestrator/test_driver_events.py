@@ -124,7 +124,7 @@ def test_watch_takes_every_ready_event_of_many_streams_in_order(streams, tmp_pat
 
     class Handle:
         def __init__(self, s):
-            self.run = type("M", (), {"remote": staticmethod(lambda: streams.remote(events_of(s)))})
+            self.run = type("M", (), {"remote": staticmethod(lambda session: streams.remote(events_of(s)))})
 
     seen = {p.key: [] for p in plans}
 

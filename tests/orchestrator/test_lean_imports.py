@@ -1,6 +1,7 @@
 """Lean processes (docs/BENCHMARKS.md "Process memory"): what a session actor and a ``train`` driver import,
 each checked in a fresh interpreter (``sys.modules`` after the work, not after the imports alone)."""
 
+import copy
 import json
 import os
 import subprocess
@@ -136,3 +137,36 @@ def test_resume_driver_loads_no_torch_and_merges_the_spec_in_the_check_process(t
     assert heavy == [] and "orchestrator.spec" not in modules, heavy
     assert result["predir"] == str(predir) and result["spec"]["env"]["max_frame"] == 1024
     assert json.loads((predir / "ppo_cartpole_spec.json").read_text())["env"]["max_frame"] == 1024
+
+
+def test_a_session_actor_keeps_pydantic_out_of_rays_serializer_and_still_builds_a_torcharc_net(ray_local, tmp_path):
+    """Ray's serialization context imports pydantic (installed: torcharc's dependency) in every worker at its first
+    deserialization; a ``SessionActor`` is built with no arguments and its ``__init__`` hides pydantic from that one
+    import (``skip_ray_pydantic_serializers``), so after it has deserialized a spec its process maps no
+    ``pydantic_core``. pydantic still imports as usual afterwards: a TorchArcNet session (torcharc needs it) runs."""
+    import importlib.util
+
+    import ray
+
+    from orchestrator.session_actor import SessionActor
+    from orchestrator.spec import check
+
+    assert importlib.util.find_spec("pydantic") is not None  # else Ray could not import it anyway
+    spec = load_spec(SPECS, "ppo_cartpole", ["env.max_frame=256", "meta.log_frequency=128", "meta.tensorboard=false"])
+    arc_spec = copy.deepcopy(spec)
+    arc_spec["agent"]["net"].update(type="TorchArcNet", arc={
+        "modules": {"body": {"Sequential": [{"LazyLinear": {"out_features": 16}}, {"Tanh": None}]}},
+        "graph": {"input": "x", "modules": {"body": ["x"]}, "output": "body"}})
+    # a runtime_env of its own: a fresh worker process, never one that ran other tests' tasks
+    actor = SessionActor.options(num_cpus=0.5, runtime_env={"env_vars": {"RL_TRIAL_LAB_TEST_WORKER": "fresh"}}).remote()
+    try:
+        pid = ray.get(actor.pid.remote())
+        assert ray.get(actor.check_spec.remote(spec)) == spec  # a spec deserialized in the actor's process
+        assert "pydantic_core" not in Path(f"/proc/{pid}/maps").read_text()
+        session = {"spec": check(arc_spec), "predir": str(tmp_path / "ppo_cartpole_2026_01_01_000000"), "trial": 0,
+                   "session": 0, "seed": 1, "resume": False, "num_threads": 1}
+        events = [ray.get(ref) for ref in actor.run.remote(session)]
+        assert events[0]["kind"] == "started" and events[-1]["kind"] == "done" and events[-1]["frame"] == 256
+        assert "pydantic_core" in Path(f"/proc/{pid}/maps").read_text()  # torcharc imported it for real
+    finally:
+        ray.kill(actor)

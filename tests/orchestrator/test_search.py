@@ -356,7 +356,7 @@ def test_an_empty_session_actor_checks_a_spec_as_the_driver_does(ray_local):
 
     spec = load_spec(SPECS, "ppo_cartpole", SMALL)
     bad = {**spec, "agent": {**spec["agent"], "net": {**spec["agent"]["net"], "hid_layers_activation": "nosuch"}}}
-    host = SessionActor.options(num_cpus=0.5).remote(None)
+    host = SessionActor.options(num_cpus=0.5).remote()
     try:
         assert ray.get(host.check_spec.remote(spec)) == check(spec)
         with pytest.raises(RayTaskError) as err:
