@@ -295,7 +295,7 @@ def _best_of(store: CheckpointStore) -> tuple[float, int] | None:
 
 
 def skip_ray_pydantic_serializers() -> None:
-    """Keep pydantic out of this process's Ray serializer (8 MB of a session actor's RSS).
+    """Keep pydantic out of this process's Ray serializer (8-11 MB of a session actor's RSS).
 
     The first time a Ray worker deserializes anything, Ray builds its serialization context, which imports
     pydantic when it is installed (``ray._common.pydantic_compat``, from ``ray.util.serialization_addons``) to
@@ -317,7 +317,8 @@ def skip_ray_pydantic_serializers() -> None:
 
 @ray.remote(max_restarts=0, max_concurrency=2)
 class SessionActor:
-    """Ray actor wrapper of ``SessionRunner``; SIGTERM asks the session to stop and checkpoint.
+    """Ray actor wrapper of ``SessionRunner``; SIGTERM asks the session to stop and checkpoint (and ends an actor
+    that hosts no session yet).
 
     Two concurrent calls are allowed so ``stop`` reaches the session while ``run`` streams.
 
@@ -376,6 +377,13 @@ class SessionActor:
         return check(spec)
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
+        """SIGTERM: a hosted session stops at its next step and commits a final checkpoint (``stop``); an actor
+        with no session yet (an empty host, or one building its session: nothing of it is committed) ends as
+        the signal's default action would."""
+        if self.runner is None:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
         self.stop()
 
     def pid(self) -> int:

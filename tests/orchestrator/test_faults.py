@@ -245,3 +245,39 @@ def test_failed_checkpoint_writes_are_retried_and_training_continues(tmp_path, m
     manifest, _ = store.latest_valid()
     assert manifest.frame == 4000
     assert "injected: store unavailable" in (Path(runner.session_dir) / "log.txt").read_text()
+
+
+def test_sigterm_to_a_session_actor_commits_a_final_checkpoint_and_ends_an_empty_one(ray_local, tmp_path):
+    """SIGTERM to a session actor's process (as Ray or a node's shutdown sends it): a hosted session stops at its
+    next step and commits a final checkpoint (``interrupted``, the stream ends cleanly); an actor with no session
+    yet has nothing to save and its process ends, as the signal's default action would."""
+    import psutil
+    import ray
+
+    from orchestrator.session_actor import SessionActor
+
+    spec = load_spec(SPECS, "ppo_cartpole", ["env.max_frame=10000000", "meta.log_frequency=512",
+                                             "meta.tensorboard=false", "meta.random_seed=3"])
+    predir = tmp_path / "ppo_cartpole_2026_01_01_000000"
+    actor = SessionActor.options(num_cpus=0.5).remote()
+    empty = SessionActor.options(num_cpus=0.5).remote()
+    try:
+        pid, empty_pid = ray.get([actor.pid.remote(), empty.pid.remote()])
+        stream = actor.run.remote({"spec": spec, "predir": str(predir), "trial": 0, "session": 0, "seed": 3,
+                                   "resume": False, "num_threads": 1})
+        events = []
+        for ref in stream:
+            event = ray.get(ref)
+            events.append(event)
+            if event["kind"] == "batch" and len(events) == 3:  # it trains: a checkpoint was committed
+                os.kill(pid, signal.SIGTERM)
+        last = events[-1]
+        assert last["kind"] == "interrupted" and last["checkpoint"] and 0 < last["frame"] < 10000000
+        assert checkpoint.CheckpointStore(str(predir / "t0/s0")).frames()[-1] == last["frame"]
+        assert psutil.pid_exists(pid)  # the actor stays, for another session
+        os.kill(empty_pid, signal.SIGTERM)
+        wait_for(lambda: not psutil.pid_exists(empty_pid) or psutil.Process(empty_pid).status() == "zombie",
+                 timeout=30, what="the empty actor's process to end")
+    finally:
+        ray.kill(actor)
+        ray.kill(empty)
