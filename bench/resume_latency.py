@@ -29,6 +29,9 @@ def time_to_started(mode: str, data: str, old_pids: set[int]) -> tuple[float, se
     Returns the seconds from the command to that moment and the new actor PIDs; the run is then
     interrupted with SIGTERM (after a few seconds of training when it is a fresh run, so that it
     leaves checkpoints to resume from).
+
+    Raises:
+        RuntimeError: the lab's process exited before both sessions started.
     """
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
     start = time.perf_counter()
@@ -47,6 +50,8 @@ def time_to_started(mode: str, data: str, old_pids: set[int]) -> tuple[float, se
             if len(pids) == 2:
                 elapsed = time.perf_counter() - start
                 break
+            if proc.poll() is not None:  # it ended before both sessions started: fail, never poll forever
+                raise RuntimeError(f"{mode}: the lab exited with code {proc.returncode} before its 2 sessions started")
             time.sleep(0.02)
         if not old_pids:
             time.sleep(4)  # let both sessions commit checkpoints before the interruption
