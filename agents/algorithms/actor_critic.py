@@ -155,7 +155,7 @@ class ActorCritic(Algorithm):
         if batch["reward"].ndim == 1:  # OnPolicyReplay: one time axis of concatenated episodes
             batch = {k: v[:, None] for k, v in batch.items()}
         t, n = batch["reward"].shape
-        obs = self.obs_tensor(batch["obs"]).reshape(t * n, *self.obs_space.shape)
+        obs = self.rollout_obs(batch["obs"].reshape(t * n, *self.obs_space.shape))
         act_dtype = torch.int64 if self.discrete else torch.float32
         act = self.to_tensor(batch["act"], act_dtype).reshape(t * n, *self.action_space.shape)
         pdparam, value = self.pdparam_value(obs)

@@ -52,6 +52,15 @@ from agents.schedules import FrameLR, VarSchedule, make_lr_scheduler
 from envs.clock import Clock
 
 
+def take_rows(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """``x[idx]``: rows ``idx`` (B,) int64 of ``x`` (N, ...) -> (B, ...), the same values, copied with
+    ``index_select`` (a row copy: for 256 of 1,024 Atari frames 0.5 ms on this CPU, against 4.5 ms for advanced
+    indexing), and a channels-last (N, C, H, W) ``x`` gives channels-last rows (``Algorithm.rollout_obs``)."""
+    if x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+        return x.permute(0, 2, 3, 1).index_select(0, idx).permute(0, 3, 1, 2)
+    return x.index_select(0, idx)
+
+
 @dataclass(frozen=True)
 class AlgorithmSpec:
     """Keys shared by every ``agent.algorithm`` section (SLM-Lab names).
@@ -227,6 +236,9 @@ class Algorithm:
         nets = [m for m in self.nets.values() if not isinstance(m, TensorHolder)]
         self.obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 and nets and all(
             isinstance(m, ConvNet) for m in nets) else torch.float32
+        # those nets compute in channels-last (N, H, W, C) memory: a rollout of (C, H, W) frames is put in that
+        # layout once (``rollout_obs``), and minibatches taken from it (``take_rows``) reach the convs as they are
+        self.obs_channels_last = self.obs_dtype == torch.uint8 and all(m.layout == "chw" for m in nets)
         self.memory = self.init_memory()
 
     # ---- construction (subclasses) ----
@@ -363,6 +375,12 @@ class Algorithm:
         """Observations (any leading dims, *O) -> tensor on the device in ``obs_dtype``: uint8 when the space is
         uint8 and every net is a conv net (they scale frames inside), else float32."""
         return torch.as_tensor(obs, dtype=self.obs_dtype, device=self.device)
+
+    def rollout_obs(self, obs: np.ndarray) -> torch.Tensor:
+        """A rollout's observations (B, *O) as ``obs_tensor``, in channels-last memory when every net is a conv net
+        on (C, H, W) frames (``obs_channels_last``; the same values: the nets would make that copy per forward)."""
+        x = self.obs_tensor(obs)
+        return x.contiguous(memory_format=torch.channels_last) if self.obs_channels_last and x.dim() == 4 else x
 
     def clip_grads(self, optim_names: tuple[str, ...]) -> torch.Tensor:
         """Clip the gradients of each param group of the named optimizers to its own L2 norm at the optimizer's

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from agents.algorithms.actor_critic import ActorCritic, ActorCriticSpec
-from agents.algorithms.base import LossStats, mean_metrics
+from agents.algorithms.base import LossStats, mean_metrics, take_rows
 from agents.memory import OnPolicyBatchReplay, OnPolicyReplay
 from agents.returns import PercentileNormalizer, symlog
 from agents.schedules import VarSchedule
@@ -129,7 +129,7 @@ class PPO(ActorCritic):
             perm = torch.randperm(size, generator=self.gen, device=self.device)
             for start in range(0, size, mb):  # the last minibatch may be smaller: every sample is used (as SB3)
                 idx = perm[start:start + mb]
-                loss, entropy, _ = self.minibatch_loss({k: v[idx] for k, v in data.items()}, clock, metrics)
+                loss, entropy, _ = self.minibatch_loss({k: take_rows(v, idx) for k, v in data.items()}, clock, metrics)
                 grad_norms.append(self.optim_step(loss, optim_names, clock))
                 losses.append(loss.detach())
                 entropies.append(entropy)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from agents.algorithms.base import take_rows
 from agents.nets import NETS, ConvNet, DuelingConvNet, NetSpec, conv_layer_args, make_net
 from tests.agents.algorithms.helpers import make_algo
 
@@ -154,7 +155,26 @@ def test_uint8_frames_reach_conv_nets_as_uint8_with_the_same_values(net_type, dt
     batch = algo.memory.pop()
     assert algo.obs_tensor(batch["obs"]).dtype == dtype
     as_uint8 = algo.prepare(batch)
+    # conv nets: the rollout's frames in channels-last memory once (``rollout_obs``), as the convs take them
+    assert algo.obs_channels_last == (net_type == "ConvNet")
+    assert as_uint8["obs"].is_contiguous(memory_format=torch.channels_last) == (net_type == "ConvNet")
+    assert torch.equal(as_uint8["obs"], torch.as_tensor(batch["obs"]).reshape(6, 4, 84, 84).to(dtype))
     algo.obs_dtype = torch.float32
     as_float = algo.prepare(batch)
     for k in ("old_logp", "old_value", "adv", "v_target"):
         assert torch.equal(as_uint8[k], as_float[k]), k
+
+
+def test_take_rows_copies_rows_and_keeps_a_channels_last_rollout_channels_last():
+    """``take_rows(x, idx)`` equals ``x[idx]`` (repeated and unordered rows too); rows of a channels-last (N, C, H, W)
+    tensor come out channels-last (the layout the convs compute in), of a contiguous one contiguous."""
+    x = torch.arange(5 * 4 * 3 * 2, dtype=torch.uint8).reshape(5, 4, 3, 2)
+    idx = torch.tensor([4, 0, 0, 2])
+    channels_last = x.contiguous(memory_format=torch.channels_last)
+    for src in (x, channels_last):
+        assert torch.equal(take_rows(src, idx), x[idx])
+    rows = take_rows(channels_last, idx)
+    assert rows.is_contiguous(memory_format=torch.channels_last) and not rows.is_contiguous()
+    assert take_rows(x, idx).is_contiguous()
+    v = torch.randn(5, 3)
+    assert torch.equal(take_rows(v, idx), v[idx]) and torch.equal(take_rows(v[:, 0], idx), v[idx, 0])
