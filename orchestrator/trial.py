@@ -384,10 +384,8 @@ class SessionHosts:
             The idle actors of ``key`` (at least ``count``).
         """
         self.keep_only(key)
-        num_cpus, num_gpus = key
         while len(self.idle) < count:
-            actor = SessionActor.options(num_cpus=num_cpus, num_gpus=num_gpus).remote()
-            self.idle.append((key, actor))
+            self.idle.append((key, empty_session_actor(key)))
         return [actor for _, actor in self.idle]
 
     def put(self, key: tuple[Any, ...], actor: Any) -> None:
@@ -399,6 +397,13 @@ class SessionHosts:
         for _, actor in self.idle:
             ray.kill(actor)
         self.idle = []
+
+
+def empty_session_actor(key: tuple[float, float]) -> Any:
+    """A new ``SessionActor`` with no session, holding ``key`` = (num_cpus, num_gpus) (``host_key``); its
+    ``run(session=...)`` builds the session."""
+    num_cpus, num_gpus = key
+    return SessionActor.options(num_cpus=num_cpus, num_gpus=num_gpus).remote()
 
 
 def host_key(meta: dict[str, Any]) -> tuple[float, float]:
@@ -517,8 +522,7 @@ class Trial:
         """An empty ``SessionActor`` with the spec's per-session resources, for ``plan`` (``start`` hands it the
         session; ``bench/driver_scale.py`` overrides this and ``end_actor`` to drive the same loop with simulated
         sessions)."""
-        num_cpus, num_gpus = self.host_key()
-        return SessionActor.options(num_cpus=num_cpus, num_gpus=num_gpus).remote()
+        return empty_session_actor(self.host_key())
 
     def end_actor(self, actor: Any) -> None:
         """End a session's actor (its process) once its stream is dropped."""
