@@ -19,8 +19,12 @@ automatic temperature.
 
 All with ``torch.set_num_threads(1)``, nets on the CPU unless ``--device cuda``: then ours runs with
 ``agent.net.gpu: true`` and SB3 with ``device="cuda"`` (nets, updates and replay sampling on the GPU; the envs
-and the Python of both loops on one CPU thread). Runs alternate (ours, SB3, ours, SB3, ...) in this one process,
-so both see the same machine load over time. Only the training loop is timed: ``Session.run_rl()`` for ours
+and the Python of both loops on one CPU thread). Runs alternate (ours, SB3, ours, SB3, ...), so both see the same
+machine load over time, each in a fresh process of its own (``multiprocessing`` spawn): process-wide state one
+library sets (ours: CPU denormals flushed, ``session.seed_globals``; glibc's malloc kept from unmapping freed
+buffers, ``orchestrator.allocator``) never carries over to the other's run, which is how each runs for its users.
+``--same-process`` runs them all in this process instead (the method of the figures before stop 39).
+Only the training loop is timed: ``Session.run_rl()`` for ours
 (the session, its envs and nets are built before the timer starts) and ``learn()`` for SB3 (the model and its
 vector env are built before).
 
@@ -40,7 +44,7 @@ both do the same number of rollouts and gradient steps.
 
 Usage:
     python bench/throughput.py [--algo ppo|dqn|sac|ppo_atari|sac_hopper] [--frames N] [--rounds 2] [--seed 1]
-        [--tracking] [--bf16] [--device cpu|cuda] [--out bench/results/throughput[_{algo}].json]
+        [--tracking] [--bf16] [--device cpu|cuda] [--same-process] [--out bench/results/throughput[_{algo}].json]
 """
 
 from __future__ import annotations
@@ -210,17 +214,35 @@ def run_sb3(algo: str, frames: int, seed: int, algo_ftz: bool = False, device: s
             "final_ma": statistics.fmean(returns[-20:]) if returns else float("nan")}
 
 
-def runs_of_a_round(args: argparse.Namespace) -> list[tuple[str, Any]]:
-    """(name, run function) of each timed run of one round: ours and SB3, then the optional variants."""
-    gpu = ("agent.net.gpu=true",) if args.device == "cuda" else ()
-    impls = [("ours", lambda *a: run_ours(*a, extra=gpu)), ("sb3", lambda *a: run_sb3(*a, device=args.device))]
-    if args.tracking:
-        impls.append(("ours+tb", run_ours_tracked))
-    if args.sb3_ftz:
-        impls.append(("sb3+ftz", lambda *a: run_sb3(*a, algo_ftz=True, device=args.device)))
-    if args.bf16:
-        impls.append(("ours+bf16", lambda *a: run_ours(*a, extra=(*gpu, "agent.net.precision=bfloat16"))))
-    return impls
+IMPLS = ("ours", "sb3", "ours+tb", "sb3+ftz", "ours+bf16")
+
+
+def impls_of_a_round(args: argparse.Namespace) -> list[str]:
+    """Names of the timed runs of one round (``IMPLS``): ours and SB3, then the optional variants."""
+    return ["ours", "sb3"] + ["ours+tb"] * args.tracking + ["sb3+ftz"] * args.sb3_ftz + ["ours+bf16"] * args.bf16
+
+
+def run_impl(impl: str, algo: str, frames: int, seed: int, device: str = "cpu") -> dict[str, Any]:
+    """One timed run of ``impl`` (a name of ``IMPLS``) on one torch thread; see the module docstring."""
+    torch.set_num_threads(1)
+    gpu = ("agent.net.gpu=true",) if device == "cuda" else ()
+    if impl == "ours":
+        return run_ours(algo, frames, seed, extra=gpu)
+    if impl == "ours+bf16":
+        return run_ours(algo, frames, seed, extra=(*gpu, "agent.net.precision=bfloat16"))
+    if impl == "ours+tb":
+        importlib.import_module("torch.utils.tensorboard")  # its import (about 1 s) is start-up, not training
+        return run_ours_tracked(algo, frames, seed)
+    return run_sb3(algo, frames, seed, algo_ftz=impl == "sb3+ftz", device=device)
+
+
+def run_isolated(impl: str, algo: str, frames: int, seed: int, device: str = "cpu") -> dict[str, Any]:
+    """``run_impl`` in a fresh spawned process (start-up and imports not timed), its record returned."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(run_impl, impl, algo, frames, seed, device).result()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="also time ours with agent.net.precision=bfloat16 (conv nets: ours+bf16)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="where both put their nets (cuda: ours with agent.net.gpu true, SB3 with device cuda)")
+    ap.add_argument("--same-process", action="store_true",
+                    help="run every timed run in this process (default: each in a fresh process)")
     ap.add_argument("--out", default=None, help="default bench/results/throughput.json (ppo), "
                                                  "throughput_{algo}.json (others)")
     args = ap.parse_args(argv)
@@ -254,15 +278,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(problem)
 
     import stable_baselines3
-    if args.tracking:
-        importlib.import_module("torch.utils.tensorboard")  # its import (about 1 s) is start-up, not training
     torch.set_num_threads(1)
+    run = run_impl if args.same_process else run_isolated
     runs = []
     for r in range(args.rounds):
-        impls = runs_of_a_round(args)
-        for name, fn in impls:
+        for name in impls_of_a_round(args):
             load = os.getloadavg()
-            rec = fn(args.algo, args.frames, args.seed)
+            rec = run(name, args.algo, args.frames, args.seed, args.device)
             rec.update(impl=name, round=r, load_start=load, load_end=os.getloadavg())
             runs.append(rec)
             print(f"round {r} {name:4s}: {rec['frames']} frames in {rec['wall_s']:.1f} s = "
@@ -282,13 +304,14 @@ def main(argv: list[str] | None = None) -> int:
                                else med(extra, k) / med("sb3", k)})
     out = {"algo": args.algo, "spec": ZOO[args.algo]["name"], "frames": args.frames, "rounds": args.rounds,
            "seed": args.seed, "torch_threads": 1, "device": args.device,
+           "process_per_run": not args.same_process,
            "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else None,
            "versions": {"torch": torch.__version__, "stable_baselines3": stable_baselines3.__version__},
            "cpu_count": os.cpu_count(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "summary": summary, "runs": runs}
     storage.write_text(str(args.out), json.dumps(out, indent=1) + "\n")
     print("\n| impl | fps (median) | frames / CPU-s (median) |\n|---|---|---|")
-    for impl in [x for x in ("ours", "sb3", "ours+tb", "sb3+ftz", "ours+bf16") if x in summary["fps"]]:
+    for impl in [x for x in IMPLS if x in summary["fps"]]:
         print(f"| {impl} | {summary['fps'][impl]:,.0f} | {summary['frames_per_cpu_s'][impl]:,.0f} |")
     print(f"\nratio ours/SB3: fps {summary['fps']['ratio']:.2f}x, frames/CPU-s "
           f"{summary['frames_per_cpu_s']['ratio']:.2f}x")

@@ -51,6 +51,7 @@ from envs.make import (
     sub_env_seeds,
 )
 from orchestrator import transfer
+from orchestrator.allocator import retain_freed_memory
 from orchestrator.errors import UsageError
 from orchestrator.spec import RunSpec, build, spec_hash
 
@@ -136,6 +137,7 @@ class Session:
         self.spec: RunSpec = build(spec)
         self.seed, self.trial, self.session = int(seed), trial, session
         seed_globals(self.seed)
+        retain_freed_memory()  # process-wide, as seed_globals' FTZ: freed step buffers reused, not page-faulted
         env_spec, meta = self.spec.env, self.spec.meta
         self.cuda_index = select_session_gpu(self.spec.agent.net.gpu, trial, session, meta.max_session)
         self.env = make_env(resolve_vec(env_spec, float(meta.resources.get("num_cpus", 1))), self.seed,
