@@ -221,7 +221,8 @@ class SoftActorCritic(ReplayCadence, Algorithm):
         pdparam = self.nets["net"](self.obs_tensor(obs_NO))
         if self.discrete:
             return policy.sample(pdparam, True, self.gen, deterministic).cpu().numpy()
-        return policy.tanh_gaussian_sample(pdparam, self.gen, deterministic)[0].cpu().numpy()
+        # tanh of the Gaussian sample: tanh_gaussian_sample's action from the same draw, without its log-prob
+        return torch.tanh(policy.sample(pdparam, False, self.gen, deterministic)).cpu().numpy()
 
     def env_action(self, act: np.ndarray) -> np.ndarray:
         """Box actions (N, A) in [-1, 1] rescaled to ``[low, high]`` (SLM-Lab's ``RescaleAction``); discrete

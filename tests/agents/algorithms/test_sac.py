@@ -122,6 +122,26 @@ def test_env_gets_rescaled_actions_and_random_warmup():
     assert warm.shape == (4, 1) and (np.abs(warm) <= 1).all()
 
 
+def test_policy_actions_are_tanh_gaussian_samples_bit_for_bit():
+    """After the warm-up, ``act`` draws what ``tanh_gaussian_sample`` would from the same generator state (its
+    action, bit for bit, and the same draws consumed), sampled and deterministic, without computing a log-prob."""
+    algo = sac_algo([])
+    clock = Clock(1000, 4)
+    clock.frame = 500  # past training_start_step 200
+    obs = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
+    for deterministic in (False, True):
+        state = algo.gen.get_state()
+        act = algo.act(obs, clock, deterministic=deterministic)
+        after = algo.gen.get_state()
+        algo.gen.set_state(state)
+        with torch.no_grad():
+            ref, _ = policy.tanh_gaussian_sample(algo.nets["net"](torch.as_tensor(obs)), algo.gen, deterministic)
+        assert torch.equal(after, algo.gen.get_state())
+        np.testing.assert_array_equal(act, ref.numpy())
+        assert act.shape == (4, 1)
+    assert not np.array_equal(algo.act(obs, clock), algo.act(obs, clock))  # sampled: fresh draws at each call
+
+
 RESUME = ["env.max_frame=800", "meta.log_frequency=200"]
 
 
@@ -169,7 +189,7 @@ def test_slm_lab_temperature_keys_alpha_lr_and_log_alpha_bounds():
     assert session.algorithm.optims["log_alpha"].param_groups[0]["lr"] == 3e-5
     session.run_rl()
     # from 0, at lr 3e-5 it would stay near 0: the clamp at the first step put it at -1
-    assert session.clock.opt_step > 0 and -1.1 < float(session.algorithm.nets["log_alpha"].value) <= -1.0
+    assert session.clock.opt_step > 0 and -1.1 < float(session.algorithm.nets["log_alpha"].value.detach()) <= -1.0
 
 
 def test_gumbel_softmax_pdtype_is_the_categorical_discrete_sac():
