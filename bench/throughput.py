@@ -28,6 +28,10 @@ Only the training loop is timed: ``Session.run_rl()`` for ours
 (the session, its envs and nets are built before the timer starts) and ``learn()`` for SB3 (the model and its
 vector env are built before).
 
+With ``--sb3-ftz`` / ``--sb3-malloc`` a further run per round, ``sb3+ftz`` / ``sb3+malloc``, is SB3 in a process
+given the CPU denormal flush / the glibc allocator setting that our sessions make for themselves (SB3 makes
+neither), so a ratio can be read without either.
+
 With ``--bf16`` a further run per round, ``ours+bf16``, is ours with ``agent.net.precision: bfloat16`` (conv
 nets under bfloat16 autocast; SB3 has no such setting, so it runs float32).
 
@@ -44,7 +48,8 @@ both do the same number of rollouts and gradient steps.
 
 Usage:
     python bench/throughput.py [--algo ppo|dqn|sac|ppo_atari|sac_hopper] [--frames N] [--rounds 2] [--seed 1]
-        [--tracking] [--bf16] [--device cpu|cuda] [--same-process] [--out bench/results/throughput[_{algo}].json]
+        [--tracking] [--sb3-ftz] [--sb3-malloc] [--bf16] [--device cpu|cuda] [--same-process]
+        [--out bench/results/throughput[_{algo}].json]
 """
 
 from __future__ import annotations
@@ -171,7 +176,11 @@ def run_sb3(algo: str, frames: int, seed: int, algo_ftz: bool = False, device: s
     torch.set_flush_denormal(algo_ftz)  # SB3 as its users run it (denormals on), unless --sb3-ftz
     zoo = ZOO[algo]
     if algo == "ppo_atari":  # AtariWrapper (noop 30, skip 4 + max-pool, life loss, reward clip, 84x84) as ours
+        import ale_py
+        import gymnasium as gym
         from stable_baselines3.common.env_util import make_atari_env
+
+        gym.register_envs(ale_py)  # the ALE/ ids (in a process of its own, nothing of ours registered them)
         from stable_baselines3.common.vec_env import VecFrameStack
         env = VecFrameStack(make_atari_env(zoo["env"], n_envs=zoo["n_envs"], seed=seed,
                                            env_kwargs={"frameskip": 1, "repeat_action_probability": 0.25}), 4)
@@ -214,12 +223,13 @@ def run_sb3(algo: str, frames: int, seed: int, algo_ftz: bool = False, device: s
             "final_ma": statistics.fmean(returns[-20:]) if returns else float("nan")}
 
 
-IMPLS = ("ours", "sb3", "ours+tb", "sb3+ftz", "ours+bf16")
+IMPLS = ("ours", "sb3", "ours+tb", "sb3+ftz", "sb3+malloc", "ours+bf16")
 
 
 def impls_of_a_round(args: argparse.Namespace) -> list[str]:
     """Names of the timed runs of one round (``IMPLS``): ours and SB3, then the optional variants."""
-    return ["ours", "sb3"] + ["ours+tb"] * args.tracking + ["sb3+ftz"] * args.sb3_ftz + ["ours+bf16"] * args.bf16
+    return (["ours", "sb3"] + ["ours+tb"] * args.tracking + ["sb3+ftz"] * args.sb3_ftz
+            + ["sb3+malloc"] * args.sb3_malloc + ["ours+bf16"] * args.bf16)
 
 
 def run_impl(impl: str, algo: str, frames: int, seed: int, device: str = "cpu") -> dict[str, Any]:
@@ -233,6 +243,9 @@ def run_impl(impl: str, algo: str, frames: int, seed: int, device: str = "cpu") 
     if impl == "ours+tb":
         importlib.import_module("torch.utils.tensorboard")  # its import (about 1 s) is start-up, not training
         return run_ours_tracked(algo, frames, seed)
+    if impl == "sb3+malloc":  # SB3 in a process given the allocator setting our sessions make
+        from orchestrator.allocator import retain_freed_memory
+        retain_freed_memory()
     return run_sb3(algo, frames, seed, algo_ftz=impl == "sb3+ftz", device=device)
 
 
@@ -255,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--sb3-ftz", action="store_true",
                     help="also time SB3 with CPU denormals flushed to zero, as our sessions run (sb3+ftz)")
+    ap.add_argument("--sb3-malloc", action="store_true",
+                    help="also time SB3 with glibc's malloc set as our sessions set it (sb3+malloc, "
+                         "orchestrator.allocator)")
     ap.add_argument("--tracking", action="store_true",
                     help="also time ours through SessionRunner with checkpoints and TensorBoard on")
     ap.add_argument("--bf16", action="store_true",
@@ -297,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
 
     summary = {k: {"ours": med("ours", k), "sb3": med("sb3", k), "ratio": med("ours", k) / med("sb3", k)}
                for k in ("fps", "frames_per_cpu_s")}
-    for extra in [x for x in ("ours+tb", "sb3+ftz", "ours+bf16") if any(r["impl"] == x for r in runs)]:
+    for extra in [x for x in IMPLS[2:] if any(r["impl"] == x for r in runs)]:
         for k in ("fps", "frames_per_cpu_s"):
             summary[k].update({extra: med(extra, k), f"ratio_ours/{extra}" if extra.startswith("sb3")
                                else f"ratio_{extra}/sb3": (med("ours", k) / med(extra, k)) if extra.startswith("sb3")
