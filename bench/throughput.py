@@ -249,13 +249,19 @@ def run_impl(impl: str, algo: str, frames: int, seed: int, device: str = "cpu") 
     return run_sb3(algo, frames, seed, algo_ftz=impl == "sb3+ftz", device=device)
 
 
-def run_isolated(impl: str, algo: str, frames: int, seed: int, device: str = "cpu") -> dict[str, Any]:
-    """``run_impl`` in a fresh spawned process (start-up and imports not timed), its record returned."""
+def in_fresh_process(fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` in a fresh spawned process (``fn`` a module-level function, its result picklable); returns
+    its result, raises what it raised."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(run_impl, impl, algo, frames, seed, device).result()
+        return pool.submit(fn, *args).result()
+
+
+def run_isolated(impl: str, algo: str, frames: int, seed: int, device: str = "cpu") -> dict[str, Any]:
+    """``run_impl`` in a fresh spawned process (start-up and imports not timed), its record returned."""
+    return in_fresh_process(run_impl, impl, algo, frames, seed, device)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -78,12 +76,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default=None, help="default bench/results/update_cost_{algo}.json")
     args = ap.parse_args(argv)
+    from throughput import in_fresh_process
+
     out = Path(args.out or ROOT / f"bench/results/update_cost_{args.algo}.json")
     runs = []
     for r in range(args.rounds):
         for variant in VARIANTS:
-            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-                rec = pool.submit(run_variant, variant, args.algo, args.frames, args.seed).result()
+            rec = in_fresh_process(run_variant, variant, args.algo, args.frames, args.seed)
             rec.update(round=r, load1=os.getloadavg()[0])
             runs.append(rec)
             print(f"round {r} {variant:5s}: {rec['updates']} updates, {rec['update_ms']:.2f} ms per update, "
