@@ -42,7 +42,14 @@ GOAL_GB = 7.2  # issue 11: replay memory per 1M Atari transitions
 
 def measure(transitions: int, num_envs: int, seed: int) -> dict[str, Any]:
     """Fill the three replay kinds with ``transitions`` transitions (rounded down to whole vector steps) of a
-    random-policy Pong stream; returns bytes per transition and projected GB per 1M transitions per kind."""
+    random-policy Pong stream; returns bytes per transition and projected GB per 1M transitions per kind.
+
+    Raises:
+        ValueError: ``num_envs`` < 1 or ``transitions`` < 2 * ``num_envs`` (``FrameOnceReplay`` needs two vector
+            steps).
+    """
+    if num_envs < 1 or transitions < 2 * num_envs:
+        raise ValueError(f"--envs must be >= 1 and --transitions >= 2 * --envs, got {num_envs} and {transitions}")
     steps = transitions // num_envs
     size = steps * num_envs
     env = make_env(EnvSpec("ALE/Pong-v5", max_frame=size, num_envs=num_envs), seed=seed)
@@ -77,7 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default=str(ROOT / "bench/results/replay_memory.json"))
     args = ap.parse_args(argv)
-    rec = measure(args.transitions, args.envs, args.seed)
+    try:
+        rec = measure(args.transitions, args.envs, args.seed)
+    except ValueError as e:
+        ap.error(str(e))  # exit 2, no traceback
     rec["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     print(f"{rec['transitions']:,} transitions of {rec['env']} {tuple(rec['obs_shape'])} {rec['obs_dtype']}, "
           f"{rec['num_envs']} sub-envs, {rec['episode_ends']} episode ends\n")

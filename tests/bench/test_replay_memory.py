@@ -34,3 +34,13 @@ def test_command_line_writes_json(tmp_path):
     rec = json.loads(out.read_text())
     assert rec["goal_gb_per_1m"] == 7.2 and set(rec["kinds"]) == {"Replay (float32)", "Replay (uint8)",
                                                                   "FrameOnceReplay (uint8)"}
+
+
+def test_too_few_transitions_is_a_clear_error(capsys):
+    try:
+        replay_memory.main(["--transitions", "3", "--envs", "2", "--out", "unused.json"])
+    except SystemExit as e:
+        assert e.code == 2
+    else:
+        raise AssertionError("expected exit 2")
+    assert "--transitions >= 2 * --envs, got 2 and 3" in capsys.readouterr().err
