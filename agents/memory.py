@@ -108,22 +108,27 @@ class Replay:
             raise ValueError(f"max_size ({max_size}) and batch_size ({batch_size}) must be > 0")
         self.max_size, self.batch_size, self.use_cer = int(max_size), int(batch_size), use_cer
         obs_dtype = storage_dtype(obs_dtype)
+        self.obs_shape, self.obs_dtype = tuple(obs_shape), np.dtype(obs_dtype)  # O and its storage dtype
         self.data: Batch = {
-            "obs": np.zeros((max_size, *obs_shape), obs_dtype),
+            **self.obs_storage(),
             "act": np.zeros((max_size, *act_shape), act_dtype),
             "reward": np.zeros(max_size, np.float32),
-            "next_obs": np.zeros((max_size, *obs_shape), obs_dtype),
-            "terminated": np.zeros(max_size, np.float32),
         }
-        if not store_next_obs:
-            del self.data["next_obs"]
+        if store_next_obs:
+            self.data["next_obs"] = np.zeros((max_size, *obs_shape), obs_dtype)
+        self.data["terminated"] = np.zeros(max_size, np.float32)
         self.head = 0  # next write index
         self.size = 0  # number of valid rows
+
+    def obs_storage(self) -> Batch:
+        """The preallocated observation arrays: ``obs`` (max_size, *O) in the storage dtype."""
+        return {"obs": np.zeros((self.max_size, *self.obs_shape), self.obs_dtype)}
 
     @staticmethod
     def from_spec(spec: MemorySpec, obs_space: Any, act_shape: tuple[int, ...], act_dtype: Any,
                   name: str | None = None, store_next_obs: bool = True) -> Replay:
-        """A ``Replay`` (a ``FrameOnceReplay`` with ``spec.optimize_memory_usage``, a ``PrioritizedReplay``
+        """A ``Replay`` (with ``spec.optimize_memory_usage`` a ``FrameStackReplay`` for (K, H, W) frame stacks, a
+        ``FrameOnceReplay`` for other observations; a ``PrioritizedReplay``
         when ``name``, default ``spec.name``, says so) for ``obs_space``
         (a gymnasium space with ``shape`` and ``dtype``: observations stored in its dtype, floating ones in
         ``spec.obs_dtype``, see ``storage_dtype``).
@@ -141,7 +146,9 @@ class Replay:
                                      beta_end_step=spec.beta_end_step, store_next_obs=store_next_obs)
         if not store_next_obs:
             return Replay(*args, store_next_obs=False)
-        return (FrameOnceReplay if spec.optimize_memory_usage else Replay)(*args)
+        if not spec.optimize_memory_usage:
+            return Replay(*args)
+        return (FrameStackReplay if len(obs_space.shape) == 3 else FrameOnceReplay)(*args)
 
     def add(self, obs_NO: np.ndarray, act_NA: np.ndarray, reward_N: np.ndarray, next_obs_NO: np.ndarray,
             terminated_N: np.ndarray, truncated_N: np.ndarray) -> None:
@@ -199,6 +206,11 @@ class Replay:
         """Bytes of the preallocated arrays (the replay's memory at ``max_size``)."""
         return sum(v.nbytes for v in self.data.values())
 
+    @property
+    def obs_nbytes(self) -> int:
+        """Bytes of one sampled observation (O in the storage dtype)."""
+        return int(np.prod(self.obs_shape, dtype=np.int64)) * self.obs_dtype.itemsize
+
     def state_dict(self) -> dict[str, Any]:
         """The valid rows (in storage order) plus ``head`` and ``size``."""
         return {"data": {k: v[: self.size].copy() for k, v in self.data.items()},
@@ -229,7 +241,7 @@ class FrameOnceReplay(Replay):
     """A ``Replay`` that stores each observation once (SB3 ``ReplayBuffer(optimize_memory_usage=True)``'s idea,
     reimplemented): the next observation of row r is the observation of row (r + N) % max_size, the same
     sub-env's next step, so no ``next_obs`` array is kept. Rows whose true next observation differs from that
-    successor (episode ends: the successor is the reset observation; a restored env; any mismatch, checked on
+    successor (episode ends whose successor is the reset observation; a restored env; any mismatch, checked on
     every add) keep theirs in ``final``; the newest N rows, whose successors are not written yet, read it from
     ``pending``. ``sample`` returns exactly what ``Replay`` would, at about half the memory: an Atari
     (4, 84, 84) uint8 transition is 28,240 bytes instead of 56,464 (float32 two-copy storage: 225,808).
@@ -243,44 +255,51 @@ class FrameOnceReplay(Replay):
 
     def __init__(self, max_size: int, obs_shape: tuple[int, ...], act_shape: tuple[int, ...],
                  act_dtype: np.dtype, batch_size: int, use_cer: bool = False, obs_dtype: Any = np.float32) -> None:
-        super().__init__(max_size, obs_shape, act_shape, act_dtype, batch_size, use_cer, obs_dtype)
-        del self.data["next_obs"]
+        super().__init__(max_size, obs_shape, act_shape, act_dtype, batch_size, use_cer, obs_dtype,
+                         store_next_obs=False)
         self.num_envs = 0  # N, set by the first add
         self.final: dict[int, np.ndarray] = {}  # row -> true next observation (O,)
         self.pending_rows = np.zeros(0, np.int64)  # rows of the newest add, (N,)
-        self.pending = np.zeros((0, *obs_shape), self.data["obs"].dtype)  # their next observations (N, *O)
+        self.pending = np.zeros((0, *self.obs_shape), self.obs_dtype)  # their next observations (N, *O)
 
     def add(self, obs_NO: np.ndarray, act_NA: np.ndarray, reward_N: np.ndarray, next_obs_NO: np.ndarray,
             terminated_N: np.ndarray, truncated_N: np.ndarray) -> None:
-        """Write N transitions at the head; settle the previous add's next observations against ``obs_NO``."""
+        """Write N transitions at the head; settle the previous add's next observations against ``obs_NO``
+        (a row whose true next observation is not its successor's observation keeps it in ``final``)."""
         n = len(reward_N)
         if self.num_envs == 0:
             if self.max_size < 2 * n:
-                raise ValueError(f"FrameOnceReplay needs max_size >= 2 * num_envs, got {self.max_size} < 2 * {n}")
+                raise ValueError(f"{type(self).__name__} needs max_size >= 2 * num_envs, got {self.max_size} < 2 * {n}")
             self.num_envs = n
         elif n != self.num_envs:
-            raise ValueError(f"FrameOnceReplay takes {self.num_envs} rows per add, got {n}")
-        stored_NO = np.asarray(obs_NO).astype(self.pending.dtype, copy=False)  # as stored (float16 rounds)
+            raise ValueError(f"{type(self).__name__} takes {self.num_envs} rows per add, got {n}")
+        stored_NO = np.asarray(obs_NO).astype(self.obs_dtype, copy=False)  # as stored (float16 rounds)
         for k, row in enumerate(self.pending_rows.tolist()):  # their successors are the rows written now
             if row not in self.final and not np.array_equal(self.pending[k], stored_NO[k]):
                 self.final[row] = self.pending[k].copy()
         rows = (self.head + np.arange(n)) % self.max_size
         for row in rows.tolist():
             self.final.pop(row, None)
+        self.write_obs(rows, stored_NO)
         data = self.data
-        data["obs"][rows] = obs_NO
         data["act"][rows] = act_NA
         data["reward"][rows] = reward_N
         data["terminated"][rows] = terminated_N
-        for k in np.flatnonzero(np.logical_or(terminated_N, truncated_N)).tolist():
-            self.final[int(rows[k])] = np.array(next_obs_NO[k], dtype=self.pending.dtype)
-        self.pending_rows, self.pending = rows, np.array(next_obs_NO, dtype=self.pending.dtype)
+        self.pending_rows, self.pending = rows, np.array(next_obs_NO, dtype=self.obs_dtype)
         self.head = (self.head + n) % self.max_size
         self.size = min(self.size + n, self.max_size)
 
+    def write_obs(self, rows: np.ndarray, obs_NO: np.ndarray) -> None:
+        """Store the observations (N, *O) (storage dtype) of the rows (N,) being written."""
+        self.data["obs"][rows] = obs_NO
+
+    def observations(self, rows: np.ndarray) -> np.ndarray:
+        """Stored observations (R, *O) of valid rows (R,)."""
+        return self.data["obs"][rows]
+
     def next_obs(self, idx: np.ndarray) -> np.ndarray:
         """True next observations (B, *O) of rows ``idx`` (B,)."""
-        out = self.data["obs"][(idx + self.num_envs) % self.max_size]
+        out = self.observations((idx + self.num_envs) % self.max_size)
         newest = {row: k for k, row in enumerate(self.pending_rows.tolist())}
         for i, row in enumerate(idx.tolist()):
             if row in self.final:
@@ -291,9 +310,9 @@ class FrameOnceReplay(Replay):
 
     def gather(self, idx: np.ndarray) -> Batch:
         """As ``Replay.gather``: obs, act, reward, next_obs, terminated of rows ``idx`` (any shape S), (*S, ...)."""
-        data = self.data
-        return {"obs": data["obs"][idx], "act": data["act"][idx], "reward": data["reward"][idx],
-                "next_obs": self.next_obs(idx.reshape(-1)).reshape(*idx.shape, *data["obs"].shape[1:]),
+        data, flat = self.data, idx.reshape(-1)
+        return {"obs": self.observations(flat).reshape(*idx.shape, *self.obs_shape), "act": data["act"][idx],
+                "reward": data["reward"][idx], "next_obs": self.next_obs(flat).reshape(*idx.shape, *self.obs_shape),
                 "terminated": data["terminated"][idx]}
 
     @property
@@ -305,10 +324,9 @@ class FrameOnceReplay(Replay):
         """``Replay``'s rows and pointers plus ``final`` (rows (F,), observations (F, *O)), ``pending``, N."""
         state = super().state_dict()
         rows = sorted(self.final)
-        shape = self.pending.shape[1:] if self.num_envs else self.data["obs"].shape[1:]
         state.update({"final_rows": np.array(rows, np.int64), "num_envs": self.num_envs,
                       "final_obs": np.stack([self.final[r] for r in rows]) if rows
-                      else np.zeros((0, *shape), self.data["obs"].dtype),
+                      else np.zeros((0, *self.obs_shape), self.obs_dtype),
                       "pending_rows": self.pending_rows.copy(), "pending": self.pending.copy()})
         return state
 
@@ -325,7 +343,141 @@ class FrameOnceReplay(Replay):
         rows, final_obs = np.asarray(state["final_rows"]), np.asarray(state["final_obs"])
         self.final = {int(r): final_obs[i].copy() for i, r in enumerate(rows.tolist())}
         self.pending_rows = np.asarray(state["pending_rows"], np.int64).copy()
-        self.pending = np.asarray(state["pending"]).astype(self.data["obs"].dtype)
+        self.pending = np.asarray(state["pending"]).astype(self.obs_dtype)
+
+
+class FrameStackReplay(FrameOnceReplay):
+    """A ``FrameOnceReplay`` of stacked frames, observations (K, *F) with the newest frame last on axis 0 (the
+    lab's Atari (4, 84, 84): ``FrameStackObservation``, zero-padded at resets), that stores each frame once:
+    about 7,072 bytes per Atari transition instead of 28,240 (so 1M transitions in about 7.1 GB; DQN Nature's
+    replay kept frames once the same way, Mnih et al. 2015).
+
+    Row r keeps only its newest frame obs[-1] (F) in ``frame``; its stack is rebuilt from the rows r - N,
+    r - 2N, ... (mod ``max_size``), the same sub-env's previous steps. That holds only where the stack really
+    continues its predecessor's, so each ``add`` checks it by value: a row whose obs[:-1] is not the previous
+    observation of its sub-env shifted by one frame (an episode's first step, a reset under a restored
+    buffer, the first add, any other stack) is a *head* and keeps its K - 1 older frames in ``heads``. When
+    the ring overwrites row p, the next row of p's stream, p + N, becomes the stream's oldest and is made a
+    head (its stack written out before p goes), so a rebuild walks back at most K - 1 valid rows and stops at
+    the first head. Next observations are ``FrameOnceReplay``'s: the successor's stack, or ``final`` /
+    ``pending`` where they differ. ``sample`` returns exactly what ``Replay`` would.
+
+    Loads its own states and ``FrameOnceReplay``'s (a checkpoint written before this class: the newest frame
+    of each saved observation kept, heads found by the same check).
+
+    Args:
+        as ``Replay``; ``obs_shape`` must have 3 axes (K, H, W), chosen by ``Replay.from_spec`` for
+        ``optimize_memory_usage`` on such spaces. Stacks whose frames are several slices of axis 0 (a
+        ``frame_op: concat`` of colour frames, (3K, H, W)) fail the check on every row: correct, each row a
+        head, no saving over ``FrameOnceReplay``.
+
+    Raises:
+        ValueError: as ``FrameOnceReplay``; ``obs_shape`` without 3 axes.
+    """
+
+    def __init__(self, max_size: int, obs_shape: tuple[int, ...], act_shape: tuple[int, ...],
+                 act_dtype: np.dtype, batch_size: int, use_cer: bool = False, obs_dtype: Any = np.float32) -> None:
+        if len(obs_shape) != 3:
+            raise ValueError(f"FrameStackReplay needs (K, H, W) observations, got shape {tuple(obs_shape)}")
+        super().__init__(max_size, obs_shape, act_shape, act_dtype, batch_size, use_cer, obs_dtype)
+        self.is_head = np.zeros(self.max_size, bool)  # (M,) row keeps its older frames in heads
+        self.heads: dict[int, np.ndarray] = {}  # head row -> its stack's K - 1 older frames (K - 1, *F)
+
+    def obs_storage(self) -> Batch:
+        """The preallocated frames: ``frame`` (max_size, *F), each row's newest frame."""
+        return {"frame": np.zeros((self.max_size, *self.obs_shape[1:]), self.obs_dtype)}
+
+    def write_obs(self, rows: np.ndarray, obs_NO: np.ndarray) -> None:
+        """Store the newest frames of ``obs_NO`` (N, K, *F) at ``rows`` (N,); keep heads as the class says."""
+        n, m = self.num_envs, self.max_size
+        old = rows[rows < self.size]  # rows holding transitions about to be overwritten
+        succ = (old + n) % m
+        succ = succ[~self.is_head[succ]]
+        if len(succ):  # each overwritten row's successor becomes its stream's oldest: a head
+            self.set_heads(succ, self.observations(succ)[:, :-1])
+        for row in rows.tolist():
+            self.heads.pop(row, None)
+        self.is_head[rows] = False
+        if len(self.pending_rows):  # the previous add's rows: the same sub-envs one step earlier
+            prev_NO = self.observations(self.pending_rows)
+            cont = (obs_NO[:, :-1] == prev_NO[:, 1:]).reshape(n, -1).all(axis=1)
+        else:
+            cont = np.zeros(len(rows), bool)
+        if not cont.all():
+            self.set_heads(rows[~cont], obs_NO[~cont, :-1])
+        self.data["frame"][rows] = obs_NO[:, -1]
+
+    def set_heads(self, rows: np.ndarray, older: np.ndarray) -> None:
+        """Make ``rows`` (R,) heads keeping their stacks' older frames ``older`` (R, K - 1, *F)."""
+        for i, row in enumerate(rows.tolist()):
+            self.heads[row] = older[i].copy()
+        self.is_head[rows] = True
+
+    def observations(self, rows: np.ndarray) -> np.ndarray:
+        """Stacks (R, K, *F) of valid rows (R,): frames of rows r - (K-1)N, ..., r - N, r, the older ones
+        from the nearest head at or before r within those K rows."""
+        k = self.obs_shape[0]
+        back = (rows[:, None] - self.num_envs * np.arange(k - 1, -1, -1)) % self.max_size  # (R, K): oldest first
+        out = self.data["frame"][back]
+        hit = self.is_head[back]
+        for i in np.flatnonzero(hit.any(axis=1)).tolist():
+            c = k - 1 - int(np.argmax(hit[i, ::-1]))  # column of the nearest head, K - 1 - c steps back
+            out[i, :c] = self.heads[int(back[i, c])][k - 1 - c:]
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the preallocated arrays (frames, act, reward, terminated, ``is_head``), the heads' older
+        frames, the final and pending next observations."""
+        return super().nbytes + self.is_head.nbytes + sum(v.nbytes for v in self.heads.values())
+
+    def state_dict(self) -> dict[str, Any]:
+        """``FrameOnceReplay``'s state with ``frame`` (S, *F) for ``obs``, plus ``head_rows`` (H,) and
+        ``head_frames`` (H, K - 1, *F)."""
+        state = super().state_dict()
+        rows = sorted(self.heads)
+        state.update({"head_rows": np.array(rows, np.int64),
+                      "head_frames": np.stack([self.heads[r] for r in rows]) if rows
+                      else np.zeros((0, self.obs_shape[0] - 1, *self.obs_shape[1:]), self.obs_dtype)})
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a ``state_dict``, or a ``FrameOnceReplay`` state (whole stacks: see the class).
+
+        Raises:
+            ValueError: as ``FrameOnceReplay.load_state_dict``; stacks of another shape.
+        """
+        if "final_rows" in state and "obs" in state["data"]:
+            state = self.from_frame_once_state(state)
+        super().load_state_dict(state)
+        rows = np.asarray(state["head_rows"], np.int64)
+        self.heads, self.is_head[:] = {}, False
+        self.set_heads(rows, np.asarray(state["head_frames"]).astype(self.obs_dtype, copy=False))
+
+    def from_frame_once_state(self, state: dict[str, Any], chunk: int = 4096) -> dict[str, Any]:
+        """This class's state for a ``FrameOnceReplay`` state of (S, K, *F) stacks: each row's newest frame; a
+        row is a head where its stream's previous row is not stored (the N oldest rows) or its stack does not
+        continue that row's (checked in chunks of ``chunk`` rows, so no second copy of the stacks is made).
+
+        Raises:
+            ValueError: saved stacks of another shape than ``obs_shape``.
+        """
+        obs = np.asarray(state["data"]["obs"])
+        if obs.shape[1:] != self.obs_shape:
+            raise ValueError(f"replay field 'obs' shape {obs.shape[1:]} != {self.obs_shape}")
+        size, head, n = int(state["size"]), int(state["head"]), int(state["num_envs"])
+        oldest_first = (np.arange(size) - (head if size == self.max_size else 0)) % max(size, 1)  # ring age rank
+        heads = []
+        for start in range(0, size, chunk):
+            rows = np.arange(start, min(size, start + chunk))
+            prev = (rows - n) % self.max_size
+            no_prev = oldest_first[rows] < n
+            cont = (obs[rows, :-1] == obs[np.where(no_prev, rows, prev), 1:]).reshape(len(rows), -1).all(axis=1)
+            heads.append(rows[no_prev | ~cont])
+        head_rows = np.concatenate(heads) if heads else np.zeros(0, np.int64)
+        data = {k: v for k, v in state["data"].items() if k != "obs"}
+        return {**state, "data": {"frame": obs[:, -1], **data}, "head_rows": head_rows,
+                "head_frames": obs[head_rows, :-1]}
 
 
 class OnPolicyBatchReplay:

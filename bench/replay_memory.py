@@ -7,13 +7,18 @@ sub-envs, and adds every transition, as a session does (``final_obs`` at episode
 
 - ``Replay`` with float32 storage (the lab before uint8 storage; SLM-Lab stores uint8 frames as they are);
 - ``Replay`` in the space's dtype, uint8 (obs and next_obs: two copies of each stacked observation);
-- ``FrameOnceReplay`` (``agent.memory.optimize_memory_usage: true``): each stacked observation once, the next one by
-  index, episode ends keeping their true final observation.
+- ``FrameOnceReplay``: each stacked observation once, the next one by index, episode ends keeping their true final
+  observation (what ``agent.memory.optimize_memory_usage: true`` gave Atari before ``FrameStackReplay``; it still
+  does for observations that are not (K, H, W) stacks);
+- ``FrameStackReplay`` (``agent.memory.optimize_memory_usage: true`` on Atari): each 84x84 frame once, a row's stack
+  rebuilt from its sub-env's previous rows, whole stacks kept only for heads (episode starts, each stream's oldest
+  row) and episode ends' true final observations.
 
 ``Replay.nbytes`` (its preallocated arrays plus what it holds beside them) divided by the transitions stored gives
 bytes per transition; times 1,000,000 the projected bytes of a 1M-transition replay (GB = 10**9 bytes). The
-preallocated arrays scale exactly with ``max_size``; what a real stream adds (``FrameOnceReplay``'s final
-observations, one per episode end and sub-env) is the part this run measures.
+preallocated arrays scale exactly with ``max_size``; what a real stream adds (final observations of episode ends,
+``FrameStackReplay``'s heads) is the part this run measures. ``max_size`` equal to the transitions: the ring has not
+wrapped, so everything the stream added is still held (a wrapped ring adds one head per sub-env).
 
 Usage:
     python bench/replay_memory.py [--transitions 20000] [--envs 4] [--seed 1]
@@ -34,14 +39,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agents.memory import FrameOnceReplay, Replay  # noqa: E402
+from agents.memory import FrameOnceReplay, FrameStackReplay, Replay  # noqa: E402
 from envs.make import EnvSpec, final_obs, make_env, sub_env_seeds  # noqa: E402
 
 GOAL_GB = 7.2  # issue 11: replay memory per 1M Atari transitions
 
 
 def measure(transitions: int, num_envs: int, seed: int) -> dict[str, Any]:
-    """Fill the three replay kinds with ``transitions`` transitions (rounded down to whole vector steps) of a
+    """Fill the four replay kinds with ``transitions`` transitions (rounded down to whole vector steps) of a
     random-policy Pong stream; returns bytes per transition and projected GB per 1M transitions per kind.
 
     Raises:
@@ -56,7 +61,8 @@ def measure(transitions: int, num_envs: int, seed: int) -> dict[str, Any]:
     space = env.single_observation_space
     memories = {"Replay (float32)": Replay(size, space.shape, (), np.int64, 32, obs_dtype=np.float32),
                 "Replay (uint8)": Replay(size, space.shape, (), np.int64, 32, obs_dtype=np.uint8),
-                "FrameOnceReplay (uint8)": FrameOnceReplay(size, space.shape, (), np.int64, 32, obs_dtype=np.uint8)}
+                "FrameOnceReplay (uint8)": FrameOnceReplay(size, space.shape, (), np.int64, 32, obs_dtype=np.uint8),
+                "FrameStackReplay (uint8)": FrameStackReplay(size, space.shape, (), np.int64, 32, obs_dtype=np.uint8)}
     rng = np.random.default_rng(seed)
     obs, _ = env.reset(seed=sub_env_seeds(seed, num_envs))
     episodes, t0 = 0, time.perf_counter()

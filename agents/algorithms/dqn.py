@@ -80,8 +80,7 @@ def sample_batches(algo: Algorithm, n: int) -> Iterator[dict[str, torch.Tensor]]
     and converted in groups of up to ``GATHER_BYTES`` of observations: each yielded value is a dict of
     tensors with leading dims (G, B), G <= n, the groups' G summing to n."""
     memory = algo.memory
-    obs = memory.data["obs"]
-    group = max(1, min(n, GATHER_BYTES // max(1, 2 * memory.batch_size * obs[0].nbytes)))
+    group = max(1, min(n, GATHER_BYTES // max(1, 2 * memory.batch_size * memory.obs_nbytes)))
     for start in range(0, n, group):
         yield batch_tensors(algo, memory.sample_many(algo.rng, min(group, n - start)))
 
