@@ -9,7 +9,9 @@ import pandas as pd
 import pytest
 import torch
 
+from agents import memory
 from orchestrator.session import Session
+from orchestrator.session_actor import SessionRunner
 from orchestrator.spec import load_spec
 from tests.orchestrator.lab_helpers import REPO, only_predir, overrides, run_cli
 from tests.orchestrator.test_resume_exact import COMPARED, interrupted_then_resumed, uninterrupted
@@ -63,6 +65,31 @@ def test_resume_is_exact(tmp_path, spec_file, name, items, stop_frame):
     assert resumed.exact
     pd.testing.assert_frame_equal(COMPARED(straight.train_df), COMPARED(resumed.train_df))
     assert straight.weights_sha256() == resumed.weights_sha256()
+
+
+def test_frame_once_replay_checkpoint_resumes_into_frame_stack_replay(tmp_path, monkeypatch):
+    """A DQN Atari checkpoint whose replay was written by ``FrameOnceReplay`` (whole stacks: what
+    ``optimize_memory_usage`` stored before ``FrameStackReplay``), its ring wrapped, resumes into a
+    ``FrameStackReplay`` and ends with the same train_df and weights as the uninterrupted run."""
+    spec = load_spec(ATARI, "dqn_atari", [*DQN_ATARI, "agent.memory.checkpoint=true", "env.max_frame=128",
+                                          "agent.memory.max_size=64", "meta.random_seed=3"])
+    straight = uninterrupted(spec, seed=3)
+    assert type(straight.algorithm.memory) is memory.FrameStackReplay
+    predir = str(tmp_path / "dqn_atari_2026_01_01_000000")
+    with monkeypatch.context() as m:
+        m.setattr(memory, "FrameStackReplay", memory.FrameOnceReplay)  # the replay before this class
+        first = SessionRunner(spec, predir, 0, 0, 3, resume=False)
+        for event in first.events():
+            if event["kind"] == "started":
+                first.session.run_rl(until_frame=98)
+                first.session.stop_requested = True
+        assert event["kind"] == "interrupted" and type(first.session.algorithm.memory) is memory.FrameOnceReplay
+        assert len(first.session.algorithm.memory) == 64  # the ring has wrapped
+    second = SessionRunner(spec, predir, 0, 0, 3, resume=True)
+    assert [e["kind"] for e in second.events()][-1] == "done" and second.restored_frame == 98
+    assert type(second.session.algorithm.memory) is memory.FrameStackReplay
+    pd.testing.assert_frame_equal(COMPARED(straight.train_df), COMPARED(second.session.train_df))
+    assert straight.weights_sha256() == second.session.weights_sha256()
 
 
 def test_box2d_checkpoint_is_not_exact_with_reason():
