@@ -349,8 +349,9 @@ class FrameOnceReplay(Replay):
 class FrameStackReplay(FrameOnceReplay):
     """A ``FrameOnceReplay`` of stacked frames, observations (K, *F) with the newest frame last on axis 0 (the
     lab's Atari (4, 84, 84): ``FrameStackObservation``, zero-padded at resets), that stores each frame once:
-    about 7,072 bytes per Atari transition instead of 28,240 (so 1M transitions in about 7.1 GB; DQN Nature's
-    replay kept frames once the same way, Mnih et al. 2015).
+    about 7,073 bytes per Atari transition (a frame, act, reward, terminated and a head flag) instead of 28,240,
+    so 1M transitions fit in about 7.1 GB (DeepMind's DQN code for Mnih et al. 2015 and Dopamine's replay also keep
+    single frames and stack them when sampling).
 
     Row r keeps only its newest frame obs[-1] (F) in ``frame``; its stack is rebuilt from the rows r - N,
     r - 2N, ... (mod ``max_size``), the same sub-env's previous steps. That holds only where the stack really
@@ -445,14 +446,17 @@ class FrameStackReplay(FrameOnceReplay):
         """Restore a ``state_dict``, or a ``FrameOnceReplay`` state (whole stacks: see the class).
 
         Raises:
-            ValueError: as ``FrameOnceReplay.load_state_dict``; stacks of another shape.
+            ValueError: as ``FrameOnceReplay.load_state_dict``; stacks or heads of another shape.
         """
         if "final_rows" in state and "obs" in state["data"]:
             state = self.from_frame_once_state(state)
         super().load_state_dict(state)
-        rows = np.asarray(state["head_rows"], np.int64)
+        rows, older = np.asarray(state["head_rows"], np.int64), np.asarray(state["head_frames"])
+        if older.shape[1:] != (self.obs_shape[0] - 1, *self.obs_shape[1:]):
+            raise ValueError(f"replay heads hold {older.shape[1:]} older frames, expected "
+                             f"{(self.obs_shape[0] - 1, *self.obs_shape[1:])} for stacks {self.obs_shape}")
         self.heads, self.is_head[:] = {}, False
-        self.set_heads(rows, np.asarray(state["head_frames"]).astype(self.obs_dtype, copy=False))
+        self.set_heads(rows, older.astype(self.obs_dtype, copy=False))
 
     def from_frame_once_state(self, state: dict[str, Any], chunk: int = 4096) -> dict[str, Any]:
         """This class's state for a ``FrameOnceReplay`` state of (S, K, *F) stacks: each row's newest frame; a

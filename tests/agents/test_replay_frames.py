@@ -115,6 +115,9 @@ def test_env_reset_state_round_trip_and_frame_once_states():
         full.load_state_dict(plain.state_dict())
     with pytest.raises(ValueError, match=r"shape \(4, 3, 3\) != \(4, 3, 2\)"):
         full.load_state_dict(FrameOnceReplay(40, (K, 3, 3), (), np.int64, 8).state_dict() | {"num_envs": 3})
+    three = FrameStackReplay(40, (3, *HW), (), np.int64, 8, obs_dtype=np.uint8)  # stacks of 3 frames, not 4
+    with pytest.raises(ValueError, match=r"heads hold \(3, 3, 2\) older frames, expected \(2, 3, 2\)"):
+        three.load_state_dict(frames.state_dict())
 
 
 def test_bytes_per_transition_and_selection():
