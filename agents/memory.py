@@ -15,6 +15,7 @@ on into the new one.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -33,8 +34,11 @@ class MemorySpec:
     Fields: ``name`` (key of ``MEMORIES``), ``batch_size`` (transitions per replay sample),
     ``max_size`` (replay capacity in transitions), ``use_cer`` (combined experience replay),
     ``checkpoint`` (store the replay buffer in checkpoints so a resume continues training at once),
-    ``optimize_memory_usage`` (store each observation once, the next one found by index: ``FrameOnceReplay``;
-    SB3's key name; the sampled batches are the same).
+    ``optimize_memory_usage`` (SB3's key name; the sampled batches are the same either way): null (default) stores
+    each frame of (K, H, W) frame stacks once (``FrameStackReplay``; ``PrioritizedFrameStackReplay`` under
+    ``PrioritizedReplay``) and other observations as they are; true does the same and also stores other
+    observations once, the next one found by index (``FrameOnceReplay``; not with ``PrioritizedReplay``); false
+    stores every observation and next observation (``Replay``, SLM-Lab's layout).
     ``PrioritizedReplay`` only: ``alpha`` (priority exponent), ``epsilon`` (added to |TD error|),
     ``beta_start`` (None: SLM-Lab's variant, no importance weights; a number: the paper's, importance-weight
     exponent at frame 0), ``beta_end_step`` (frame at which beta reaches 1).
@@ -51,7 +55,7 @@ class MemorySpec:
     max_size: int = field(default=10000, metadata={"gt": 0})
     use_cer: bool = False
     checkpoint: bool = False
-    optimize_memory_usage: bool = False
+    optimize_memory_usage: bool | None = None
     obs_dtype: str = field(default="float32", metadata={"choices": ("float32", "float16")})
     alpha: float = field(default=0.6, metadata={"ge": 0})
     epsilon: float = field(default=1e-4, metadata={"ge": 0})
@@ -75,6 +79,25 @@ def storage_dtype(obs_dtype: Any, float_dtype: Any = np.float32) -> np.dtype:
     if not np.issubdtype(dtype, np.floating) or dtype == np.float16:
         return dtype
     return np.dtype(float_dtype)
+
+
+def transition_bytes(spec: MemorySpec, obs_space: Any, act_shape: tuple[int, ...], act_dtype: Any,
+                     name: str | None = None, store_next_obs: bool = True) -> float:
+    """Bytes per transition of the replay ``Replay.from_spec`` builds for these arguments: its preallocated arrays
+    (and a ``PrioritizedReplay``'s sum tree) over ``spec.max_size`` rows, without what a stream adds beside them
+    (whole stacks at episode ends and starts: about 49 KB per Atari episode). Builds the replay at 1,024 rows
+    (its arrays are zero pages until written), so it costs no memory.
+
+    Raises:
+        ValueError: as ``Replay.from_spec``.
+    """
+    rows = min(1024, spec.max_size)
+    memory = Replay.from_spec(dataclasses.replace(spec, max_size=rows), obs_space, act_shape, act_dtype, name,
+                              store_next_obs)
+    if not isinstance(memory, PrioritizedReplay):
+        return memory.nbytes / rows
+    tree = SumTree(spec.max_size).tree.nbytes  # (2P,) for the power of two P >= max_size: not linear in rows
+    return (memory.nbytes - memory.sum_tree.tree.nbytes) / rows + tree / spec.max_size
 
 
 class Replay:
@@ -126,29 +149,36 @@ class Replay:
 
     @staticmethod
     def from_spec(spec: MemorySpec, obs_space: Any, act_shape: tuple[int, ...], act_dtype: Any,
-                  name: str | None = None, store_next_obs: bool = True) -> Replay:
-        """A ``Replay`` (with ``spec.optimize_memory_usage`` a ``FrameStackReplay`` for (K, H, W) frame stacks, a
-        ``FrameOnceReplay`` for other observations; a ``PrioritizedReplay``
-        when ``name``, default ``spec.name``, says so) for ``obs_space``
-        (a gymnasium space with ``shape`` and ``dtype``: observations stored in its dtype, floating ones in
-        ``spec.obs_dtype``, see ``storage_dtype``).
+                  name: str | None = None, store_next_obs: bool = True, num_envs: int = 0) -> Replay:
+        """The replay ``spec`` asks for, for ``obs_space`` (a gymnasium space with ``shape`` and ``dtype``:
+        observations stored in its dtype, floating ones in ``spec.obs_dtype``, see ``storage_dtype``): a
+        ``PrioritizedReplay`` when ``name`` (default ``spec.name``) says so, else a ``Replay``; with
+        ``spec.optimize_memory_usage`` (see ``MemorySpec``) their frame-once kinds: ``FrameStackReplay`` /
+        ``PrioritizedFrameStackReplay`` for (K, H, W) frame stacks, ``FrameOnceReplay`` for other observations.
         ``store_next_obs`` false: no next observations (then ``optimize_memory_usage`` has nothing to save).
+        ``num_envs``: N, rows per ``add`` (0: taken from the first add); a frame-once kind needs it to load a
+        ``Replay`` state (a checkpoint written without ``optimize_memory_usage``).
 
         Raises:
-            ValueError: as the constructor.
+            ValueError: as the constructors; ``optimize_memory_usage: true`` with ``PrioritizedReplay`` on
+                observations that are not (K, H, W) stacks.
         """
         obs_dtype = storage_dtype(obs_space.dtype, spec.obs_dtype)
         args = (spec.max_size, obs_space.shape, act_shape, act_dtype, spec.batch_size, spec.use_cer, obs_dtype)
+        stacks = len(obs_space.shape) == 3
+        optimize = store_next_obs and (stacks if spec.optimize_memory_usage is None else spec.optimize_memory_usage)
         if (name or spec.name) == "PrioritizedReplay":
-            if spec.optimize_memory_usage and store_next_obs:
-                raise ValueError("agent.memory.optimize_memory_usage is not available with PrioritizedReplay")
-            return PrioritizedReplay(*args, alpha=spec.alpha, epsilon=spec.epsilon, beta_start=spec.beta_start,
-                                     beta_end_step=spec.beta_end_step, store_next_obs=store_next_obs)
-        if not store_next_obs:
-            return Replay(*args, store_next_obs=False)
-        if not spec.optimize_memory_usage:
-            return Replay(*args)
-        return (FrameStackReplay if len(obs_space.shape) == 3 else FrameOnceReplay)(*args)
+            per = {"alpha": spec.alpha, "epsilon": spec.epsilon, "beta_start": spec.beta_start,
+                   "beta_end_step": spec.beta_end_step}
+            if not optimize:
+                return PrioritizedReplay(*args, **per, store_next_obs=store_next_obs)
+            if not stacks:
+                raise ValueError("agent.memory.optimize_memory_usage: true is available with PrioritizedReplay "
+                                 f"only for (K, H, W) frame stacks, not observations of shape {obs_space.shape}")
+            return PrioritizedFrameStackReplay(*args, **per, num_envs=num_envs)
+        if not optimize:
+            return Replay(*args, store_next_obs=store_next_obs)
+        return (FrameStackReplay if stacks else FrameOnceReplay)(*args, num_envs=num_envs)
 
     def add(self, obs_NO: np.ndarray, act_NA: np.ndarray, reward_N: np.ndarray, next_obs_NO: np.ndarray,
             terminated_N: np.ndarray, truncated_N: np.ndarray) -> None:
@@ -246,18 +276,25 @@ class FrameOnceReplay(Replay):
     ``pending``. ``sample`` returns exactly what ``Replay`` would, at about half the memory: an Atari
     (4, 84, 84) uint8 transition is 28,240 bytes instead of 56,464 (float32 two-copy storage: 225,808).
 
-    Same arguments as ``Replay``; every ``add`` must carry the same N rows (N, the number of sub-envs, is
-    taken from the first add).
+    Same arguments as ``Replay`` (``store_next_obs`` must be true: the next observations are what it keeps by
+    index), plus ``num_envs``: N, the rows of every ``add`` (the number of sub-envs; 0: taken from the first add).
+    With N known it also loads a ``Replay`` state (see ``from_replay_state``).
 
     Raises:
-        ValueError: as ``Replay``; on ``add``, a row count that changes or ``max_size`` < 2 N.
+        ValueError: as ``Replay``; ``store_next_obs`` false; ``max_size`` < 2 N; on ``add``, a row count that
+            differs from N.
     """
 
     def __init__(self, max_size: int, obs_shape: tuple[int, ...], act_shape: tuple[int, ...],
-                 act_dtype: np.dtype, batch_size: int, use_cer: bool = False, obs_dtype: Any = np.float32) -> None:
+                 act_dtype: np.dtype, batch_size: int, use_cer: bool = False, obs_dtype: Any = np.float32,
+                 store_next_obs: bool = True, num_envs: int = 0) -> None:
+        if not store_next_obs:
+            raise ValueError(f"{type(self).__name__} keeps next observations by index; without them use Replay")
+        if num_envs and max_size < 2 * num_envs:
+            raise ValueError(f"{type(self).__name__} needs max_size >= 2 * num_envs, got {max_size} < 2 * {num_envs}")
         super().__init__(max_size, obs_shape, act_shape, act_dtype, batch_size, use_cer, obs_dtype,
                          store_next_obs=False)
-        self.num_envs = 0  # N, set by the first add
+        self.num_envs = int(num_envs)  # N, else set by the first add
         self.final: dict[int, np.ndarray] = {}  # row -> true next observation (O,)
         self.pending_rows = np.zeros(0, np.int64)  # rows of the newest add, (N,)
         self.pending = np.zeros((0, *self.obs_shape), self.obs_dtype)  # their next observations (N, *O)
@@ -334,16 +371,45 @@ class FrameOnceReplay(Replay):
         """Restore rows, pointers, ``final`` and ``pending``.
 
         Raises:
-            ValueError: as ``Replay.load_state_dict``, or a state without the frame-once fields.
+            ValueError: as ``Replay.load_state_dict`` and ``from_replay_state``.
         """
         if "final_rows" not in state:
-            raise ValueError("saved replay is not a FrameOnceReplay state (agent.memory.optimize_memory_usage differs)")
+            state = self.from_replay_state(state)
         super().load_state_dict(state)
         self.num_envs = int(state["num_envs"])
         rows, final_obs = np.asarray(state["final_rows"]), np.asarray(state["final_obs"])
         self.final = {int(r): final_obs[i].copy() for i, r in enumerate(rows.tolist())}
         self.pending_rows = np.asarray(state["pending_rows"], np.int64).copy()
         self.pending = np.asarray(state["pending"]).astype(self.obs_dtype)
+
+    def from_replay_state(self, state: dict[str, Any], chunk: int = 4096) -> dict[str, Any]:
+        """This class's state for a ``Replay`` state (a checkpoint written without ``optimize_memory_usage``):
+        its observations; the newest N rows' next observations as ``pending``; ``final`` for the other rows whose
+        next observation is not their successor's observation (compared in chunks of ``chunk`` rows).
+
+        Raises:
+            ValueError: a state without next observations, or N not known (``num_envs`` 0 and no add yet).
+        """
+        data = state.get("data", {})
+        if "next_obs" not in data or "obs" not in data:
+            raise ValueError(f"saved replay is not a {type(self).__name__} or Replay state "
+                             "(agent.memory.optimize_memory_usage or agent.memory.name differs)")
+        n, m = self.num_envs, self.max_size
+        if not n:
+            raise ValueError(f"{type(self).__name__} loads a Replay state only with num_envs known")
+        obs, nxt = np.asarray(data["obs"]), np.asarray(data["next_obs"])
+        size, head = int(state["size"]), int(state["head"])
+        newest = (head - n + np.arange(n)) % m if size else np.zeros(0, np.int64)
+        final = [np.zeros(0, np.int64)]
+        for start in range(0, size, chunk):
+            rows = np.arange(start, min(size, start + chunk))
+            succ = (rows + n) % m
+            kept = (succ < size) & ~np.isin(rows, newest)
+            same = (nxt[rows] == obs[np.where(kept, succ, rows)]).reshape(len(rows), -1).all(axis=1)
+            final.append(rows[kept & ~same])
+        final_rows = np.concatenate(final)
+        return {**state, "data": {k: v for k, v in data.items() if k != "next_obs"}, "num_envs": n,
+                "final_rows": final_rows, "final_obs": nxt[final_rows], "pending_rows": newest, "pending": nxt[newest]}
 
 
 class FrameStackReplay(FrameOnceReplay):
@@ -363,12 +429,12 @@ class FrameStackReplay(FrameOnceReplay):
     the first head. Next observations are ``FrameOnceReplay``'s: the successor's stack, or ``final`` /
     ``pending`` where they differ. ``sample`` returns exactly what ``Replay`` would.
 
-    Loads its own states and ``FrameOnceReplay``'s (a checkpoint written before this class: the newest frame
-    of each saved observation kept, heads found by the same check).
+    Loads its own states, ``FrameOnceReplay``'s (a checkpoint written before this class: the newest frame
+    of each saved observation kept, heads found by the same check) and, with ``num_envs`` known, ``Replay``'s.
 
     Args:
-        as ``Replay``; ``obs_shape`` must have 3 axes (K, H, W), chosen by ``Replay.from_spec`` for
-        ``optimize_memory_usage`` on such spaces. Stacks whose frames are several slices of axis 0 (a
+        as ``FrameOnceReplay``; ``obs_shape`` must have 3 axes (K, H, W), chosen by ``Replay.from_spec`` for
+        such spaces unless ``optimize_memory_usage`` is false. Stacks whose frames are several slices of axis 0 (a
         ``frame_op: concat`` of colour frames, (3K, H, W)) fail the check on every row: correct, each row a
         head, no saving over ``FrameOnceReplay``.
 
@@ -377,10 +443,12 @@ class FrameStackReplay(FrameOnceReplay):
     """
 
     def __init__(self, max_size: int, obs_shape: tuple[int, ...], act_shape: tuple[int, ...],
-                 act_dtype: np.dtype, batch_size: int, use_cer: bool = False, obs_dtype: Any = np.float32) -> None:
+                 act_dtype: np.dtype, batch_size: int, use_cer: bool = False, obs_dtype: Any = np.float32,
+                 store_next_obs: bool = True, num_envs: int = 0) -> None:
         if len(obs_shape) != 3:
             raise ValueError(f"FrameStackReplay needs (K, H, W) observations, got shape {tuple(obs_shape)}")
-        super().__init__(max_size, obs_shape, act_shape, act_dtype, batch_size, use_cer, obs_dtype)
+        super().__init__(max_size, obs_shape, act_shape, act_dtype, batch_size, use_cer, obs_dtype, store_next_obs,
+                         num_envs)
         self.is_head = np.zeros(self.max_size, bool)  # (M,) row keeps its older frames in heads
         self.heads: dict[int, np.ndarray] = {}  # head row -> its stack's K - 1 older frames (K - 1, *F)
 
@@ -443,12 +511,14 @@ class FrameStackReplay(FrameOnceReplay):
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a ``state_dict``, or a ``FrameOnceReplay`` state (whole stacks: see the class).
+        """Restore a ``state_dict``, a ``FrameOnceReplay`` state or a ``Replay`` state (see the class).
 
         Raises:
             ValueError: as ``FrameOnceReplay.load_state_dict``; stacks or heads of another shape.
         """
-        if "final_rows" in state and "obs" in state["data"]:
+        if "final_rows" not in state:
+            state = self.from_replay_state(state)
+        if "obs" in state["data"]:
             state = self.from_frame_once_state(state)
         super().load_state_dict(state)
         rows, older = np.asarray(state["head_rows"], np.int64), np.asarray(state["head_frames"])
@@ -716,7 +786,8 @@ class PrioritizedReplay(Replay):
       frames and after).
 
     Args:
-        max_size, obs_shape, act_shape, act_dtype, batch_size, use_cer, store_next_obs: as ``Replay``.
+        max_size, obs_shape, act_shape, act_dtype, batch_size, use_cer, store_next_obs: as ``Replay``;
+            ``storage``: the storage class's own arguments (``num_envs`` of ``PrioritizedFrameStackReplay``).
         alpha: priority exponent >= 0 (0 is uniform).
         epsilon: added to |TD error| (>= 0) so no transition gets priority 0.
         beta_start: None (SLM-Lab's variant), or beta at frame 0, in [0, 1].
@@ -731,8 +802,9 @@ class PrioritizedReplay(Replay):
     def __init__(self, max_size: int, obs_shape: tuple[int, ...], act_shape: tuple[int, ...], act_dtype: np.dtype,
                  batch_size: int, use_cer: bool = False, obs_dtype: Any = np.float32, alpha: float = 0.6,
                  epsilon: float = 1e-4, beta_start: float | None = None, beta_end_step: int = 100000,
-                 store_next_obs: bool = True) -> None:
-        super().__init__(max_size, obs_shape, act_shape, act_dtype, batch_size, use_cer, obs_dtype, store_next_obs)
+                 store_next_obs: bool = True, **storage: Any) -> None:
+        super().__init__(max_size, obs_shape, act_shape, act_dtype, batch_size, use_cer, obs_dtype,
+                         store_next_obs=store_next_obs, **storage)
         if alpha < 0 or epsilon < 0 or beta_end_step <= 0:
             raise ValueError(f"alpha ({alpha}) and epsilon ({epsilon}) must be >= 0, beta_end_step "
                              f"({beta_end_step}) > 0 frames")
@@ -785,7 +857,7 @@ class PrioritizedReplay(Replay):
         idx = np.minimum(idx, self.size - 1)
         if self.use_cer:
             idx[-1] = (self.head - 1) % self.max_size
-        batch = {k: v[idx] for k, v in self.data.items()}
+        batch = self.gather(idx)
         if self.beta_start is None:  # SLM-Lab: no importance weighting
             weight = np.ones(b, np.float32)
         else:
@@ -799,6 +871,11 @@ class PrioritizedReplay(Replay):
         priority = (np.abs(np.asarray(td_error, np.float64)) + self.epsilon) ** self.alpha
         self.sum_tree.set(idx, priority)
         self.max_priority = max(self.max_priority, float(priority.max()))
+
+    @property
+    def nbytes(self) -> int:
+        """The storage's bytes plus the sum tree's (2P float64, P the power of two >= max_size)."""
+        return super().nbytes + self.sum_tree.tree.nbytes
 
     def state_dict(self) -> dict[str, Any]:
         """``Replay.state_dict`` plus the sum tree (2P,) float64 and ``max_priority``."""
@@ -816,6 +893,17 @@ class PrioritizedReplay(Replay):
             raise ValueError(f"saved sum tree {tree.shape} != {self.sum_tree.tree.shape}")
         self.sum_tree.tree[:] = tree
         self.max_priority = float(state["max_priority"])
+
+
+class PrioritizedFrameStackReplay(PrioritizedReplay, FrameStackReplay):
+    """``PrioritizedReplay`` over ``FrameStackReplay``'s storage: the same priorities, rows and samples as a
+    ``PrioritizedReplay`` of the same transitions, each frame of the (K, H, W) stacks stored once (chosen by
+    ``Replay.from_spec`` for SLM-Lab's Atari PER specs). Arguments: ``PrioritizedReplay``'s plus ``num_envs``
+    (``FrameStackReplay``'s). Loads its own states and a ``PrioritizedReplay``'s (with ``num_envs`` known).
+
+    Raises:
+        ValueError: as both bases.
+    """
 
 
 class SILReplay:

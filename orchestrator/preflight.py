@@ -24,12 +24,14 @@ import math
 import os
 import tracemalloc
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from agents.algorithms import ALGORITHMS
+from agents.memory import MemorySpec, transition_bytes
 from envs.make import EnvSpec, make_env, resolve_env_id
 from orchestrator.search_space import apply_values, parse_search
 from orchestrator.spec import SpecError, check, load_spec
@@ -55,7 +57,8 @@ class EnvShape:
 
     Fields: ``obs_shape`` (O), ``act_shape`` (A, ``()`` for discrete), ``act_dtype`` (as the agent
     stores it), ``n_actions`` (outputs of the policy head), ``env_bytes`` (bytes one sub-env holds,
-    measured with ``tracemalloc`` while building it: a lower bound, C allocations are not seen).
+    measured with ``tracemalloc`` while building it: a lower bound, C allocations are not seen),
+    ``obs_dtype`` (the observation space's dtype: uint8 Atari frames).
     """
 
     obs_shape: tuple[int, ...]
@@ -63,6 +66,7 @@ class EnvShape:
     act_dtype: np.dtype
     n_actions: int
     env_bytes: int
+    obs_dtype: np.dtype = np.dtype(np.float32)
 
 
 def install_hint(env_id: str) -> str:
@@ -132,17 +136,29 @@ def check_env(env: dict[str, Any]) -> EnvShape:
     return EnvShape(tuple(obs_space.shape or ()), () if discrete else tuple(act_space.shape or ()),
                     np.dtype(np.int64) if discrete else np.dtype(np.float32),
                     int(act_space.n) if discrete else int(np.prod(act_space.shape or ())),
-                    max(int(env_bytes), MIN_ENV_BYTES))
+                    max(int(env_bytes), MIN_ENV_BYTES), np.dtype(obs_space.dtype))
 
 
 # ---------------------------------------------------------------- memory
 
 def replay_bytes(max_size: int, obs_shape: tuple[int, ...], act_shape: tuple[int, ...], act_dtype: np.dtype) -> int:
-    """Bytes ``agents.memory.Replay`` allocates: obs and next_obs float32 (max_size, *O), act
-    (max_size, *A) of ``act_dtype``, reward and terminated float32 (max_size,)."""
+    """Bytes of ``max_size`` rows of float32 obs and next_obs (max_size, *O), act (max_size, *A) of
+    ``act_dtype``, reward and terminated float32 (max_size,): an upper bound of a rollout's rows (a replay's
+    own bytes: ``replay_transition_bytes``)."""
     obs = int(np.prod(obs_shape, dtype=object)) * FLOAT32_BYTES
     act = int(np.prod(act_shape, dtype=object)) * np.dtype(act_dtype).itemsize
     return int(max_size) * (2 * obs + act + 2 * FLOAT32_BYTES)
+
+
+def replay_transition_bytes(spec: dict[str, Any], shape: EnvShape, obs_shape: tuple[int, ...], name: str,
+                            store_next_obs: bool = True) -> int:
+    """Bytes per transition, rounded up, of the replay kind ``name`` the checked ``spec``'s ``agent.memory``
+    builds for observations ``obs_shape`` of ``shape.obs_dtype`` (``agents.memory.transition_bytes``: uint8
+    frames as they are, each frame once for frame stacks unless ``optimize_memory_usage`` is false)."""
+    fields = {f.name for f in dataclasses.fields(MemorySpec)}
+    memory = MemorySpec(**{k: v for k, v in spec["agent"]["memory"].items() if k in fields})
+    space = SimpleNamespace(shape=tuple(obs_shape), dtype=shape.obs_dtype)
+    return math.ceil(transition_bytes(memory, space, shape.act_shape, shape.act_dtype, name, store_next_obs))
 
 
 def net_bytes(in_dim: int, hid_layers: list[int], out_dim: int) -> int:
@@ -223,14 +239,14 @@ def memory_needs(spec: dict[str, Any], shape: EnvShape) -> list[tuple[str, int, 
     if spec["meta"]["rigorous_eval"]:
         k = int(spec["meta"]["rigorous_eval"])
         needs.append(("meta.rigorous_eval", k * shape.env_bytes, f"{k} eval sub-envs x {shape.env_bytes} bytes"))
-    if memory["name"] == "Replay":
+    if memory["name"] in ("Replay", "PrioritizedReplay"):
         size = int(memory["max_size"])
-        needs.append(("agent.memory.max_size", size * step, f"replay of {size} transitions x {step} bytes"))
+        per = replay_transition_bytes(spec, shape, obs_shape, memory["name"])
+        needs.append(("agent.memory.max_size", size * per, f"replay of {size} transitions x {per} bytes"))
     if getattr(ALGORITHMS.get(str(algo.get("name"))), "sil_replay", False):  # beside the on-policy memory
         size = int(memory["max_size"])
-        sil_step = step - int(np.prod(shape.obs_shape, dtype=object)) * FLOAT32_BYTES  # no next_obs
-        needs.append(("agent.memory.max_size", size * sil_step,
-                      f"SIL replay of {size} transitions x {sil_step} bytes"))
+        sil = replay_transition_bytes(spec, shape, obs_shape, memory.get("sil_replay_name") or "Replay", False)
+        needs.append(("agent.memory.max_size", size * sil, f"SIL replay of {size} transitions x {sil} bytes"))
     horizon_key = "time_horizon" if "time_horizon" in algo else "training_frequency"
     if memory["name"] == "OnPolicyBatchReplay" and horizon_key in algo:
         steps = min(int(algo[horizon_key]), -(-int(env["max_frame"]) // n_envs))  # a rollout ends by max_frame

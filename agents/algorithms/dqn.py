@@ -109,7 +109,7 @@ class DQN(ReplayCadence, Algorithm):
 
     def init_memory(self) -> Replay:
         """A ``Replay`` (``FrameOnceReplay``, ``PrioritizedReplay``) of ``memory.max_size`` transitions."""
-        return Replay.from_spec(self.spec.memory, self.obs_space, (), np.int64)
+        return Replay.from_spec(self.spec.memory, self.obs_space, (), np.int64, num_envs=self.num_envs)
 
     @torch.no_grad()
     def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:

@@ -196,7 +196,7 @@ class SoftActorCritic(ReplayCadence, Algorithm):
     def init_memory(self) -> Replay:
         """A ``Replay`` or ``PrioritizedReplay`` of ``memory.max_size`` transitions (Box actions float32)."""
         act_shape, act_dtype = ((), np.int64) if self.discrete else (self.action_space.shape, np.float32)
-        return Replay.from_spec(self.spec.memory, self.obs_space, act_shape, act_dtype)
+        return Replay.from_spec(self.spec.memory, self.obs_space, act_shape, act_dtype, num_envs=self.num_envs)
 
     @property
     def training_iter(self) -> int:

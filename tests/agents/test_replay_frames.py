@@ -1,12 +1,14 @@
 """FrameStackReplay (each frame of a (K, H, W) stack once): the samples are exactly Replay's through episode
 ends, life losses without a reset, truncations, ring wrap-around (N not dividing max_size), env resets under a
-restored buffer, state round trips and FrameOnceReplay states written before it; bytes per transition."""
+restored buffer, state round trips, and FrameOnceReplay and Replay states written before it; its prioritized kind
+samples what PrioritizedReplay samples; bytes per transition and the kind from_spec picks."""
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
-from agents.memory import FrameOnceReplay, FrameStackReplay, MemorySpec, Replay
+from agents.memory import (FrameOnceReplay, FrameStackReplay, MemorySpec, PrioritizedFrameStackReplay,
+                           PrioritizedReplay, Replay, transition_bytes)
 
 K, HW = 4, (3, 2)  # small stacks: 4 frames of 3x2
 
@@ -111,8 +113,14 @@ def test_env_reset_state_round_trip_and_frame_once_states():
     assert_same_samples(plain, full)
     stream([plain, full], 20, seed=3)
     assert_same_samples(plain, full)
-    with pytest.raises(ValueError, match="not a FrameOnceReplay state"):
-        full.load_state_dict(plain.state_dict())
+    from_plain = FrameStackReplay(40, (K, *HW), (), np.int64, 8, obs_dtype=np.uint8, num_envs=3)
+    from_plain.load_state_dict(plain.state_dict())  # a Replay state (optimize_memory_usage false before)
+    assert set(from_plain.heads) == set(full.heads) and set(from_plain.final) == set(full.final)
+    assert_same_samples(plain, from_plain)
+    stream([plain, from_plain], 10, seed=4)
+    assert_same_samples(plain, from_plain)
+    with pytest.raises(ValueError, match="loads a Replay state only with num_envs known"):
+        pair(40)[1].load_state_dict(plain.state_dict())
     with pytest.raises(ValueError, match=r"shape \(4, 3, 3\) != \(4, 3, 2\)"):
         full.load_state_dict(FrameOnceReplay(40, (K, 3, 3), (), np.int64, 8).state_dict() | {"num_envs": 3})
     three = FrameStackReplay(40, (3, *HW), (), np.int64, 8, obs_dtype=np.uint8)  # stacks of 3 frames, not 4
@@ -120,15 +128,61 @@ def test_env_reset_state_round_trip_and_frame_once_states():
         three.load_state_dict(frames.state_dict())
 
 
+@pytest.mark.parametrize("beta_start, max_size", [(None, 300), (0.4, 31)])
+def test_prioritized_frame_stacks_sample_what_prioritized_replay_samples(beta_start, max_size):
+    """The same transitions and TD errors: the same rows, weights and arrays as PrioritizedReplay (SLM-Lab's
+    variant and the paper's), the ring wrapped or not; a PrioritizedReplay state loads into it."""
+    args = (max_size, (K, *HW), (), np.int64, 8, False, np.uint8)
+    per = PrioritizedReplay(*args, beta_start=beta_start)
+    frames = PrioritizedFrameStackReplay(*args, beta_start=beta_start, num_envs=3)
+    rng, ra, rb = np.random.default_rng(5), np.random.default_rng(1), np.random.default_rng(1)
+    state = None
+    for t in range(6):
+        state = stream([per, frames], 10, seed=t, state=state)
+        for _ in range(5):
+            x, y = per.sample(ra, frame=30 * t), frames.sample(rb, frame=30 * t)
+            assert x.keys() == y.keys()
+            for k in x:
+                np.testing.assert_array_equal(x[k], y[k], err_msg=k)
+            td = rng.standard_normal(8)
+            per.update_priorities(x["idx"], td)
+            frames.update_priorities(y["idx"], td)
+    loaded = PrioritizedFrameStackReplay(*args, beta_start=beta_start, num_envs=3)
+    loaded.load_state_dict(per.state_dict())
+    assert_same_samples(per, loaded, draws=0)
+    a, b = np.random.default_rng(2), np.random.default_rng(2)
+    for _ in range(5):
+        x, y = per.sample(a), loaded.sample(b)
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k], err_msg=k)
+
+
 def test_bytes_per_transition_and_selection():
     """(4, 84, 84) uint8: one 84x84 frame (7,056 bytes) + act, reward, terminated (16) + the head flag (1) per
-    row: 7,073 bytes at max_size, against 28,240 (FrameOnceReplay) and 56,464 (Replay); chosen by from_spec for
-    (K, H, W) spaces with optimize_memory_usage, FrameOnceReplay for other shapes."""
+    row: 7,073 bytes at max_size, against 28,240 (FrameOnceReplay) and 56,464 (Replay). from_spec picks the
+    frame-stack kinds for (K, H, W) spaces unless optimize_memory_usage is false (null, the default, included;
+    PrioritizedReplay too: + its sum tree), FrameOnceReplay for other shapes only when it is true."""
     atari = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
-    spec = MemorySpec(max_size=1000, optimize_memory_usage=True)
-    mem = Replay.from_spec(spec, atari, (), np.int64)
-    assert type(mem) is FrameStackReplay and mem.nbytes == 1000 * 7_073 and mem.obs_nbytes == 28_224
     vec = gym.spaces.Box(-1, 1, (4,), np.float32)
-    assert type(Replay.from_spec(spec, vec, (), np.int64)) is FrameOnceReplay
+    for optimize in (None, True):
+        spec = MemorySpec(max_size=1000, optimize_memory_usage=optimize)
+        mem = Replay.from_spec(spec, atari, (), np.int64, num_envs=4)
+        assert type(mem) is FrameStackReplay and mem.num_envs == 4
+        assert mem.nbytes == 1000 * 7_073 == transition_bytes(spec, atari, (), np.int64) * 1000
+        assert mem.obs_nbytes == 28_224
+        per = Replay.from_spec(spec, atari, (), np.int64, name="PrioritizedReplay")
+        assert type(per) is PrioritizedFrameStackReplay and per.nbytes == 1000 * 7_073 + 2 * 1024 * 8
+    assert type(Replay.from_spec(MemorySpec(optimize_memory_usage=True), vec, (), np.int64)) is FrameOnceReplay
+    assert type(Replay.from_spec(MemorySpec(), vec, (), np.int64)) is Replay
+    assert type(Replay.from_spec(MemorySpec(name="PrioritizedReplay"), vec, (), np.int64)) is PrioritizedReplay
+    off = MemorySpec(max_size=1000, optimize_memory_usage=False)
+    assert type(Replay.from_spec(off, atari, (), np.int64)) is Replay
+    assert transition_bytes(off, atari, (), np.int64) == 56_464
+    assert transition_bytes(MemorySpec(max_size=1_000_000), atari, (), np.int64, "PrioritizedReplay") == \
+        7_073 + 2 * 2**20 * 8 / 1_000_000
+    with pytest.raises(ValueError, match=r"PrioritizedReplay only for \(K, H, W\) frame stacks, not .* \(4,\)"):
+        Replay.from_spec(MemorySpec(name="PrioritizedReplay", optimize_memory_usage=True), vec, (), np.int64)
     with pytest.raises(ValueError, match=r"needs \(K, H, W\) observations, got shape \(4,\)"):
         FrameStackReplay(10, (4,), (), np.int64, 2)
+    with pytest.raises(ValueError, match="needs max_size >= 2 \\* num_envs, got 7 < 2 \\* 4"):
+        FrameStackReplay(7, (4, 2, 2), (), np.int64, 2, num_envs=4)

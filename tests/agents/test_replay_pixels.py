@@ -23,7 +23,9 @@ def test_bytes_per_transition():
     assert storage_dtype(np.float64) == np.float32 and storage_dtype(np.uint8) == np.uint8
     spec = MemorySpec(max_size=size, optimize_memory_usage=True)
     assert isinstance(Replay.from_spec(spec, ATARI, (), np.int64), FrameOnceReplay)
-    assert Replay.from_spec(MemorySpec(max_size=size), ATARI, (), np.int64).data["obs"].dtype == np.uint8
+    plain = MemorySpec(max_size=size, optimize_memory_usage=False)
+    assert type(Replay.from_spec(plain, ATARI, (), np.int64)) is Replay
+    assert Replay.from_spec(plain, ATARI, (), np.int64).data["obs"].dtype == np.uint8
 
 
 def fill(memories, steps, seed=0, reset_at=None):
@@ -76,8 +78,16 @@ def test_frame_once_env_reset_and_state_round_trip():
     assert_same_samples(once, clone)
     fill([plain, once, clone], 7, seed=2)
     assert_same_samples(plain, clone)
-    with pytest.raises(ValueError, match="not a FrameOnceReplay state"):
-        clone.load_state_dict(plain.state_dict())
+    converted = FrameOnceReplay(40, (4,), (), np.int64, 16, num_envs=3)  # a Replay state (N known): same samples
+    converted.load_state_dict(plain.state_dict())
+    assert_same_samples(plain, converted)
+    assert sorted(converted.final) == sorted(clone.final)
+    fill([plain, converted], 5, seed=4)
+    assert_same_samples(plain, converted)
+    with pytest.raises(ValueError, match="loads a Replay state only with num_envs known"):
+        FrameOnceReplay(40, (4,), (), np.int64, 16).load_state_dict(plain.state_dict())
+    with pytest.raises(ValueError, match="not a FrameOnceReplay or Replay state"):
+        converted.load_state_dict(Replay(40, (4,), (), np.int64, 16, store_next_obs=False).state_dict())
 
 
 def zero_rows(n):
@@ -106,7 +116,7 @@ def test_float16_obs_storage_rounds_as_slm_lab_replay(frame_once):
     memory = Replay.from_spec(half, space, (), np.int64)
     assert memory.data["obs"].dtype == np.float16 and memory.nbytes == 200 * 32
     assert Replay.from_spec(MemorySpec(max_size=200), space, (), np.int64).nbytes == 200 * 48
-    assert Replay.from_spec(half, ATARI, (), np.int64).data["obs"].dtype == np.uint8
+    assert Replay.from_spec(half, ATARI, (), np.int64).data["frame"].dtype == np.uint8  # frames stay uint8
     assert storage_dtype(np.float64, np.float16) == np.float16 and storage_dtype(np.float16) == np.float16
     full = Replay(200, (4,), (), np.int64, 16)
     fill([memory, full], 30)  # 90 rows, 3 sub-envs, episodes of 6 steps

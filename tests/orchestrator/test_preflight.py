@@ -91,3 +91,24 @@ def test_sil_replay_is_counted_beside_the_rollout():
     algo = make_algo("ppo_sil_cartpole", ["agent.memory.max_size=1000", "agent.net.hid_layers=[4]"],
                      spec_file="specs/sil.json")
     assert algo.memory.nbytes == 32_000
+
+
+@pytest.mark.parametrize("items, per_transition", [
+    ([], 7_073),  # each 84x84 frame once (FrameStackReplay)
+    (["agent.memory.name=PrioritizedReplay"], 7_073 + 21),  # + the sum tree: 2 x 262,144 float64 over 200,000 rows
+    (["agent.memory.optimize_memory_usage=false"], 56_464),  # uint8 obs and next_obs
+])
+def test_atari_replay_bytes_are_the_replay_kinds_own(items, per_transition):
+    """The Atari DQN spec's replay of 200,000 transitions is counted as the replay the session builds (uint8 frames,
+    each once unless ``optimize_memory_usage`` is false; preflight once counted float32 obs and next_obs, 225,808
+    bytes a transition, 45 GB, and refused the spec on a 24 GB machine)."""
+    atari = preflight.EnvShape((4, 84, 84), (), np.dtype(np.int64), 6, 10_000, np.dtype(np.uint8))
+    spec = load_spec("specs/benchmark/atari.json", "dqn_atari", items)
+    needs = {key: (need, what) for key, need, what in preflight.memory_needs(spec, atari)}
+    assert needs["agent.memory.max_size"] == (
+        200_000 * per_transition, f"replay of 200000 transitions x {per_transition} bytes")
+    if per_transition < 10_000:  # 4 sessions of 1.4 GB fit a 24 GB machine; of 11.3 GB they do not
+        preflight.check_memory(spec, atari, sessions=4, available=24 * 2**30)
+    else:
+        with pytest.raises(SpecError, match="agent.memory.max_size: replay of 200000 transitions x 56464 bytes"):
+            preflight.check_memory(spec, atari, sessions=4, available=24 * 2**30)

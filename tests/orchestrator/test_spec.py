@@ -410,6 +410,25 @@ def test_spec_hash_is_canonical_and_sensitive():
     assert spec_hash(a) != spec_hash(apply_overrides(a, ["agent.algorithm.gamma=0.98"]))
 
 
+def test_resume_keeps_a_saved_replay_layout_when_the_spec_leaves_it_unset():
+    """A run saved with ``optimize_memory_usage`` true or false (its checkpointed replay is in that layout) resumed
+    with a spec that leaves it null (the default: by the observations) keeps the saved value; an explicit other
+    value contradicts the past."""
+    from orchestrator.spec import resume_edits
+
+    new = check({**FLAT, "name": "s"})
+    assert new["agent"]["memory"]["optimize_memory_usage"] is None
+    for saved_value in (False, True):
+        saved = copy.deepcopy(new)
+        saved["agent"]["memory"]["optimize_memory_usage"] = saved_value
+        merged, applied, conflicts = resume_edits(saved, new)
+        assert conflicts == [] and applied == [] and merged["agent"]["memory"]["optimize_memory_usage"] is saved_value
+        other = copy.deepcopy(new)
+        other["agent"]["memory"]["optimize_memory_usage"] = not saved_value
+        assert resume_edits(saved, other)[2] == [f"agent.memory.optimize_memory_usage: the run was saved with "
+                                                 f"{saved_value!r}, the spec gives {not saved_value!r}"]
+
+
 def test_session_seed():
     assert session_seed(3, 0, 0) == 3 and session_seed(3, 2, 1) == 2004
 

@@ -67,23 +67,26 @@ def test_resume_is_exact(tmp_path, spec_file, name, items, stop_frame):
     assert straight.weights_sha256() == resumed.weights_sha256()
 
 
-def test_frame_once_replay_checkpoint_resumes_into_frame_stack_replay(tmp_path, monkeypatch):
+@pytest.mark.parametrize("before", ["FrameOnceReplay", "Replay"])
+def test_older_replay_checkpoint_resumes_into_frame_stack_replay(tmp_path, monkeypatch, before):
     """A DQN Atari checkpoint whose replay was written by ``FrameOnceReplay`` (whole stacks: what
-    ``optimize_memory_usage`` stored before ``FrameStackReplay``), its ring wrapped, resumes into a
-    ``FrameStackReplay`` and ends with the same train_df and weights as the uninterrupted run."""
+    ``optimize_memory_usage: true`` stored before ``FrameStackReplay``) or by ``Replay`` (obs and next_obs: the
+    default before), its ring wrapped, resumes into a ``FrameStackReplay`` and ends with the same train_df and
+    weights as the uninterrupted run."""
     spec = load_spec(ATARI, "dqn_atari", [*DQN_ATARI, "agent.memory.checkpoint=true", "env.max_frame=128",
                                           "agent.memory.max_size=64", "meta.random_seed=3"])
     straight = uninterrupted(spec, seed=3)
     assert type(straight.algorithm.memory) is memory.FrameStackReplay
     predir = str(tmp_path / "dqn_atari_2026_01_01_000000")
     with monkeypatch.context() as m:
-        m.setattr(memory, "FrameStackReplay", memory.FrameOnceReplay)  # the replay before this class
+        older = getattr(memory, before)
+        m.setattr(memory, "FrameStackReplay", lambda *args, num_envs: older(*args))  # the replay before this class
         first = SessionRunner(spec, predir, 0, 0, 3, resume=False)
         for event in first.events():
             if event["kind"] == "started":
                 first.session.run_rl(until_frame=98)
                 first.session.stop_requested = True
-        assert event["kind"] == "interrupted" and type(first.session.algorithm.memory) is memory.FrameOnceReplay
+        assert event["kind"] == "interrupted" and type(first.session.algorithm.memory) is older
         assert len(first.session.algorithm.memory) == 64  # the ring has wrapped
     second = SessionRunner(spec, predir, 0, 0, 3, resume=True)
     assert [e["kind"] for e in second.events()][-1] == "done" and second.restored_frame == 98
