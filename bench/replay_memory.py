@@ -10,9 +10,10 @@ sub-envs, and adds every transition, as a session does (``final_obs`` at episode
 - ``FrameOnceReplay``: each stacked observation once, the next one by index, episode ends keeping their true final
   observation (what ``agent.memory.optimize_memory_usage: true`` gave Atari before ``FrameStackReplay``; it still
   does for observations that are not (K, H, W) stacks);
-- ``FrameStackReplay`` (``agent.memory.optimize_memory_usage: true`` on Atari): each 84x84 frame once, a row's stack
-  rebuilt from its sub-env's previous rows, whole stacks kept only for heads (episode starts, each stream's oldest
-  row) and episode ends' true final observations.
+- ``FrameStackReplay`` (``Replay`` on Atari unless ``agent.memory.optimize_memory_usage`` is false): each 84x84 frame
+  once, a row's stack rebuilt from its sub-env's previous rows, whole stacks kept only for heads (episode starts, each
+  stream's oldest row) and episode ends' true final observations;
+- ``PrioritizedFrameStackReplay`` (``PrioritizedReplay`` on Atari, the same condition): that storage plus the sum tree.
 
 ``Replay.nbytes`` (its preallocated arrays plus what it holds beside them) divided by the transitions stored gives
 bytes per transition; times 1,000,000 the projected bytes of a 1M-transition replay (GB = 10**9 bytes). The
@@ -39,14 +40,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agents.memory import FrameOnceReplay, FrameStackReplay, Replay  # noqa: E402
+from agents.memory import FrameOnceReplay, FrameStackReplay, PrioritizedFrameStackReplay, Replay  # noqa: E402
 from envs.make import EnvSpec, final_obs, make_env, sub_env_seeds  # noqa: E402
 
 GOAL_GB = 7.2  # issue 11: replay memory per 1M Atari transitions
 
 
 def measure(transitions: int, num_envs: int, seed: int) -> dict[str, Any]:
-    """Fill the four replay kinds with ``transitions`` transitions (rounded down to whole vector steps) of a
+    """Fill the five replay kinds with ``transitions`` transitions (rounded down to whole vector steps) of a
     random-policy Pong stream; returns bytes per transition and projected GB per 1M transitions per kind.
 
     Raises:
@@ -62,7 +63,9 @@ def measure(transitions: int, num_envs: int, seed: int) -> dict[str, Any]:
     memories = {"Replay (float32)": Replay(size, space.shape, (), np.int64, 32, obs_dtype=np.float32),
                 "Replay (uint8)": Replay(size, space.shape, (), np.int64, 32, obs_dtype=np.uint8),
                 "FrameOnceReplay (uint8)": FrameOnceReplay(size, space.shape, (), np.int64, 32, obs_dtype=np.uint8),
-                "FrameStackReplay (uint8)": FrameStackReplay(size, space.shape, (), np.int64, 32, obs_dtype=np.uint8)}
+                "FrameStackReplay (uint8)": FrameStackReplay(size, space.shape, (), np.int64, 32, obs_dtype=np.uint8),
+                "PrioritizedFrameStackReplay (uint8)": PrioritizedFrameStackReplay(size, space.shape, (), np.int64, 32,
+                                                                                   obs_dtype=np.uint8)}
     rng = np.random.default_rng(seed)
     obs, _ = env.reset(seed=sub_env_seeds(seed, num_envs))
     episodes, t0 = 0, time.perf_counter()

@@ -1009,8 +1009,9 @@ def resume_edits(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, 
 
     Edits under ``RESUME_EDITABLE`` are applied (``max_frame`` and ``max_session`` only upwards);
     every other difference contradicts the past. ``meta.random_seed`` unset in the new spec means
-    "keep the saved seed", ``agent.memory.optimize_memory_usage`` unset "keep the saved replay layout". Keys the saved spec lacks (fields added to the lab since it was saved, e.g.
-    ``env.noop_max``, ``agent.net.conv_hid_layers``) take their current defaults, so older runs resume.
+    "keep the saved seed", ``agent.memory.optimize_memory_usage`` unset "keep the saved replay layout". Keys
+    the saved spec lacks (fields added to the lab since it was saved, e.g. ``env.noop_max``,
+    ``agent.net.conv_hid_layers``) take their current defaults, so older runs resume.
 
     Args:
         saved: the checked spec stored in the predir.

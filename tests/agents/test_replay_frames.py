@@ -7,8 +7,15 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from agents.memory import (FrameOnceReplay, FrameStackReplay, MemorySpec, PrioritizedFrameStackReplay,
-                           PrioritizedReplay, Replay, transition_bytes)
+from agents.memory import (
+    FrameOnceReplay,
+    FrameStackReplay,
+    MemorySpec,
+    PrioritizedFrameStackReplay,
+    PrioritizedReplay,
+    Replay,
+    transition_bytes,
+)
 
 K, HW = 4, (3, 2)  # small stacks: 4 frames of 3x2
 

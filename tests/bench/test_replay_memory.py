@@ -27,6 +27,7 @@ def test_bytes_per_transition_on_a_pong_stream():
     assert kinds["FrameOnceReplay (uint8)"] == OBS + 16 + 2 * OBS / 64
     # each frame once + a head flag, plus the first step's 2 heads (3 older frames each) and the 2 next observations
     assert kinds["FrameStackReplay (uint8)"] == OBS / 4 + 17 + (2 * 3 * OBS / 4 + 2 * OBS) / 64
+    assert kinds["PrioritizedFrameStackReplay (uint8)"] == kinds["FrameStackReplay (uint8)"] + 2 * 64 * 8 / 64  # tree
     assert rec["kinds"]["Replay (uint8)"]["gb_per_1m"] == (2 * OBS + 16) * 1e6 / 1e9
 
 
@@ -36,7 +37,8 @@ def test_command_line_writes_json(tmp_path):
     rec = json.loads(out.read_text())
     assert rec["goal_gb_per_1m"] == 7.2 and set(rec["kinds"]) == {"Replay (float32)", "Replay (uint8)",
                                                                   "FrameOnceReplay (uint8)",
-                                                                  "FrameStackReplay (uint8)"}
+                                                                  "FrameStackReplay (uint8)",
+                                                                  "PrioritizedFrameStackReplay (uint8)"}
 
 
 def test_too_few_transitions_is_a_clear_error(capsys):

@@ -116,3 +116,30 @@ def test_dev_run_names_the_first_problem_of_a_refusal():
     rc, _, message = bench.dev_run(path, DEV_SAMPLE[0][1], ["agent.algorithm.gamma=7"], 100, analysis=False)
     assert rc == 2
     assert message.startswith("agent.algorithm.gamma"), message
+
+
+@pytest.mark.parametrize("rel, name, kind, per_transition", [
+    ("v5.3.0/benchmark/dqn/dqn_atari.json", "dqn_atari", "FrameStackReplay", 7_073),
+    ("v5.3.0/benchmark/dqn/ddqn_per_atari.json", "ddqn_per_atari", "PrioritizedFrameStackReplay", 7_073 + 21),
+])
+def test_atari_dqn_entries_store_each_frame_once(rel, name, kind, per_transition):
+    """SLM-Lab's own Atari DQN entries (``Replay`` / ``PrioritizedReplay`` of 200,000, no lab key) get the
+    frame-stack replay kinds: 1.4 GB per session instead of 11.3 GB, the same samples (``tests/agents/
+    test_replay_frames.py``), and preflight counts that."""
+    import gymnasium as gym
+    import numpy as np
+
+    from agents.memory import MemorySpec, Replay
+    from orchestrator import preflight
+
+    path = ROOT / rel
+    spec = load_spec(str(path), name, bench.template_fills(path))
+    fields = MemorySpec.__dataclass_fields__
+    memory_spec = MemorySpec(**{k: v for k, v in spec["agent"]["memory"].items() if k in fields})
+    assert memory_spec.optimize_memory_usage is None and memory_spec.max_size == 200_000
+    atari = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    small = MemorySpec(**{**memory_spec.__dict__, "max_size": 1000})
+    assert type(Replay.from_spec(small, atari, (), np.int64, num_envs=16)).__name__ == kind
+    shape = preflight.EnvShape((4, 84, 84), (), np.dtype(np.int64), 6, 10_000, np.dtype(np.uint8))
+    needs = {key: what for key, _, what in preflight.memory_needs(spec, shape)}
+    assert needs["agent.memory.max_size"] == f"replay of 200000 transitions x {per_transition} bytes"

@@ -51,7 +51,7 @@ def test_dev_run(tmp_path, monkeypatch, spec_file, name, items):
 @pytest.mark.parametrize("spec_file, name, items, stop_frame", [
     (ATARI, "ppo_atari", PPO_ATARI, 102),
     (ATARI, "ppo_atari", [*PPO_ATARI, "agent.net.precision=bfloat16"], 102),  # conv nets under bfloat16 autocast
-    (ATARI, "dqn_atari", [*DQN_ATARI, "agent.memory.checkpoint=true", "env.max_frame=128"], 98),  # FrameOnceReplay
+    (ATARI, "dqn_atari", [*DQN_ATARI, "agent.memory.checkpoint=true", "env.max_frame=128"], 98),  # FrameStackReplay
     (ATARI, "dqn_atari", [*DQN_ATARI, "agent.memory.checkpoint=true", "agent.memory.optimize_memory_usage=false",
                           "env.max_frame=128"], 70),
     (MUJOCO, "ppo_hopper", ["env.num_envs=2", "env.max_frame=256", "meta.log_frequency=64", *TINY_PPO], 90),
