@@ -133,7 +133,9 @@ def test_algorithms_act_and_update_on_pixels(name, overrides, nets):
         obs = next_obs
     assert clock.opt_step > 0
     if "dqn" in name:
-        assert algo.memory.data["obs"].dtype == np.uint8 and algo.memory.sample(algo.rng)["next_obs"].dtype == np.uint8
+        batch = algo.memory.sample(algo.rng)  # each frame once, in uint8 (FrameStackReplay)
+        assert type(algo.memory).__name__ == "FrameStackReplay" and algo.memory.data["frame"].dtype == np.uint8
+        assert batch["obs"].dtype == batch["next_obs"].dtype == np.uint8
 
 
 @pytest.mark.parametrize("net_type, dtype", [("ConvNet", torch.uint8), ("MLPNet", torch.float32)])
