@@ -108,7 +108,8 @@ class DQN(ReplayCadence, Algorithm):
         self.last_target_frame = 0
 
     def init_memory(self) -> Replay:
-        """A ``Replay`` (``FrameOnceReplay``, ``PrioritizedReplay``) of ``memory.max_size`` transitions."""
+        """A ``Replay`` or ``PrioritizedReplay`` (in the layout ``Replay.from_spec`` picks: each frame once on
+        Atari) of ``memory.max_size`` transitions."""
         return Replay.from_spec(self.spec.memory, self.obs_space, (), np.int64, num_envs=self.num_envs)
 
     @torch.no_grad()
