@@ -31,10 +31,10 @@ import gymnasium as gym
 import numpy as np
 
 from agents.algorithms import ALGORITHMS
-from agents.memory import MemorySpec, transition_bytes
+from agents.memory import transition_bytes
 from envs.make import EnvSpec, make_env, resolve_env_id
 from orchestrator.search_space import apply_values, parse_search
-from orchestrator.spec import SpecError, check, load_spec
+from orchestrator.spec import SpecError, build, check, load_spec
 
 # entry-point module prefix (or env id prefix) -> the pip command that installs the env family
 INSTALL_HINTS: tuple[tuple[str, str], ...] = (
@@ -155,8 +155,7 @@ def replay_transition_bytes(spec: dict[str, Any], shape: EnvShape, obs_shape: tu
     """Bytes per transition, rounded up, of the replay kind ``name`` the checked ``spec``'s ``agent.memory``
     builds for observations ``obs_shape`` of ``shape.obs_dtype`` (``agents.memory.transition_bytes``: uint8
     frames as they are, each frame once for frame stacks unless ``optimize_memory_usage`` is false)."""
-    fields = {f.name for f in dataclasses.fields(MemorySpec)}
-    memory = MemorySpec(**{k: v for k, v in spec["agent"]["memory"].items() if k in fields})
+    memory = build(spec).agent.memory
     space = SimpleNamespace(shape=tuple(obs_shape), dtype=shape.obs_dtype)
     return math.ceil(transition_bytes(memory, space, shape.act_shape, shape.act_dtype, name, store_next_obs))
 

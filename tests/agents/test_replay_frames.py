@@ -16,6 +16,7 @@ from agents.memory import (
     Replay,
     transition_bytes,
 )
+from tests.agents.test_replay_pixels import assert_same_samples as same_samples
 
 K, HW = 4, (3, 2)  # small stacks: 4 frames of 3x2
 
@@ -54,15 +55,8 @@ def stream(memories, steps, n=3, seed=0, reset_at=None, state=None):
 
 
 def assert_same_samples(a, b, draws=30, seed=1):
-    ra, rb = np.random.default_rng(seed), np.random.default_rng(seed)
-    for _ in range(draws):
-        x, y = a.sample(ra), b.sample(rb)
-        assert x.keys() == y.keys()
-        for k in x:
-            np.testing.assert_array_equal(x[k], y[k], err_msg=k)
-    rows = np.arange(len(a))
-    for k, v in a.gather(rows).items():
-        np.testing.assert_array_equal(v, b.gather(rows)[k], err_msg=k)
+    """30 equal samples and equal gathers of every row (``test_replay_pixels.assert_same_samples``)."""
+    same_samples(a, b, draws, seed, every_row=True)
 
 
 def pair(max_size, use_cer=False):

@@ -45,10 +45,18 @@ def fill(memories, steps, seed=0, reset_at=None):
     env.close()
 
 
-def assert_same_samples(a, b, draws=40, seed=1):
+def assert_same_samples(a, b, draws=40, seed=1, every_row=False):
+    """``draws`` samples of ``a`` and ``b`` from equal RNGs hold the same arrays; ``every_row``: so do their gathers
+    of every stored row."""
     ra, rb = np.random.default_rng(seed), np.random.default_rng(seed)
     for _ in range(draws):
         x, y = a.sample(ra), b.sample(rb)
+        assert x.keys() == y.keys()
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k], err_msg=k)
+    if every_row:
+        rows = np.arange(len(a))
+        x, y = a.gather(rows), b.gather(rows)
         assert x.keys() == y.keys()
         for k in x:
             np.testing.assert_array_equal(x[k], y[k], err_msg=k)

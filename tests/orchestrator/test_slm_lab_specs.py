@@ -126,19 +126,21 @@ def test_atari_dqn_entries_store_each_frame_once(rel, name, kind, per_transition
     """SLM-Lab's own Atari DQN entries (``Replay`` / ``PrioritizedReplay`` of 200,000, no lab key) get the
     frame-stack replay kinds: 1.4 GB per session instead of 11.3 GB, the same samples (``tests/agents/
     test_replay_frames.py``), and preflight counts that."""
+    import dataclasses
+
     import gymnasium as gym
     import numpy as np
 
-    from agents.memory import MemorySpec, Replay
+    from agents.memory import Replay
     from orchestrator import preflight
+    from orchestrator.spec import build
 
     path = ROOT / rel
     spec = load_spec(str(path), name, bench.template_fills(path))
-    fields = MemorySpec.__dataclass_fields__
-    memory_spec = MemorySpec(**{k: v for k, v in spec["agent"]["memory"].items() if k in fields})
+    memory_spec = build(spec).agent.memory
     assert memory_spec.optimize_memory_usage is None and memory_spec.max_size == 200_000
     atari = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
-    small = MemorySpec(**{**memory_spec.__dict__, "max_size": 1000})
+    small = dataclasses.replace(memory_spec, max_size=1000)
     assert type(Replay.from_spec(small, atari, (), np.int64, num_envs=16)).__name__ == kind
     shape = preflight.EnvShape((4, 84, 84), (), np.dtype(np.int64), 6, 10_000, np.dtype(np.uint8))
     needs = {key: what for key, _, what in preflight.memory_needs(spec, shape)}
