@@ -35,7 +35,7 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 import agents.batch_renorm  # noqa: F401  (registers BatchRenorm1d / LazyBatchRenorm1d in torch.nn for arcs)
-from agents import eager_optim
+from orchestrator.runtime import torch_optim
 
 HIDDEN_GAIN = math.sqrt(2.0)
 POLICY_GAIN = 0.01
@@ -104,7 +104,7 @@ class NetSpec:
         init_from: initialize the nets (only: not optimizers, not the clock) of a fresh session from
             another run's checkpoint: a session spec file ``{spec_name}_t{T}_s{S}_spec.json`` (its best
             checkpoint), a session directory, or a checkpoint directory ``ckpt/{frame:012d}``; path or
-            URI. Loaded by ``orchestrator.transfer`` (agents never read files); None: fresh init.
+            URI. Loaded by ``orchestrator.session.transfer`` (agents never read files); None: fresh init.
         cell_type / rnn_hidden_size / rnn_num_layers / bidirectional: ``RecurrentNet``'s torch cell
             (``nn.GRU``, ``nn.LSTM``, ``nn.RNN``), its hidden width H (required), layers and direction.
         seq_len: ``RecurrentNet``: L, observations per input window (required); the env then returns windows
@@ -188,7 +188,7 @@ def make_optim(params: Any, optim_spec: dict[str, Any]) -> torch.optim.Optimizer
     if name not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer '{name}'; expected one of {sorted(OPTIMIZERS)}")
     kwargs = {k: v for k, v in optim_spec.items() if k != "name"}
-    eager_optim.defer_dynamo()  # the constructor's add_param_group would import torch._dynamo
+    torch_optim.defer_dynamo()  # the constructor's add_param_group would import torch._dynamo
     if OPTIMIZERS[name] in FUSED_DEFAULT and not {"fused", "foreach", "differentiable", "capturable"} & set(kwargs):
         kwargs["fused"] = True
     elif not kwargs.get("fused"):

@@ -36,8 +36,8 @@ def measure(mode: str, frames: int, seed: int) -> dict[str, Any]:
     import numpy as np
     import torch
 
-    from orchestrator.session import Session
-    from orchestrator.spec import load_spec
+    from orchestrator.session.loop import Session
+    from orchestrator.spec.load import load_spec
     torch.set_num_threads(1)
     spec = load_spec(str(Path(os.environ["SLM_LAB_SPECS"]) / SPEC_FILE), "dqn_boltzmann_cartpole",
                      [f"env.max_frame={frames}", f"env.autoreset={mode}"])
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the {', '.join(failed)} run failed; {args.out} left as it was", file=sys.stderr)
         return 1
     records = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
-    from orchestrator import storage
+    from orchestrator.store import storage
     storage.write_json(args.out, records)  # atomic: a kill mid-write leaves the old file
     for r in records:
         print(json.dumps(r))

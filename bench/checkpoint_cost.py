@@ -31,9 +31,9 @@ import time
 
 import torch
 
-from orchestrator import storage
 from orchestrator.session_actor import SessionRunner, checkpoint_gap_s
-from orchestrator.spec import load_spec
+from orchestrator.spec.load import load_spec
+from orchestrator.store import storage
 
 SPEC_DIR = "specs/benchmark"
 FRAMES = {"cartpole.json": 30000, "pendulum.json": 10000, "box2d.json": 10000, "mujoco.json": 40000,
@@ -105,7 +105,7 @@ def snapshot_ab(name: str, frames: int, reps: int) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from orchestrator.session import Session
+    from orchestrator.session.loop import Session
 
     spec = load_spec(os.path.join(SPEC_DIR, "cartpole.json"), name, [f"env.max_frame={frames}"])
     s = Session(spec, 1)

@@ -105,9 +105,9 @@ class CountingStream:
 def measure(spec_file: str, name: str, overrides: list[str], frames: int, bucket: str,
             requests: RequestLog) -> dict[str, Any]:
     """Train one session of ``name`` for ``frames`` frames on ``s3://{bucket}``; counts per checkpoint."""
-    from orchestrator import storage
     from orchestrator.session_actor import SessionRunner
-    from orchestrator.spec import load_spec
+    from orchestrator.spec.load import load_spec
+    from orchestrator.store import storage
 
     counts: collections.Counter = collections.Counter()
     real = storage.resolve
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
     finally:
         server.stop()
-    from orchestrator import storage  # atomic: a kill mid-write leaves the old file
+    from orchestrator.store import storage  # atomic: a kill mid-write leaves the old file
     storage.write_text(str(args.out), json.dumps({"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                                                   "results": results}, indent=1) + "\n")
     return 0

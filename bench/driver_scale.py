@@ -56,9 +56,10 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import ray  # noqa: E402
 
-from orchestrator import storage  # noqa: E402
 from orchestrator import trial as trial_mod  # noqa: E402
-from orchestrator.spec import load_spec  # noqa: E402
+from orchestrator.modes import train as train_mod  # noqa: E402
+from orchestrator.spec.load import load_spec  # noqa: E402
+from orchestrator.store import storage  # noqa: E402
 
 SPEC_FILE = ROOT / "specs/benchmark/cartpole.json"
 FRAMES_PER_LOG = 2048  # ppo_cartpole's log_frequency: frames per simulated log row
@@ -191,7 +192,7 @@ def run_one(n: int, args: argparse.Namespace, data_dir: str) -> dict[str, Any]:
     hosts = [SessionHost.options(max_concurrency=per + 2, num_cpus=0.001, scheduling_strategy="SPREAD").remote()
              for _ in range(n_hosts)]
     ray.get([h.stop.remote("-") for h in hosts])  # every host process is up before the clock starts
-    predir, plans = trial_mod.plan_fresh(spec, data_dir)
+    predir, plans = train_mod.plan_fresh(spec, data_dir)
     record = CountingRecord(predir, CountingRecord.new_data(spec["name"]))
     trial = SimTrial(spec, predir, plans, record, quiet=True, analyze=False, hosts=hosts,
                      duration_s=args.duration, log_every_s=args.log_every_s, ckpt_every=args.ckpt_every)

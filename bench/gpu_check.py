@@ -206,9 +206,9 @@ def restore_on_cuda(predir: Path) -> float:
         CheckFailed: the algorithm is not on CUDA, or the restored clock does not advance.
     """
     sys.path.insert(0, str(REPO))
-    from orchestrator.checkpoint import CheckpointStore
-    from orchestrator.enjoy import read_session_spec
-    from orchestrator.session import Session
+    from orchestrator.session.loop import Session
+    from orchestrator.spec.session_spec import read_session_spec
+    from orchestrator.store.checkpoint import CheckpointStore
 
     start = time.perf_counter()
     spec, smeta = read_session_spec(str(predir / f"{WORKLOAD['name']}_t0_s0_spec.json"), WORKLOAD["name"])
@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     fig["total_s"] = time.perf_counter() - start
     if args.out:
-        from orchestrator import storage  # atomic: a kill mid-write leaves the old file
+        from orchestrator.store import storage  # atomic: a kill mid-write leaves the old file
         storage.write_text(str(args.out), json.dumps(fig, indent=2))
     print(figures_line(fig))
     return 0

@@ -66,7 +66,7 @@ def run_case(label: str, spec_file: str, name: str, items: list[str], stop: int)
     Raises:
         AssertionError: R did not stop at ``stop`` or did not finish (``interrupted_then_resumed``'s checks).
     """
-    from orchestrator.spec import load_spec
+    from orchestrator.spec.load import load_spec
     from tests.orchestrator.test_resume_exact import interrupted_then_resumed, uninterrupted
 
     spec = load_spec(spec_file, name, [*items, "agent.net.gpu=true", "meta.random_seed=3"])
@@ -88,8 +88,8 @@ def atari_fps(frames: int) -> dict[str, Any]:
     """Frames per second of SLM-Lab's Atari PPO (Nature CNN, 8 sync envs) on CUDA after a warm-up rollout."""
     import torch
 
-    from orchestrator.session import Session
-    from orchestrator.spec import load_spec
+    from orchestrator.session.loop import Session
+    from orchestrator.spec.load import load_spec
 
     spec = load_spec(ATARI, "ppo_atari", ["env.num_envs=8", f"env.max_frame={frames + 1024}",
                                           "meta.log_frequency=1024", "agent.net.gpu=true"])
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(atari_fps(args.fps_frames))
     print(json.dumps({"deterministic": args.deterministic, **rows[-1]}), flush=True)
     if args.out:
-        from orchestrator import storage  # atomic: a kill mid-write leaves the old file
+        from orchestrator.store import storage  # atomic: a kill mid-write leaves the old file
         storage.write_text(str(args.out), json.dumps({"deterministic": args.deterministic, "rows": rows}, indent=1))
     return 0
 

@@ -5,7 +5,7 @@ embedded local Ray) as a fresh process and samples, every 0.2 s until it exits, 
 size, MB = 2**20 bytes, from psutil) of the driver and of every process below it: Ray's daemons
 (``gcs_server``, ``raylet``, the dashboard and its agents, the log monitor, the runtime-env agent, ...),
 the session actor's worker (``ray::SessionActor``), idle Ray workers and the driver's spec-check child
-(``orchestrator.spec_check``: torch and gymnasium for a few seconds while Ray starts; reported on its
+(``orchestrator.modes.spec_check``: torch and gymnasium for a few seconds while Ray starts; reported on its
 own, not a daemon). Reported per process kind: the peak RSS (the kernel's ``VmHWM``, so no peak between
 samples is missed) of one process, and for the daemons the peak of their sum. Goals (issue 13): a CPU session
 actor <= 350 MB, the driver <= 250 MB, Ray's daemons <= 250 MB together.
@@ -57,7 +57,7 @@ def kind_of(proc: psutil.Process, driver_pid: int) -> str:
     exe = cmd.split(" ")[0]
     # (kind, test) in order: the raylet's arguments name default_worker.py, Ray's agents are named like workers
     rules = [("session_actor", lambda: "SessionActor" in cmd or name.startswith("ray::SessionAct")),  # comm: 15 chars
-             ("spec_check", lambda: "orchestrator.spec_check" in cmd),  # the driver's short-lived check child
+             ("spec_check", lambda: "orchestrator.modes.spec_check" in cmd),  # the driver's short-lived check child
              ("DashboardAgent", lambda: "DashboardAgent" in cmd), ("RuntimeEnvAgent", lambda: "RuntimeEnvAgent" in cmd),
              ("gcs_server", lambda: name == "gcs_server" or exe.endswith("/gcs_server")),
              ("raylet", lambda: name == "raylet" or exe.endswith("/raylet")),
@@ -152,7 +152,7 @@ def main() -> None:
     print(json.dumps(result, indent=2))
     out = Path(args.out)
     old = json.loads(out.read_text()) if out.exists() else []
-    from orchestrator import storage  # atomic: a kill mid-write leaves the old file
+    from orchestrator.store import storage  # atomic: a kill mid-write leaves the old file
     storage.write_text(str(out), json.dumps([*old, result], indent=2) + "\n")
 
 

@@ -77,7 +77,7 @@ def main() -> None:
         print(results[-1])
     extra = round(statistics.median(r["extra_s"] for r in results), 2)  # the mean of the middle two when even
     print(f"median extra seconds of train@latest over train: {extra} (goal < 2 s)")
-    from orchestrator import storage  # atomic: a kill mid-write leaves the old file
+    from orchestrator.store import storage  # atomic: a kill mid-write leaves the old file
     storage.write_text(args.out, json.dumps({"runs": results, "median_extra_s": extra}, indent=2))
 
 

@@ -29,8 +29,9 @@ import time
 import pandas as pd
 import ray
 
-from orchestrator import cli, storage
-from orchestrator.trial import init_ray
+from orchestrator import cli
+from orchestrator.runtime.ray_start import init_ray
+from orchestrator.store import storage
 
 SPECS = "specs/benchmark/cartpole.json"
 SEARCH = 'search={"agent.net.optim_spec.lr__grid_search": [0.0003, 0.001, 0.003, 0.01]}'

@@ -35,7 +35,7 @@ conv-net updates run on CPU, 30 to 100 s an entry, and the update path is run by
 ``--shard K/N`` keeps every N-th file from the K-th (0-based), to run N sweeps side by side;
 ``--merge A.json B.json ...`` tallies the records of such shards as one sweep (``--out``, ``--markdown``).
 
-``--no-analysis`` skips the end-of-run analysis of each dev run (``orchestrator.analysis.analyze_after_run``:
+``--no-analysis`` skips the end-of-run analysis of each dev run (``orchestrator.report.analysis.analyze_after_run``:
 metrics and graphs, some 10 s of a 12 s classic run on a loaded machine). Its failures only warn and
 never change the exit code, so the exit codes are the same; the CI sample runs it.
 
@@ -93,7 +93,8 @@ def spec_files(root: Path) -> list[tuple[str, Path]]:
 
 def entry_names(path: Path) -> list[str] | str:
     """The spec names of one file (as the lab reads it), or the read error's message."""
-    from orchestrator.spec import SpecError, spec_names
+    from orchestrator.spec.files import spec_names
+    from orchestrator.errors import SpecError
     try:
         return spec_names(str(path))
     except SpecError as err:
@@ -126,7 +127,8 @@ def template_fills(path: Path) -> list[str]:
 
 def validate_entry(path: Path, name: str, overrides: list[str]) -> tuple[str, str]:
     """``(outcome, message)`` of loading one entry: ok / refused / crash:{type}."""
-    from orchestrator.spec import SpecError, load_spec
+    from orchestrator.spec.load import load_spec
+    from orchestrator.errors import SpecError
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -208,7 +210,7 @@ def dev_run(path: Path, name: str, overrides: list[str], frames: int,
         for item in overrides:
             argv += ["-s", item]
         try:
-            skip = mock.patch("orchestrator.analysis.analyze_after_run", return_value=None)
+            skip = mock.patch("orchestrator.report.analysis.analyze_after_run", return_value=None)
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err_text), \
                     (contextlib.nullcontext() if analysis else skip):
                 if timeout:
@@ -239,7 +241,7 @@ def dev_entry(path: Path, name: str, overrides: list[str], frames: int) -> int:
 
 def is_classic(path: Path, name: str) -> bool:
     """Whether the entry's env is a classic-control one (from the raw file, before any templating)."""
-    from orchestrator.spec import read_spec_file
+    from orchestrator.spec.files import read_spec_file
     try:
         env = read_spec_file(str(path)).get(name, {}).get("env")
     except Exception:  # noqa: BLE001
@@ -257,7 +259,7 @@ def sweep(root: Path, overrides: list[str], dev_frames: int, limit: int | None, 
     then with ``dev_overrides``), at most ``limit`` of them, each under ``timeout`` seconds; ``only``
     keeps the files whose relative path contains that substring, ``shard`` ``(k, n)`` every n-th file from
     the k-th; ``analysis=False`` skips each dev run's end-of-run analysis."""
-    from orchestrator.spec import load_spec
+    from orchestrator.spec.load import load_spec
     records = []
     for index, (version, path) in enumerate(spec_files(root)):
         rel = str(path.relative_to(root))
@@ -393,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
                        analysis=not args.no_analysis)
     report(result, args.markdown)
     if args.out:
-        from orchestrator import storage  # atomic: a kill mid-write leaves the old file
+        from orchestrator.store import storage  # atomic: a kill mid-write leaves the old file
         storage.write_text(str(args.out), json.dumps(result, indent=1, default=str))
     failed = any(r["outcome"].startswith("crash") or r.get("dev_rc", 0) not in (0, 2) for r in result["records"])
     return 1 if failed else 0

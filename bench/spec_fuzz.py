@@ -208,7 +208,8 @@ def is_finding(outcome: str) -> bool:
 def load_specs(files: list[str]) -> dict[str, dict[str, Any]]:
     """Every spec of the files, normalised to the flat shape with every default filled (so keys the
     file leaves out, e.g. ``meta.resources``, are mutated too)."""
-    from orchestrator.spec import fill_defaults, normalize, read_spec_file
+    from orchestrator.spec.files import normalize, read_spec_file
+    from orchestrator.spec.schema import fill_defaults
     return {name: fill_defaults(normalize(spec)) for f in files for name, spec in read_spec_file(f).items()}
 
 
@@ -250,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     for finding in result["findings"]:
         print(f"FINDING {finding['outcome']}: {finding['case']}\n    {finding['stderr_tail'][-200:]!r}")
     if args.out:
-        from orchestrator import storage  # atomic: a kill mid-write leaves the old file
+        from orchestrator.store import storage  # atomic: a kill mid-write leaves the old file
         storage.write_text(str(args.out), json.dumps(result, indent=1) + "\n")
     return 1 if result["findings"] else 0
 

@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
               "versions": {"python": sys.version.split()[0], "torch": torch.__version__, "ray": ray.__version__,
                            "stable_baselines3": sb3_version},
               "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    from orchestrator import storage  # atomic: a kill mid-write leaves the old file
+    from orchestrator.store import storage  # atomic: a kill mid-write leaves the old file
     storage.write_text(str(args.out), json.dumps(result, indent=1) + "\n")
     for impl, med in summary.items():
         print(f"median {impl}: " + ", ".join(f"{k} {v:.1f}" for k, v in med.items()))

@@ -22,7 +22,8 @@ All with ``torch.set_num_threads(1)``, nets on the CPU unless ``--device cuda``:
 and the Python of both loops on one CPU thread). Runs alternate (ours, SB3, ours, SB3, ...), so both see the same
 machine load over time, each in a fresh process of its own (``multiprocessing`` spawn): process-wide state one
 library sets (ours: CPU denormals flushed, ``session.seed_globals``; glibc's malloc kept from unmapping freed
-buffers, ``orchestrator.allocator``) never carries over to the other's run, which is how each runs for its users.
+buffers, ``orchestrator.runtime.allocator``) never carries
+over to the other's run, which is how each runs for its users.
 ``--same-process`` runs them all in this process instead (the method of the figures before stop 39).
 Only the training loop is timed: ``Session.run_rl()`` for ours
 (the session, its envs and nets are built before the timer starts) and ``learn()`` for SB3 (the model and its
@@ -69,9 +70,9 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from orchestrator import storage  # noqa: E402
-from orchestrator.session import Session  # noqa: E402
-from orchestrator.spec import load_spec  # noqa: E402
+from orchestrator.session.loop import Session  # noqa: E402
+from orchestrator.spec.load import load_spec  # noqa: E402
+from orchestrator.store import storage  # noqa: E402
 
 SPECS = ROOT / "specs/benchmark"
 
@@ -120,7 +121,7 @@ def run_ours(algo: str, frames: int, seed: int, extra: tuple[str, ...] = ()) -> 
     """One timed ``Session.run_rl`` of ``ours_spec`` (plus ``extra`` overrides, e.g. the bf16 variant)."""
     spec = ours_spec(algo, frames)
     if extra:
-        from orchestrator.spec import apply_overrides, check
+        from orchestrator.spec.load import apply_overrides, check
         spec = check(apply_overrides(spec, list(extra)))
     session = Session(spec, seed)
     w0, c0 = time.perf_counter(), time.process_time()
@@ -244,7 +245,7 @@ def run_impl(impl: str, algo: str, frames: int, seed: int, device: str = "cpu") 
         importlib.import_module("torch.utils.tensorboard")  # its import (about 1 s) is start-up, not training
         return run_ours_tracked(algo, frames, seed)
     if impl == "sb3+malloc":  # SB3 in a process given the allocator setting our sessions make
-        from orchestrator.allocator import retain_freed_memory
+        from orchestrator.runtime.allocator import retain_freed_memory
         retain_freed_memory()
     return run_sb3(algo, frames, seed, algo_ftz=impl == "sb3+ftz", device=device)
 
@@ -276,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="also time SB3 with CPU denormals flushed to zero, as our sessions run (sb3+ftz)")
     ap.add_argument("--sb3-malloc", action="store_true",
                     help="also time SB3 with glibc's malloc set as our sessions set it (sb3+malloc, "
-                         "orchestrator.allocator)")
+                         "orchestrator.runtime.allocator)")
     ap.add_argument("--tracking", action="store_true",
                     help="also time ours through SessionRunner with checkpoints and TensorBoard on")
     ap.add_argument("--bf16", action="store_true",

@@ -35,9 +35,10 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from orchestrator import storage  # noqa: E402
-from orchestrator.session import Session  # noqa: E402
-from orchestrator.spec import load_spec, session_seed  # noqa: E402
+from orchestrator.session.loop import Session  # noqa: E402
+from orchestrator.spec.load import load_spec  # noqa: E402
+from orchestrator.store.predir import session_seed  # noqa: E402
+from orchestrator.store import storage  # noqa: E402
 
 DEFAULT_SPECS = ("ppo_cartpole", "dqn_cartpole", "ddqn_cartpole", "reinforce_cartpole")
 GOALS = {"ppo_cartpole": 100_000, "dqn_cartpole": 100_000, "ddqn_cartpole": 100_000,

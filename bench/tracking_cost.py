@@ -1,4 +1,4 @@
-"""Tracking cost per train_df log row (orchestrator/tracking.py), outside the step loop: the time
+"""Tracking cost per train_df log row (orchestrator/report/tracking.py), outside the step loop: the time
 ``SessionTracker.log`` takes for one row (the worst case, a checkpoint at every log row), per
 backend, on a local data dir; plus the one-off open + close time. No training: rows are synthetic
 train_df rows (15 columns). Usage:
@@ -15,10 +15,10 @@ import tempfile
 import time
 from types import SimpleNamespace
 
-from orchestrator import storage
-from orchestrator.session import TRAIN_COLUMNS
-from orchestrator.spec import load_spec
-from orchestrator.tracking import SessionTracker
+from orchestrator.report.tracking import SessionTracker
+from orchestrator.session.loop import TRAIN_COLUMNS
+from orchestrator.spec.load import load_spec
+from orchestrator.store import storage
 
 CASES = {
     "tensorboard": [],

@@ -5,7 +5,7 @@ process, one torch thread, runs ``Session.run_rl()`` with a wall-clock timer aro
 and records the mean milliseconds per update, the rest of the loop per frame (acting, the env, the replay,
 logging) and the process's minor page faults over the run. Two variants, alternating per round:
 
-- ``lab``: as a session runs (``Session`` calls ``orchestrator.allocator.retain_freed_memory``);
+- ``lab``: as a session runs (``Session`` calls ``orchestrator.runtime.allocator.retain_freed_memory``);
 - ``glibc``: the same with that call made a no-op before the session is built, i.e. glibc's default thresholds.
 
 Everything else is the same code, seed and arithmetic (the allocator changes where buffers live, not values), so
@@ -41,7 +41,7 @@ def run_variant(variant: str, algo: str, frames: int, seed: int) -> dict[str, An
     import torch
     from throughput import ours_spec
 
-    from orchestrator import session as session_mod
+    from orchestrator.session import loop as session_mod
 
     torch.set_num_threads(1)
     if variant == "glibc":

@@ -7,7 +7,7 @@ Modes:
   train@latest        resume the newest run of SPEC_NAME in ``--data-dir``
   train@{predir}      resume that run (path or URI)
   search              Ray Tune search over the spec's ``search`` section: ``meta.max_trial`` samples,
-                      each a trial of ``meta.max_session`` sessions (see orchestrator/search.py)
+                      each a trial of ``meta.max_session`` sessions (see orchestrator/modes/search.py)
   search@latest       resume the newest search of SPEC_NAME; search@{predir}: resume that search
   enjoy@{session_spec_file}[@latest]
                       replay a session's best (or newest) checkpoint: --episodes, --seed, --ckpt,
@@ -27,18 +27,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
-import shlex
 import sys
 import warnings
 from typing import Any, NoReturn
 
-from orchestrator import storage
 from orchestrator.errors import SpecError, UsageError
-from orchestrator.predir import session_seed
+from orchestrator.modes.dev import run_dev
+from orchestrator.store import storage
 
 # orchestrator.spec (and with it torch and gymnasium) is imported only by the modes that check in this
-# process: a ``train`` driver checks its spec in a child process (orchestrator/spec_check.py).
+# process: a ``train`` driver checks its spec in a child process (orchestrator/modes/spec_check.py).
 
 MODES = ("dev", "train", "train@latest", "train@{predir}", "search", "search@latest", "search@{predir}",
          "enjoy@{session_spec_file}[@latest]")
@@ -112,160 +110,44 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def resolve_seed(spec: dict[str, Any]) -> dict[str, Any]:
-    """Draw ``meta.random_seed`` once if unset, so the saved spec replays the run."""
-    if spec["meta"]["random_seed"] is None:
-        spec["meta"]["random_seed"] = secrets.randbelow(2**31 - 1)
-    return spec
 
 
-def entry_command(argv0: str | None = None) -> str:
-    """How the user started the lab, for the commands it prints (resume, train the best spec).
-
-    Args:
-        argv0: ``sys.argv[0]`` (default: the running process's).
-
-    Returns:
-        ``lab`` when run as the ``lab`` console script (or from an unknown entry), else
-        ``python /abs/path/run_lab.py`` (any ``*.py`` entry, with an absolute path), or
-        ``python -m orchestrator.cli``.
-    """
-    argv0 = sys.argv[0] if argv0 is None else argv0
-    base = os.path.basename(argv0)
-    if base == "cli.py" and os.path.basename(os.path.dirname(os.path.abspath(argv0))) == "orchestrator":
-        return "python -m orchestrator.cli"
-    if base.endswith(".py") and base != "__main__.py":
-        return f"python {shlex.quote(os.path.abspath(argv0))}"
-    return "lab"
 
 
-def lab_command(spec_file: str, spec_name: str, mode: str, *extra: str) -> str:
-    """The full command line ``{entry} SPEC_FILE SPEC_NAME MODE [EXTRA...]`` (local paths absolute).
-
-    Returns:
-        The command, shell-quoted.
-    """
-    spec_file = storage.absolute(spec_file)
-    if "@" in mode and not storage.is_remote(mode.split("@", 1)[1]) and mode.split("@", 1)[1] != "latest":
-        head, target = mode.split("@", 1)
-        mode = f"{head}@{storage.absolute(target)}"
-    words = [spec_file, spec_name, mode, *extra]
-    return " ".join([entry_command(), *(shlex.quote(w) for w in words)])
 
 
-def run_dev(spec: dict[str, Any], data_dir: str, quiet: bool) -> int:
-    """Run one session in-process; write specs, train_df/eval_df, log.txt, a ``run.json`` with
-    ``"mode": "dev"`` (the marker that refuses ``train@``), metrics and graphs into a new predir,
-    and print a summary.
-
-    Returns:
-        0 (a session that raises propagates its exception).
-
-    Raises:
-        SpecError: the env/agent combination is not supported (before the predir exists).
-        UsageError: the tracker (``meta.tracking``) did not start; the new predir is removed.
-    """
-    import torch
-
-    from orchestrator import predir as predir_mod
-    from orchestrator.progress import SessionProgress
-    from orchestrator.session import Session
-    from orchestrator.tracking import SessionTracker
-
-    spec = resolve_seed(spec)
-    spec["meta"]["max_session"] = 1
-    torch.set_num_threads(max(1, int(spec["meta"]["resources"].get("num_cpus", 1))))
-    seed = session_seed(spec["meta"]["random_seed"], 0, 0)
-    try:  # before the predir exists, so a bad combination leaves nothing behind
-        session = Session(spec, seed)
-    except ValueError as err:  # an env/agent combination the algorithm does not support
-        raise SpecError(str(err)) from None
-    predir = predir_mod.new_predir(data_dir, spec["name"])
-    predir_mod.save_specs(predir, spec, 0, [seed])
-    sdir = predir_mod.session_dir(predir, 0, 0)
-    log_lines: list[str] = []
-    tracker = SessionTracker(spec, predir, 0, 0)  # TensorBoard, W&B, MLflow: every row as it is logged
-    try:
-        tracker.start(session, None)
-    except Exception as err:  # e.g. no W&B login, an MLflow store it refuses  # noqa: BLE001
-        if tracker.tb is not None:
-            tracker.tb.close()
-        session.close()
-        storage.delete(predir)  # this command's own new run directory, nothing trained in it yet
-        cause = (str(err).strip().splitlines() or [""])[-1]
-        raise UsageError(f"meta.tracking={spec['meta']['tracking']}: the tracker did not start "
-                         f"({type(err).__name__}: {cause})") from None
-
-    def on_log(sess: Session, row: dict[str, Any]) -> None:
-        log_lines.append(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
-        progress.update("t0_s0", row, sess.clock.max_frame)
-        tracker.log(sess, sess.clock.frame)
-
-    status = "failed"
-    with SessionProgress(disable=quiet) as progress:
-        try:
-            session.run_rl(on_log=on_log)
-            status = "done"
-        except KeyboardInterrupt:
-            status = "interrupted"
-            raise
-        finally:
-            storage.write_parquet(storage.join(sdir, "train_df.parquet"), session.train_df)
-            if session.eval_rows:
-                storage.write_parquet(storage.join(sdir, "eval_df.parquet"), session.eval_df)
-            storage.write_text(storage.join(sdir, "log.txt"), "\n".join(log_lines) + "\n")
-            write_dev_record(predir, spec["name"], seed, status, session.clock.frame)
-            tracker.close(session, session.clock.frame)
-            session.close()
-    return finish_dev(predir, session)
 
 
-def write_dev_record(predir: str, spec_name: str, seed: int, status: str, frame: int) -> None:
-    """``run.json`` of a dev run: ``"mode": "dev"``, its one session's status and frame, no resumes."""
-    from datetime import datetime, timezone
-
-    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    storage.write_json(storage.join(predir, "run.json"), {
-        "spec_name": spec_name, "created": created, "mode": "dev", "resumes": [],
-        "sessions": {"t0_s0": {"status": status, "frame": frame, "seed": seed, "restarts": [], "error": None}}})
 
 
-def finish_dev(predir: str, session: Any) -> int:
-    """Analyze a finished dev run and print its summary; returns 0."""
-    from orchestrator.analysis import analyze_after_run, summary_lines
-
-    out = analyze_after_run(predir)
-    print(f"dev run done: {predir}\n  frame={session.clock.frame} epi={session.clock.epi}")
-    print("\n".join(summary_lines(predir, out) if out else []))
-    return 0
 
 
 def run_search_mode(args: argparse.Namespace) -> int:
     """``search`` / ``search@...`` (imports Ray Tune only when needed)."""
-    from orchestrator.search import run_search
+    from orchestrator.modes.search import run_search
     return run_search(args)
 
 
 def run_train_mode(args: argparse.Namespace) -> int:
     """``train`` / ``train@...`` (imports Ray only when needed; ``train`` checks its spec, preflight and
-    ``agent.net.init_from`` included, in ``orchestrator.spec_check`` while Ray starts)."""
+    ``agent.net.init_from`` included, in ``orchestrator.modes.spec_check`` while Ray starts)."""
     checked = None
     if args.mode == "train":  # the check's child process starts before this process imports Ray
-        from orchestrator import spec_check
+        from orchestrator.modes import spec_check
         checked = spec_check.start(spec_check.request_of(args))
-    from orchestrator.trial import run_train
+    from orchestrator.modes.train import run_train
     return run_train(args, checked)
 
 
 def run_enjoy_mode(args: argparse.Namespace) -> int:
-    """``enjoy@{session_spec_file}``: evaluate a trained session (see ``orchestrator.enjoy``)."""
-    from orchestrator.enjoy import run_enjoy
+    """``enjoy@{session_spec_file}``: evaluate a trained session (see ``orchestrator.modes.enjoy``)."""
+    from orchestrator.modes.enjoy import run_enjoy
     return run_enjoy(args)
 
 
 def run_dev_mode(args: argparse.Namespace) -> int:
     """``dev``: one in-process session."""
-    from orchestrator.spec import load_spec
+    from orchestrator.spec.load import load_spec
     spec = load_spec(args.spec_file, args.spec_name, args.overrides)
     return run_dev(spec, storage.absolute(args.data_dir), args.quiet)
 
@@ -310,8 +192,8 @@ def dispatch(args: argparse.Namespace) -> int:
     if handler is None or (args.mode == "dev@" or args.mode.startswith("dev@")):
         raise UsageError(f"unknown mode '{args.mode}'; expected one of: {', '.join(MODES)}"
                          + order_hint(args))
-    if args.mode.split("@", 1)[0] != "train":  # train, train@: in orchestrator.spec_check, while Ray starts
-        from orchestrator.preflight import preflight
+    if args.mode.split("@", 1)[0] != "train":  # train, train@: in orchestrator.modes.spec_check, while Ray starts
+        from orchestrator.spec.preflight import preflight
         preflight(args)  # env dependencies and memory sizes, before any run dir or actor exists
     return handler(args)
 
@@ -333,7 +215,7 @@ def run_analyze(argv: list[str]) -> int:
         "and print them.")
     parser.add_argument("predir", help="run directory, path or URI")
     args = parser.parse_args(argv)
-    from orchestrator.analysis import analyze_command
+    from orchestrator.report.analysis import analyze_command
     return analyze_command(args.predir)
 
 
@@ -349,13 +231,13 @@ def run_ls(argv: list[str]) -> int:
         "frame and best score.")
     parser.add_argument("--data-dir", default="data", help="root of run directories: path, file://, s3:// or gs://")
     args = parser.parse_args(argv)
-    from orchestrator.runs import ls_command
+    from orchestrator.report.runs import ls_command
     return ls_command(args.data_dir)
 
 
 def run_compare(argv: list[str]) -> int:
-    """``lab compare PREDIR_OR_TRIAL ... [--out PATH]``: one PNG and HTML graph (orchestrator/compare.py)."""
-    from orchestrator.compare import compare_command, parse_compare
+    """``lab compare PREDIR_OR_TRIAL ... [--out PATH]``: one PNG and HTML graph (orchestrator/report/compare.py)."""
+    from orchestrator.report.compare import compare_command, parse_compare
     args = parse_compare(argv)
     return compare_command(args.sources, args.out)
 

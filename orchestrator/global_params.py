@@ -23,7 +23,7 @@ Where this differs from SLM-Lab, on purpose:
 * Learning rates follow each session's own frame-driven schedule (sent with its gradients), not one shared
   scheduler stepped by whichever session trains.
 
-Checkpoints: the global actor commits ``{predir}/t{T}/global/ckpt/{step:012d}/`` (``orchestrator.checkpoint``,
+Checkpoints: the global actor commits ``{predir}/t{T}/global/ckpt/{step:012d}/`` (``orchestrator.store.checkpoint``,
 atomic; ``step`` = global optimizer steps) whenever a session commits one, and ``train@`` restores its newest valid
 one. Sessions and the global state are checkpointed at different moments, so a resumed distributed trial is not
 exact: each session's manifest says ``exact: false`` with ``EXACT_REASON``.
@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from orchestrator import storage
-from orchestrator.checkpoint import CheckpointStore
+from orchestrator.store import storage
+from orchestrator.store.checkpoint import CheckpointStore
 
 if TYPE_CHECKING:
     import torch  # annotations only: the driver imports this module and must not load torch
@@ -83,7 +83,7 @@ class GlobalParams:
     """
 
     def __init__(self, spec: dict[str, Any], predir: str, trial: int, seed: int, resume: bool) -> None:
-        from orchestrator.session import Session  # heavy (torch): imported inside the worker
+        from orchestrator.session.loop import Session  # heavy torch: imported inside the worker
 
         holder = Session(spec, seed, trial, 0, fresh=True)  # the algorithm as a session builds it
         holder.close()
@@ -112,7 +112,9 @@ class GlobalParams:
         Raises:
             ValueError: ``grads`` does not match the optimizers' parameters (count or shapes).
         """
-        from agents import eager_optim  # here: the driver imports this module and must not load torch
+        from orchestrator.runtime import (
+            torch_optim,  # here: the driver imports this module and must not load torch
+        )
 
         params = optim_params(self.algorithm, optim_names)
         if len(grads) != len(params):
@@ -126,7 +128,7 @@ class GlobalParams:
             optim = self.algorithm.optims[name]
             for group in optim.param_groups:
                 group["lr"] = lr
-            eager_optim.step(optim)
+            torch_optim.step(optim)
         self.step += 1
         self.pushes[key] = self.pushes.get(key, 0) + 1
         return [p.detach().cpu().clone() for p in params]
@@ -151,7 +153,7 @@ class GlobalParams:
             weights of this global checkpoint.
 
         Raises:
-            orchestrator.checkpoint.CheckpointError / storage.StorageError: the write failed.
+            orchestrator.store.checkpoint.CheckpointError / storage.StorageError: the write failed.
         """
         if self.committed != self.step:
             import torch
@@ -170,13 +172,13 @@ class GlobalParams:
         """Load the newest valid global checkpoint (none: keep the fresh nets, as before the first push).
 
         Raises:
-            orchestrator.checkpoint.CheckpointError: checkpoints exist but none verifies.
+            orchestrator.store.checkpoint.CheckpointError: checkpoints exist but none verifies.
         """
         self.store.collect_garbage()
         selection = self.store.select_latest()
         if selection.manifest is None:
             if selection.rejected or selection.earlier_corrupt:
-                from orchestrator.checkpoint import CheckpointError
+                from orchestrator.store.checkpoint import CheckpointError
                 raise CheckpointError(f"global state: {selection.describe()}")
             return
         import torch

@@ -27,11 +27,12 @@ from typing import Any, Callable, Iterator
 
 import ray
 
-from orchestrator import predir as predir_mod
-from orchestrator import storage
-from orchestrator.checkpoint import DEFAULT_CHECKPOINT_INTERVAL_S, CheckpointError, CheckpointStore
 from orchestrator.global_params import EXACT_REASON, GlobalExchange
-from orchestrator.tracking import SessionTracker
+from orchestrator.report.tracking import SessionTracker
+from orchestrator.runtime import pyarrow_probe as pyarrow_probe_mod
+from orchestrator.store import predir as predir_mod
+from orchestrator.store import storage
+from orchestrator.store.checkpoint import DEFAULT_CHECKPOINT_INTERVAL_S, CheckpointError, CheckpointStore
 
 COMMIT_BACKOFF_S = (0.5, 1.0, 2.0)  # waits between checkpoint write attempts, seconds
 CHECKPOINT_TIME_SHARE = 0.005  # without checkpoint_frequency: the share of training time checkpoints may take
@@ -76,14 +77,14 @@ class SessionRunner:
         timer: seconds (monotonic) for the checkpoint time gate (``checkpoint_gap_s``); tests inject one.
 
     Raises:
-        orchestrator.checkpoint.CheckpointError: ``resume`` is set and no checkpoint exists.
+        orchestrator.store.checkpoint.CheckpointError: ``resume`` is set and no checkpoint exists.
     """
 
     def __init__(self, spec: dict[str, Any], predir: str, trial: int, session: int, seed: int,
                  resume: bool, global_params: Any = None, timer: Callable[[], float] = time.monotonic) -> None:
-        from orchestrator.session import Session  # heavy (torch): imported inside the worker
+        from orchestrator.session.loop import Session  # heavy torch: imported inside the worker
 
-        storage.skip_pandas_probe()  # Parquet through pyarrow without importing pandas (docs/BENCHMARKS.md)
+        pyarrow_probe_mod.skip_pandas_probe()  # Parquet through pyarrow without importing pandas (docs/BENCHMARKS.md)
         self.spec, self.key = spec, f"t{trial}_s{session}"
         self.session_dir = predir_mod.session_dir(predir, trial, session)
         self.store = CheckpointStore(self.session_dir, keep=int(spec["meta"]["keep_checkpoints"]))
@@ -109,7 +110,7 @@ class SessionRunner:
 
         Raises:
             FileNotFoundError: no checkpoint was ever committed here.
-            orchestrator.checkpoint.CheckpointError: none verifies (all set aside), or unreadable.
+            orchestrator.store.checkpoint.CheckpointError: none verifies (all set aside), or unreadable.
         """
         self.store.collect_garbage()
         selection = self.store.select_latest()
@@ -309,7 +310,7 @@ def skip_ray_pydantic_serializers() -> None:
     """
     if "ray._common.pydantic_compat" in sys.modules:
         return
-    from orchestrator.tracking import without_modules
+    from orchestrator.report.tracking import without_modules
 
     with without_modules(("pydantic",)):
         import ray._common.pydantic_compat  # noqa: F401
@@ -340,7 +341,7 @@ class SessionActor:
         skip_ray_pydantic_serializers()
         import torch  # noqa: F401  (imported while a search trial checks its spec: see above)
 
-        from orchestrator import tracking
+        from orchestrator.report import tracking
 
         tracking.LEAN_PROCESS["tensorboard"] = True  # this process writes TensorBoard files, never reads them
         self.runner: SessionRunner | None = None
@@ -372,7 +373,7 @@ class SessionActor:
         Raises:
             SpecError: every problem found (``ray.get`` raises it as a ``RayTaskError`` that is also a ``SpecError``).
         """
-        from orchestrator.spec import check
+        from orchestrator.spec.load import check
 
         return check(spec)
 

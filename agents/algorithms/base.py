@@ -45,11 +45,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents import eager_optim, policy
+from agents import policy
 from agents.memory import MEMORIES, MemorySpec
 from agents.nets import ConvNet, NetSpec, make_net, make_optim
 from agents.schedules import FrameLR, VarSchedule, make_lr_scheduler
 from envs.clock import Clock
+from orchestrator.runtime import torch_optim
 
 
 def take_rows(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -449,7 +450,7 @@ class Algorithm:
                     p.copy_(v)
         else:
             for optim in optims:
-                eager_optim.step(optim)
+                torch_optim.step(optim)
         if count:
             clock.tick_opt_step()
         return grad_norm if norm else None

@@ -92,7 +92,7 @@ class SILMixin:
     each on-policy update, the replay in checkpoints only with ``memory.checkpoint``; see module docstring.
     Needs the ``ActorCritic`` interface (``pdparam_value``, ``optim_step``, ``self.optims``, ``self.rng``)."""
 
-    sil_replay = True  # orchestrator.preflight counts the replay's bytes beside the on-policy memory
+    sil_replay = True  # orchestrator.spec.preflight counts the replay's bytes beside the on-policy memory
     def init_memory(self) -> SILReplay:
         """The base algorithm's on-policy memory plus a ``memory.sil_replay_name`` replay of ``memory.max_size``
         transitions (actions (A,) float32 for Box, int64 for Discrete), without next observations."""

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from agents.nets import NETS, POLICY_GAIN, VALUE_GAIN, MLPNet, NetSpec, TorchArcNet, make_net
-from orchestrator.spec import SpecError, load_spec
+from orchestrator.errors import SpecError
+from orchestrator.spec.load import load_spec
 from tests.agents.algorithms.helpers import SLM_SPECS, assert_resume_exact, make_algo, run_slm_dev
 
 

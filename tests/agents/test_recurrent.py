@@ -10,7 +10,8 @@ import torch
 
 from agents.nets import NetSpec, RecurrentNet, make_net, seq_len_of
 from envs.make import EnvSpec, make_env, sub_env_seeds
-from orchestrator.spec import SpecError, load_spec
+from orchestrator.errors import SpecError
+from orchestrator.spec.load import load_spec
 
 RNN_SPEC = NetSpec(type="RecurrentNet", cell_type="GRU", rnn_hidden_size=8, seq_len=3, fc_hid_layers=[5])
 
@@ -151,7 +152,7 @@ def test_windows_hold_normalized_observations_and_forward_the_statistics():
 def test_preflight_counts_replay_of_windows():
     from pathlib import Path
 
-    from orchestrator.preflight import check_env, memory_needs, replay_bytes
+    from orchestrator.spec.preflight import check_env, memory_needs, replay_bytes
     specs = str(Path(__file__).resolve().parents[2] / "specs" / "recurrent.json")
     spec = load_spec(specs, "drqn_cartpole")
     shape = check_env(spec["env"])

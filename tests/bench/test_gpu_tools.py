@@ -55,8 +55,8 @@ def test_gpu_exact_compares_sessions_value_by_value(tmp_path):
     assert row["repeat_equal"] and row["resume_equal"] and row["manifest_exact"]
     assert row["repeat_max_loss_diff"] == 0.0 and row["max_loss_diff"] == 0.0
 
-    from orchestrator.session import Session
-    from orchestrator.spec import load_spec
+    from orchestrator.session.loop import Session
+    from orchestrator.spec.load import load_spec
 
     spec = load_spec(gpu_exact.CARTPOLE, "ppo_cartpole", items)
     one, other = Session(spec, 3), Session(spec, 4)

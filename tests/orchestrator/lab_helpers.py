@@ -104,8 +104,9 @@ def uninterrupted_df(items: list[str], session: int, spec_file: str = SPECS,
     interruption (one torch thread), to compare a killed-and-resumed session against."""
     import torch
 
-    from orchestrator.session import Session
-    from orchestrator.spec import load_spec, session_seed
+    from orchestrator.session.loop import Session
+    from orchestrator.spec.load import load_spec
+    from orchestrator.store.predir import session_seed
 
     torch.set_num_threads(1)
     spec = load_spec(spec_file, name, items)

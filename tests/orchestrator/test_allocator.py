@@ -1,4 +1,5 @@
-"""glibc's malloc kept from handing freed step buffers back to the kernel (``orchestrator.allocator``): counted in
+"""glibc's malloc kept from handing freed step buffers back to the kernel (``orchestrator.runtime.allocator``): counted
+in
 page faults of a fresh interpreter, with and without the setting, and with it set by building a ``Session``."""
 
 import os
@@ -18,12 +19,12 @@ import resource, sys
 import numpy as np
 how = sys.argv[1]
 if how == "retain":
-    from orchestrator.allocator import retain_freed_memory
+    from orchestrator.runtime.allocator import retain_freed_memory
     assert retain_freed_memory() is True
 elif how == "session":
     from pathlib import Path
-    from orchestrator.session import Session
-    from orchestrator.spec import load_spec
+    from orchestrator.session.loop import Session
+    from orchestrator.spec.load import load_spec
     Session(load_spec(str(Path(sys.argv[2]) / "specs/benchmark/cartpole.json"), "ppo_cartpole"), 1).close()
 
 def step():

@@ -10,11 +10,14 @@ import pandas as pd
 import pytest
 from lab_helpers import overrides, run_cli
 
-from orchestrator import analysis
-from orchestrator import predir as predir_mod
-from orchestrator.analysis import PNG_SIGNATURE, session_metrics, trial_metrics
-from orchestrator.checkpoint import CheckpointStore
-from orchestrator.spec import load_spec
+from orchestrator.report import analysis
+from orchestrator.report import graphs as graphs_mod
+from orchestrator.report import metrics as metrics_mod
+from orchestrator.report.graphs import PNG_SIGNATURE
+from orchestrator.report.metrics import session_metrics, trial_metrics
+from orchestrator.spec.load import load_spec
+from orchestrator.store import predir as predir_mod
+from orchestrator.store.checkpoint import CheckpointStore
 
 SPECS = str(Path(__file__).resolve().parents[2] / "specs/benchmark/cartpole.json")
 TINY = ["meta.max_session=1", "meta.log_frequency=400", "meta.random_seed=3"]
@@ -75,16 +78,16 @@ def test_stability_with_zero_strength_is_undefined():
 
 
 def test_random_baseline_is_computed_once_and_cached(tmp_path, monkeypatch):
-    first = analysis.random_baseline("CartPole-v1", None, str(tmp_path))
+    first = metrics_mod.random_baseline("CartPole-v1", None, str(tmp_path))
     assert 15 < first["mean"] < 35 and first["episodes"] == 100  # a random CartPole policy lasts ~22 steps
     assert json.loads((tmp_path / "random_baseline/CartPole-v1.json").read_text()) == first
 
     def fail(*args, **kwargs):
         raise AssertionError("recomputed although cached")
 
-    monkeypatch.setattr(analysis, "compute_random_baseline", fail)
-    assert analysis.random_baseline("CartPole-v1", None, str(tmp_path)) == first
-    assert analysis.compute_random_baseline.__name__ == "fail"
+    monkeypatch.setattr(metrics_mod, "compute_random_baseline", fail)
+    assert metrics_mod.random_baseline("CartPole-v1", None, str(tmp_path)) == first
+    assert metrics_mod.compute_random_baseline.__name__ == "fail"
 
 
 def test_random_baseline_stops_starting_episodes_after_its_step_budget():
@@ -106,21 +109,21 @@ def test_random_baseline_stops_starting_episodes_after_its_step_budget():
         lengths.append(n)
     env.close()
     budget = lengths[0] + lengths[1] + 1  # reached during the third episode, which still finishes
-    capped = analysis.compute_random_baseline("CartPole-v1", None, episodes=5, max_steps=budget)
+    capped = metrics_mod.compute_random_baseline("CartPole-v1", None, episodes=5, max_steps=budget)
     assert capped["episodes"] == 3
     assert capped["mean"] == pytest.approx(np.mean(returns[:3]))
     assert capped["std"] == pytest.approx(np.std(returns[:3]))
-    one = analysis.compute_random_baseline("CartPole-v1", None, episodes=5, max_steps=1)
+    one = metrics_mod.compute_random_baseline("CartPole-v1", None, episodes=5, max_steps=1)
     assert (one["episodes"], one["mean"]) == (1, returns[0])
-    full = analysis.compute_random_baseline("CartPole-v1", None, episodes=5, max_steps=10**9)
+    full = metrics_mod.compute_random_baseline("CartPole-v1", None, episodes=5, max_steps=10**9)
     assert (full["episodes"], full["mean"]) == (5, pytest.approx(np.mean(returns)))
 
 
 def test_resume_and_restart_marks_from_run_json():
     run = {"resumes": [{"from_frames": {"t0_s0": 1600, "t0_s1": 0}}, {"from_frames": {"t0_s0": 3200}}],
            "sessions": {"t0_s0": {"restarts": [{"frame_restored": 800}, {"frame_restored": 0}]}}}
-    assert analysis.marks(run, "t0_s0") == [(800, "restart"), (1600, "resume"), (3200, "resume")]
-    assert analysis.marks(run, "t0_s1") == [] and analysis.marks({}, "t0_s0") == []
+    assert graphs_mod.marks(run, "t0_s0") == [(800, "restart"), (1600, "resume"), (3200, "resume")]
+    assert graphs_mod.marks(run, "t0_s1") == [] and graphs_mod.marks({}, "t0_s0") == []
 
 
 def test_one_marker_per_resume_across_sessions():
@@ -134,7 +137,7 @@ def test_one_marker_per_resume_across_sessions():
     assert [(m.frames, m.label) for m in marks] == [((800,), "restart"), ((1600, 2400), "resume 1"),
                                                     ((4000,), "resume 2,4")]
     df = pd.DataFrame({"frame": range(400, 4801, 400), "total_reward_ma": 20.0})
-    fig = analysis.trial_figure({0: df, 1: df}, marks, "t0", rand_return=10.0)
+    fig = graphs_mod.trial_figure({0: df, 1: df}, marks, "t0", rand_return=10.0)
     (ax,) = fig.axes
     assert [t.get_text() for t in ax.texts] == ["restart", "resume 1", "resume 2,4"]
     assert all(t.get_rotation() == 0 for t in ax.texts)
@@ -149,14 +152,14 @@ def test_constant_lr_panel_is_not_scaled_to_float_noise():
     df = pd.DataFrame({"frame": frames, "total_reward": 20.0, "total_reward_ma": 20.0,
                        "loss": [1.0 / (i + 1) for i in range(10)], "lr": [3e-4 + n for n in noise],
                        "explore_var": 0.0, "entropy": float("nan")})
-    fig = analysis.session_figure(df, [], "t0_s0")
+    fig = graphs_mod.session_figure(df, [], "t0_s0")
     ret, loss, lr, explore_var = fig.axes  # entropy (all NaN) is left out
     assert lr.get_ylim() == pytest.approx((1.5e-4, 4.5e-4))
     assert explore_var.get_ylim() == (-1.0, 1.0)
     low, high = loss.get_ylim()  # a varying panel keeps matplotlib's autoscale around its data
     assert low < 0.1 < 1.0 < high < 1.1
-    assert analysis.flat_ylim(pd.Series([2.0, 2.0])) == (1.0, 3.0)
-    assert analysis.flat_ylim(pd.Series([1.0, 1.1])) is None
+    assert graphs_mod.flat_ylim(pd.Series([2.0, 2.0])) == (1.0, 3.0)
+    assert graphs_mod.flat_ylim(pd.Series([1.0, 1.1])) is None
 
 
 # ---------------------------------------------------------------- graphs of real runs
@@ -177,7 +180,7 @@ def test_graphs_after_train_resume_and_lab_analyze(ray_local, tmp_path, capsys):
     first = assert_png(session_graph)
     assert_png(trial_graph)
     metrics = json.loads((predir / "t0/s0/session_metrics.json").read_text())
-    assert metrics["frame"] == 1600 and set(metrics["train"]) == set(analysis.SESSION_METRICS)
+    assert metrics["frame"] == 1600 and set(metrics["train"]) == set(metrics_mod.SESSION_METRICS)
     assert set(json.loads((predir / "info/t0_trial_metrics.json").read_text())) >= set(analysis.TRIAL_METRICS)
 
     assert run_cli(SPECS, "ppo_cartpole", "train@latest", "--quiet", "--data-dir", str(data),
@@ -185,7 +188,7 @@ def test_graphs_after_train_resume_and_lab_analyze(ray_local, tmp_path, capsys):
     assert assert_png(session_graph) != first, "the resumed run's graph was not redrawn"
     assert_png(trial_graph)
     run = json.loads((predir / "run.json").read_text())
-    assert analysis.marks(run, "t0_s0") == [(1600, "resume")]
+    assert graphs_mod.marks(run, "t0_s0") == [(1600, "resume")]
     resumed = json.loads((predir / "t0/s0/session_metrics.json").read_text())
     assert resumed["frame"] == 3200
     trial_resumed = json.loads((predir / "info/t0_trial_metrics.json").read_text())
@@ -247,7 +250,7 @@ def test_ls_status_frames_best_and_resumability(tmp_path, capsys):
 
 def test_analyze_a_dev_run_without_checkpoints(tmp_path):
     """A ``dev`` run has no checkpoints or run.json: its train_df.parquet is analyzed."""
-    from orchestrator.session import TRAIN_COLUMNS
+    from orchestrator.session.loop import TRAIN_COLUMNS
 
     spec = load_spec(SPECS, "ppo_cartpole", ["meta.max_session=1", "env.max_frame=4000"])
     predir = tmp_path / "data" / "ppo_cartpole_2026_01_02_030405"

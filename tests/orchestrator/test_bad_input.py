@@ -105,7 +105,7 @@ def session_spec_file(tmp_path, *items):
     """A session spec file (as a run writes it) of dqn_cartpole with ``items`` applied, for enjoy@."""
     import json
 
-    from orchestrator.spec import load_spec
+    from orchestrator.spec.load import load_spec
     spec = load_spec(SPECS, "dqn_cartpole", list(items))
     spec["meta"].update({"trial": 0, "session": 0, "session_seed": 1, "session_dir": "t0/s0"})
     path = tmp_path / "dqn_cartpole_t0_s0_spec.json"
@@ -183,7 +183,7 @@ def test_sizes_no_machine_can_hold_exit_2_naming_key_and_bytes(tmp_path, capsys,
 
 def test_replay_too_big_in_train_names_the_share_of_each_session(tmp_path, capsys):
     """Four sessions that need no CPU share this machine's memory."""
-    from orchestrator.preflight import available_bytes
+    from orchestrator.spec.preflight import available_bytes
     per_session = available_bytes() // 48 // 2  # too big for half the memory, fits the whole
     code = dqn_dev(tmp_path / "data", "train", f"agent.memory.max_size={per_session}", "meta.max_session=4",
                    'meta.resources={"num_cpus": 0}', "env.max_frame=100")

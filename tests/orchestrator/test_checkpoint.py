@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import storage
-from orchestrator.checkpoint import (
+from orchestrator.store import storage
+from orchestrator.store.checkpoint import (
     CORRUPT_PREFIX,
     FORMAT_VERSION,
     MANIFEST_NAME,
@@ -303,7 +303,7 @@ def test_collect_garbage_tolerates_a_concurrent_delete_of_the_same_debris(sessio
 # ---------------------------------------------------------------- crash safety (SIGKILL)
 WRITER = textwrap.dedent("""
     import json, os, random, sys
-    from orchestrator.checkpoint import CheckpointStore
+    from orchestrator.store.checkpoint import CheckpointStore
 
     session_dir, seed = sys.argv[1], int(sys.argv[2])
     rng = random.Random(seed)

@@ -29,7 +29,9 @@ import pandas as pd
 import pytest
 from lab_helpers import DRIVER_ENV, SPECS, assert_continuous, descendants, kill_pids, overrides, uninterrupted_df
 
-from orchestrator import storage
+from orchestrator import errors as errors_mod
+from orchestrator.runtime import ray_start as ray_start_mod
+from orchestrator.store import storage
 
 RAY = str(Path(sys.executable).with_name("ray"))
 LAB = str(Path(sys.executable).with_name("lab"))
@@ -292,15 +294,14 @@ def test_dashboard_flag_needs_the_dashboards_packages(monkeypatch, capsys):
     import ray
     import ray._private.utils as ray_utils
 
-    from orchestrator import trial
 
     started = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kw: started.append(kw))
     monkeypatch.setattr(ray_utils, "get_dashboard_dependency_error", lambda: "No module named 'aiohttp'")
-    with pytest.raises(trial.UsageError, match=r"--dashboard needs .*rl-trial-lab\[cluster\]"):
-        trial.init_ray(None, dashboard=True)
-    trial.init_ray("127.0.0.1:1", dashboard=True)  # joining a cluster: its head has the dashboard or not
-    trial.init_ray(None)
+    with pytest.raises(errors_mod.UsageError, match=r"--dashboard needs .*rl-trial-lab\[cluster\]"):
+        ray_start_mod.init_ray(None, dashboard=True)
+    ray_start_mod.init_ray("127.0.0.1:1", dashboard=True)  # joining a cluster: its head has the dashboard or not
+    ray_start_mod.init_ray(None)
     assert [(kw["address"], kw["include_dashboard"]) for kw in started] == [("127.0.0.1:1", False),
                                                                           ("local", False)]

@@ -18,10 +18,10 @@ import pytest
 import torch
 from lab_helpers import REPO, assert_continuous, overrides, run_cli
 
-from orchestrator import storage
-from orchestrator.checkpoint import CheckpointStore
-from orchestrator.enjoy import read_session_spec
-from orchestrator.session import Session
+from orchestrator.session.loop import Session
+from orchestrator.spec.session_spec import read_session_spec
+from orchestrator.store import storage
+from orchestrator.store.checkpoint import CheckpointStore
 
 FIXTURE = REPO / "tests/fixtures/cuda_run_h200.tgz"
 COMPARED = lambda df: df.drop(columns=["wall_t", "fps"]).reset_index(drop=True)  # noqa: E731

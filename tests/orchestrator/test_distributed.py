@@ -9,10 +9,10 @@ import torch
 from lab_helpers import REPO, only_predir, overrides, run_cli
 
 from agents.nets import make_optim
-from orchestrator import storage
-from orchestrator.checkpoint import CheckpointStore
 from orchestrator.global_params import EXACT_REASON, GlobalParams, global_dir
-from orchestrator.spec import load_spec
+from orchestrator.spec.load import load_spec
+from orchestrator.store import storage
+from orchestrator.store.checkpoint import CheckpointStore
 
 A3C = str(REPO / "specs/a3c.json")
 SMALL = ["meta.max_session=2", "meta.log_frequency=200", "meta.random_seed=5",
@@ -99,7 +99,7 @@ def test_synced_trial_trains_one_global_net_and_resumes_it(ray_local, tmp_path):
 
 def test_optim_step_hands_clipped_gradients_to_grad_exchange_and_loads_its_values():
     from envs.clock import Clock
-    from orchestrator.session import Session
+    from orchestrator.session.loop import Session
 
     spec = load_spec(A3C, "a3c_cartpole", SMALL + ["agent.net.clip_grad_val=0.5"])
     algo = Session(spec, 5).algorithm

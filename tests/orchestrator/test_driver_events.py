@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from lab_helpers import SPECS
 
-from orchestrator import storage
 from orchestrator.session_actor import SessionRunner, checkpoint_batches
-from orchestrator.spec import load_spec
-from orchestrator.trial import RunRecord, SessionPlan, Trial
+from orchestrator.spec.load import load_spec
+from orchestrator.store import storage
+from orchestrator.store.record import RunRecord, SessionPlan
+from orchestrator.trial import Trial
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -155,7 +156,7 @@ def test_watch_takes_every_ready_event_of_many_streams_in_order(streams, tmp_pat
 def test_lean_head_params_drop_the_monitors_only_while_a_local_ray_starts():
     import ray._private.parameter as parameter
 
-    from orchestrator.trial import lean_head_params
+    from orchestrator.runtime.ray_params import lean_head_params
 
     base = parameter.RayParams
     with lean_head_params():
@@ -169,12 +170,12 @@ LOCAL_RAY_CHILD = """
 import json, os, subprocess, sys, ray
 import ray._private.node as node
 from ray._private import ray_constants
-from orchestrator import trial
+from orchestrator.runtime.ray_start import init_ray
 base, base_get_node = node.Node.start_api_server, ray._private.services.get_node
 tables = []  # node tables the start's registration poll read (the last one has this node)
 node_table = ray._private.state.GlobalState.node_table
 ray._private.state.GlobalState.node_table = lambda self: tables.append(node_table(self)) or tables[-1]
-trial.init_ray(None)
+init_ray(None)
 ray._private.state.GlobalState.node_table = node_table
 agent = [line for line in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout.splitlines()
          if "dashboard/agent.py" in line and ray._private.worker._global_node.get_session_dir_path() in line]
@@ -212,11 +213,12 @@ def test_a_local_ray_starts_without_monitors_or_api_server_with_a_minimal_agent_
 ENTRY_EXIT_CHILD = """
 import atexit, json, os, sys, time
 import ray
-from orchestrator import cli, trial
+from orchestrator import cli
+from orchestrator.runtime.ray_start import init_ray
 sleeps, real_sleep = [], time.sleep
 time.sleep = lambda s: sleeps.append(s) or real_sleep(s)
 def main():
-    trial.init_ray(None)
+    init_ray(None)
     node = ray._private.worker._global_node
     pids = [info.process.pid for infos in node.all_processes.values() for info in infos]
     def report():  # registered after Ray's own exit handler, so it runs before it

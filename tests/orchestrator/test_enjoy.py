@@ -11,9 +11,10 @@ import pytest
 
 from agents.schedules import VarSchedule
 from orchestrator import cli
-from orchestrator.checkpoint import CheckpointStore
-from orchestrator.enjoy import FAR_FRAME, parse_target
 from orchestrator.errors import UsageError
+from orchestrator.modes.enjoy import FAR_FRAME
+from orchestrator.spec.session_spec import parse_target
+from orchestrator.store.checkpoint import CheckpointStore
 
 SPEC_NAME = "ppo_cartpole"
 
@@ -130,7 +131,7 @@ def test_enjoy_clock_puts_every_schedule_at_its_final_value(spec):
 
 def test_enjoy_a_run_on_object_storage(trained_ppo_run, s3_bucket, capsys):
     """A run copied into a bucket: enjoy@s3://... reads it there and writes its results there."""
-    from orchestrator import storage
+    from orchestrator.store import storage
 
     target = f"{s3_bucket}/runs/{trained_ppo_run.name}"
     for path in trained_ppo_run.rglob("*"):

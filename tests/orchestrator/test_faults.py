@@ -15,9 +15,10 @@ import pandas as pd
 import pytest
 from lab_helpers import DRIVER_ENV, REPO, SPECS, descendants, kill_pids, only_predir, overrides, run_cli, start_driver
 
-from orchestrator import checkpoint, session_actor, storage
+from orchestrator import session_actor
 from orchestrator.session_actor import SessionRunner
-from orchestrator.spec import load_spec
+from orchestrator.spec.load import load_spec
+from orchestrator.store import checkpoint, storage
 
 PPO = ["meta.max_session=2", "meta.log_frequency=1000", "meta.checkpoint_frequency=1000", "meta.random_seed=10"]
 
@@ -175,8 +176,8 @@ NODE_LOSS_SCRIPT = textwrap.dedent("""
     import json, os, signal, sys, threading, time, argparse
     import ray
     from ray.cluster_utils import Cluster
-    from orchestrator import storage
-    from orchestrator.trial import run_train
+    from orchestrator.store import storage
+    from orchestrator.modes.train import run_train
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     worker = cluster.add_node(num_cpus=1)

@@ -30,11 +30,14 @@ from lab_helpers import (
     start_driver,
 )
 
-from orchestrator import lease as lease_mod
-from orchestrator import search, storage
-from orchestrator.checkpoint import CheckpointStore
-from orchestrator.spec import load_spec
-from orchestrator.trial import RunRecord, SessionPlan, Trial
+from orchestrator.modes import search
+from orchestrator.search import trials as trials_mod
+from orchestrator.spec.load import load_spec
+from orchestrator.store import lease as lease_mod
+from orchestrator.store import storage
+from orchestrator.store.checkpoint import CheckpointStore
+from orchestrator.store.record import RunRecord, SessionPlan
+from orchestrator.trial import Trial
 
 ITEMS = ["meta.max_session=1", "meta.log_frequency=1000", "meta.checkpoint_frequency=1000", "env.max_frame=3000",
          "meta.random_seed=7"]
@@ -84,9 +87,9 @@ def test_kill_between_last_checkpoint_and_exports_is_repaired_on_resume(run_copy
 def test_search_trial_killed_before_exports_reports_the_checkpoint_frame(run_copy):
     make_stale(run_copy)
     spec = load_spec(SPECS, "ppo_cartpole", ITEMS)
-    assert search.final_metrics(str(run_copy), spec, 0)["frame"] == 2000  # what the old code reported
-    search.run_lab_trial(str(run_copy), spec, 0)  # no session left to run: only the repair
-    assert search.final_metrics(str(run_copy), spec, 0)["frame"] == 3000
+    assert trials_mod.final_metrics(str(run_copy), spec, 0)["frame"] == 2000  # what the old code reported
+    trials_mod.run_lab_trial(str(run_copy), spec, 0)  # no session left to run: only the repair
+    assert trials_mod.final_metrics(str(run_copy), spec, 0)["frame"] == 3000
     assert (run_copy / "t0/s0/train_df.parquet").read_bytes() == ckpt_file(run_copy, 3000, "train_df.parquet")
     entry = json.loads((run_copy / "t0/run.json").read_text())["sessions"]["t0_s0"]
     assert (entry["status"], entry["frame"]) == ("done", 3000)
@@ -178,7 +181,7 @@ def test_search_resume_verifies_sessions_in_the_driver(run_copy, capsys):
     assert "warning: session t0_s0" in warning and "file 'state.pt' is missing" in warning
     (aside,) = json.loads((run_copy / "t0/run.json").read_text())["sessions"]["t0_s0"]["set_aside"]
     assert aside["frame"] == 3000 and aside["moved_to"].startswith("ckpt/.corrupt-3000-")
-    plans, done = search.plan_sessions(str(run_copy), spec, 0)
+    plans, done = trials_mod.plan_sessions(str(run_copy), spec, 0)
     assert [(p.key, p.resume, p.frame) for p in plans] == [("t0_s0", True, 2000)] and done == []
 
 
@@ -284,7 +287,7 @@ def test_missing_saved_spec_names_the_file_and_how_to_restore_it(run_copy, capsy
 # ---------------------------------------------------------------- E: two drivers on one run
 HOLDER = """
 import sys, time
-from orchestrator.lease import Lease
+from orchestrator.store.lease import Lease
 lease = Lease(sys.argv[1], "train")
 lease.acquire()
 print("held", flush=True)

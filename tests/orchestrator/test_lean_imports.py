@@ -8,21 +8,22 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.spec import load_spec
+from orchestrator.spec.load import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 SPECS = str(REPO / "specs/benchmark/cartpole.json")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled",
        "RAY_USAGE_STATS_ENABLED": "0"}
 # loaded by none of a CartPole session's work: plotting, Tune, the DataFrame library, TorchArcNet's builder, Atari,
-# torch's compiler stack (its optimizers' wrappers import it: agents/eager_optim.py), TensorBoard's S3/fsspec
+# torch's compiler stack (its optimizers' wrappers import it: orchestrator/runtime/torch_optim.py),
+# TensorBoard's S3/fsspec
 # backends in a session actor (installed with the test extra; its writer writes locally: tracking.LEAN_PROCESS)
 NOT_IN_SESSION = ("pandas", "matplotlib", "plotly", "ray.tune", "torcharc", "ale_py", "torch._dynamo", "boto3",
                   "botocore", "fsspec")
 
 SESSION_CHILD = """
 import json, sys
-from orchestrator import tracking
+from orchestrator.report import tracking
 from orchestrator.session_actor import SessionRunner
 tracking.LEAN_PROCESS["tensorboard"] = True  # as SessionActor.__init__ (the session actor's process)
 spec, predir = json.loads(sys.argv[1]), sys.argv[2]
@@ -33,7 +34,7 @@ resumed = SessionRunner(spec, predir, 0, 0, 1, resume=True)
 resumed_events = [e["kind"] for e in resumed.events()]
 modules = sorted(sys.modules)
 # pandas, once imported (train_df), works with pyarrow as usual after storage.skip_pandas_probe
-from orchestrator import storage
+from orchestrator.store import storage
 copy = storage.read_parquet(runner.session_dir + "/train_df.parquet")
 same = copy.equals(resumed.session.train_df) and len(copy) == 3
 print(json.dumps({"events": events, "frame": runner.session.clock.frame, "modules": modules, "same": same,
@@ -43,13 +44,14 @@ print(json.dumps({"events": events, "frame": runner.session.clock.frame, "module
 
 DRIVER_CHILD = """
 import json, sys
-from orchestrator import cli, trial
-trial.init_ray = lambda *args, **kwargs: None  # no Ray here: the driver's own imports are the subject
-trial.check_resources = lambda meta, together=False: None
+from orchestrator import cli
+from orchestrator.modes import train as train_mode
+train_mode.init_ray = lambda *args, **kwargs: None  # no Ray here: the driver's own imports are the subject
+train_mode.check_resources = lambda meta, together=False: None
 def run_with_signals(tr, spec):
     print("RESULT " + json.dumps({"modules": sorted(sys.modules), "spec": spec, "predir": tr.predir}))
     return 0
-trial.run_with_signals = run_with_signals
+train_mode.run_with_signals = run_with_signals
 sys.exit(cli.main(sys.argv[1:]))
 """
 
@@ -70,7 +72,7 @@ def test_cartpole_session_actor_loads_no_pandas_plotting_tune_torcharc_ale_or_dy
     assert result["restored_frame"] == 512 and result["resumed_frame"] == 768  # resumed: optimizer state loaded
     assert result["resumed_events"][-1] == "done"
     modules = set(result["modules"])
-    assert {"torch", "gymnasium", "orchestrator.session", "torch.utils.tensorboard"} <= modules  # what it did import
+    assert {"torch", "gymnasium", "orchestrator.session.loop", "torch.utils.tensorboard"} <= modules  # it did import
     loaded = sorted(m for m in modules if any(m == bad or m.startswith(bad + ".") for bad in NOT_IN_SESSION))
     assert loaded == [], loaded
 
@@ -82,10 +84,10 @@ def test_train_driver_loads_no_torch_and_gets_the_checked_spec_from_the_check_pr
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
     modules = set(result["modules"])
-    assert {"ray", "orchestrator.trial", "orchestrator.spec_check"} <= modules
+    assert {"ray", "orchestrator.trial", "orchestrator.modes.spec_check"} <= modules
     heavy = sorted(m for m in modules if m.split(".")[0] in ("torch", "gymnasium", "ale_py", "mujoco", "torcharc",
-                                                             "pandas", "matplotlib", "orchestrator.spec"))
-    assert heavy == [] and "orchestrator.spec" not in modules, heavy
+                                                             "pandas", "matplotlib"))
+    assert heavy == [] and "orchestrator.spec.load" not in modules, heavy
     expected = json.loads(json.dumps(load_spec(SPECS, "ppo_cartpole", ["env.max_frame=512", "meta.random_seed=5"])))
     assert result["spec"] == expected  # defaults filled, as checked in-process
     saved = json.loads((Path(result["predir"]) / "ppo_cartpole_spec.json").read_text())
@@ -131,10 +133,10 @@ def test_resume_driver_loads_no_torch_and_merges_the_spec_in_the_check_process(t
     assert "applied spec edit: env.max_frame: 512 -> 1024" in out.stdout
     result = json.loads(next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
     modules = set(result["modules"])
-    assert {"ray", "orchestrator.trial", "orchestrator.spec_check"} <= modules
+    assert {"ray", "orchestrator.trial", "orchestrator.modes.spec_check"} <= modules
     heavy = sorted(m for m in modules if m.split(".")[0] in ("torch", "gymnasium", "ale_py", "mujoco", "torcharc",
                                                              "pandas", "matplotlib"))
-    assert heavy == [] and "orchestrator.spec" not in modules, heavy
+    assert heavy == [] and "orchestrator.spec.load" not in modules, heavy
     assert result["predir"] == str(predir) and result["spec"]["env"]["max_frame"] == 1024
     assert json.loads((predir / "ppo_cartpole_spec.json").read_text())["env"]["max_frame"] == 1024
 
@@ -149,7 +151,7 @@ def test_a_session_actor_keeps_pydantic_out_of_rays_serializer_and_still_builds_
     import ray
 
     from orchestrator.session_actor import SessionActor
-    from orchestrator.spec import check
+    from orchestrator.spec.load import check
 
     assert importlib.util.find_spec("pydantic") is not None  # else Ray could not import it anyway
     spec = load_spec(SPECS, "ppo_cartpole", ["env.max_frame=256", "meta.log_frequency=128", "meta.tensorboard=false"])

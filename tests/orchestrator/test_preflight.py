@@ -5,8 +5,9 @@ import pytest
 from lab_helpers import SPECS
 
 from agents.memory import Replay
-from orchestrator import preflight
-from orchestrator.spec import SpecError, load_spec
+from orchestrator.errors import SpecError
+from orchestrator.spec import preflight
+from orchestrator.spec.load import load_spec
 
 
 @pytest.mark.parametrize("obs_shape, act_shape, act_dtype", [((4,), (), np.int64), ((3, 8, 8), (2,), np.float32)])

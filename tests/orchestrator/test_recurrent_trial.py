@@ -8,9 +8,10 @@ import pandas as pd
 import torch
 from lab_helpers import REPO, assert_continuous, kill_driver_when, only_predir, overrides, run_cli, start_driver
 
-from orchestrator import storage
-from orchestrator.session import Session
-from orchestrator.spec import load_spec, session_seed
+from orchestrator.session.loop import Session
+from orchestrator.spec.load import load_spec
+from orchestrator.store import storage
+from orchestrator.store.predir import session_seed
 
 RNN_SPECS = str(REPO / "specs" / "recurrent.json")
 ITEMS = ["meta.max_session=2", "meta.log_frequency=256", "meta.checkpoint_frequency=256", "meta.random_seed=5",

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 import torch
 
-from orchestrator.session import Session
+from orchestrator.session.loop import Session
 from orchestrator.session_actor import SessionRunner
-from orchestrator.spec import load_spec
+from orchestrator.spec.load import load_spec
 from tests.agents.algorithms.helpers import stop_then_resume
 
 SPECS = "specs/benchmark/cartpole.json"
@@ -308,7 +308,7 @@ def test_parquet_rows_encode_incrementally_as_one_shot():
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from orchestrator.session import ParquetRows, _read_parquet
+    from orchestrator.session.loop import ParquetRows, _read_parquet
 
     columns = ["frame", "loss", "refill", "x"]
     values = [None, None, 1, 2, 2.5, math.nan, 3.0]  # x: null, then int, then float

@@ -11,9 +11,11 @@ import pytest
 from lab_helpers import SPECS, files_digest, only_predir, overrides, run_cli
 
 from orchestrator import cli
-from orchestrator.progress import SessionProgress
-from orchestrator.spec import load_spec
-from orchestrator.trial import RunRecord, SessionPlan, Trial
+from orchestrator import commandline as commandline_mod
+from orchestrator.report.progress import SessionProgress
+from orchestrator.spec.load import load_spec
+from orchestrator.store.record import RunRecord, SessionPlan
+from orchestrator.trial import Trial
 
 DEMO = str(Path(SPECS).parents[1] / "demo.json")
 
@@ -21,14 +23,14 @@ DEMO = str(Path(SPECS).parents[1] / "demo.json")
 # ---------------------------------------------------------------- printed commands
 
 def test_entry_command_follows_argv0(tmp_path, monkeypatch):
-    assert cli.entry_command("/home/u/.venv/bin/lab") == "lab"
+    assert commandline_mod.entry_command("/home/u/.venv/bin/lab") == "lab"
     monkeypatch.chdir(tmp_path)
-    assert cli.entry_command("run_lab.py") == f"python {tmp_path}/run_lab.py"
-    assert cli.entry_command(str(Path(cli.__file__))) == "python -m orchestrator.cli"
+    assert commandline_mod.entry_command("run_lab.py") == f"python {tmp_path}/run_lab.py"
+    assert commandline_mod.entry_command(str(Path(cli.__file__))) == "python -m orchestrator.cli"
     monkeypatch.setattr(sys, "argv", ["/usr/bin/lab"])
-    assert cli.lab_command("specs/x.json", "ppo", "train@data/ppo_1") == \
+    assert commandline_mod.lab_command("specs/x.json", "ppo", "train@data/ppo_1") == \
         f"lab {tmp_path}/specs/x.json ppo train@{tmp_path}/data/ppo_1"
-    assert cli.lab_command("s3://b/x.json", "ppo", "train@latest") == "lab s3://b/x.json ppo train@latest"
+    assert commandline_mod.lab_command("s3://b/x.json", "ppo", "train@latest") == "lab s3://b/x.json ppo train@latest"
 
 
 def test_interrupt_summary_names_committed_frames_and_sessions_not_started(tmp_path, monkeypatch, capsys):
@@ -67,7 +69,7 @@ def test_stop_while_a_session_waits_for_resources(ray_local, tmp_path, monkeypat
     usually places t0_s0 first; under load it may be t0_s1. The frame budget is far beyond what a session trains
     between its first log row and the stop reaching it (at a load of 4 on 2 cores a 4,000-frame budget was done
     first)."""
-    from orchestrator.trial import plan_fresh
+    from orchestrator.modes.train import plan_fresh
 
     monkeypatch.setattr(sys, "argv", ["/usr/bin/lab"])
     spec = load_spec(SPECS, "ppo_cartpole", ["meta.max_session=2", "env.max_frame=400000", "meta.log_frequency=400",
@@ -162,7 +164,7 @@ def test_search_trial_is_analyzed_by_the_driver_when_it_ends_and_search_at_leave
                                                                                        monkeypatch):
     import threading
 
-    import orchestrator.analysis as analysis
+    import orchestrator.report.analysis as analysis
 
     calls = []  # (trials, thread) of every analyze_predir call of the search
     real = analysis.analyze_predir

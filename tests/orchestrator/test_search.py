@@ -26,12 +26,13 @@ from lab_helpers import (
     start_driver,
 )
 
-from orchestrator import storage
-from orchestrator.errors import UsageError
-from orchestrator.search import TrialNamer, TrialReporter, param_space, search_alg_name, trial_index
-from orchestrator.search_space import apply_values, parse_search
-from orchestrator.spec import SpecError, load_spec
-from orchestrator.trial import SessionPlan
+from orchestrator.errors import SpecError, UsageError
+from orchestrator.search.trials import TrialReporter, trial_index
+from orchestrator.search.tune import TrialNamer, param_space, search_alg_name
+from orchestrator.spec.load import load_spec
+from orchestrator.spec.search_space import apply_values, parse_search
+from orchestrator.store import storage
+from orchestrator.store.record import SessionPlan
 
 GAMMA_GRID = 'search={"agent": {"algorithm": {"gamma__grid_search": [0.9, 0.99]}}}'
 SMALL = ["meta.log_frequency=800", "meta.checkpoint_frequency=800", "meta.random_seed=11",
@@ -352,7 +353,7 @@ def test_an_empty_session_actor_checks_a_spec_as_the_driver_does(ray_local):
     from ray.exceptions import RayTaskError
 
     from orchestrator.session_actor import SessionActor
-    from orchestrator.spec import check
+    from orchestrator.spec.load import check
 
     spec = load_spec(SPECS, "ppo_cartpole", SMALL)
     bad = {**spec, "agent": {**spec["agent"], "net": {**spec["agent"]["net"], "hid_layers_activation": "nosuch"}}}

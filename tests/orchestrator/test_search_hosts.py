@@ -5,11 +5,14 @@ fresh actors (train_df but wall_t/fps, and weights, equal)."""
 import pandas as pd
 from lab_helpers import SPECS
 
-from orchestrator import predir as predir_mod
-from orchestrator import storage
-from orchestrator.checkpoint import CheckpointStore
-from orchestrator.spec import load_spec, session_seed
-from orchestrator.trial import RunRecord, SessionHosts, SessionPlan, Trial
+from orchestrator.session_hosts import SessionHosts
+from orchestrator.spec.load import load_spec
+from orchestrator.store import predir as predir_mod
+from orchestrator.store import storage
+from orchestrator.store.checkpoint import CheckpointStore
+from orchestrator.store.predir import session_seed
+from orchestrator.store.record import RunRecord, SessionPlan
+from orchestrator.trial import Trial
 
 ITEMS = ["meta.max_session=1", "env.max_frame=800", "meta.log_frequency=400", "meta.random_seed=21",
          'meta.resources={"num_cpus": 0.5, "num_gpus": 0}']

@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 import torch
 
-from orchestrator.session import EVAL_COLUMNS, TRAIN_COLUMNS, Session
-from orchestrator.spec import load_spec, session_seed
+from orchestrator.session.loop import EVAL_COLUMNS, TRAIN_COLUMNS, Session
+from orchestrator.spec.load import load_spec
+from orchestrator.store.predir import session_seed
 
 REPO = Path(__file__).resolve().parents[2]
 SPECS = str(REPO / "specs" / "benchmark" / "cartpole.json")
@@ -223,7 +224,7 @@ def test_next_step_autoreset_stores_the_reset_step_as_slm_lab_does(autoreset):
     (0, 1, 2, 4, 3, 0),  # CUDA_OFFSET shifts: (1 + 3) % 4
 ])
 def test_session_cuda_index_is_slm_labs_assignment(trial, session, max_session, count, offset, want):
-    from orchestrator.session import session_cuda_index
+    from orchestrator.session.loop import session_cuda_index
 
     assert session_cuda_index(trial, session, max_session, count, offset) == want
 
@@ -231,8 +232,8 @@ def test_session_cuda_index_is_slm_labs_assignment(trial, session, max_session, 
 def test_select_session_gpu_sets_the_device_only_where_cuda_is_asked_and_visible(monkeypatch):
     """With CUDA faked visible (4 devices): gpu true or auto makes ``(t * max_session + s + CUDA_OFFSET) % 4``
     current; gpu false touches nothing; without CUDA nothing is touched; a bad CUDA_OFFSET is a UsageError."""
-    from orchestrator import session as session_mod
     from orchestrator.errors import UsageError
+    from orchestrator.session import loop as session_mod
 
     calls = []
     monkeypatch.setattr(torch.cuda, "set_device", calls.append)

@@ -5,8 +5,10 @@ import json
 
 import pytest
 
-from orchestrator.slm_lab import ANY, SLM_LAB_KEYS
-from orchestrator.spec import SpecError, load_spec, spec_names
+from orchestrator.errors import SpecError
+from orchestrator.spec.files import spec_names
+from orchestrator.spec.load import load_spec
+from orchestrator.spec.slm_lab import ANY, SLM_LAB_KEYS
 
 PPO = {
     "agent": {"name": "PPO",
@@ -96,7 +98,7 @@ def _section_fields(path):
     from agents.memory import MemorySpec
     from agents.nets import NetSpec
     from envs.make import EnvSpec
-    from orchestrator.spec import MetaSpec
+    from orchestrator.spec.schema import MetaSpec
     classes = {"agent.algorithm": ALGORITHMS["PPO"].spec_cls, "agent.memory": MemorySpec, "agent.net": NetSpec,
                "env": EnvSpec, "meta": MetaSpec, "agent": None}
     cls = classes[path.rpartition(".")[0]]
@@ -111,7 +113,7 @@ def test_no_table_row_names_a_built_feature():
     from agents.algorithms import ALGORITHMS
     from agents.memory import MEMORIES
     from agents.nets import LOSSES, NETS, OPTIMIZERS
-    from orchestrator.slm_lab import SLM_LAB_NAMES
+    from orchestrator.spec.slm_lab import SLM_LAB_NAMES
     dead = []
     for key in SLM_LAB_KEYS:
         section, _, leaf = key.rpartition(".")
@@ -195,8 +197,8 @@ def test_global_optimizers_need_distributed(tmp_path, name):
     ("normal", [0.95, 0.01], lambda v: isinstance(v, float)),
 ])
 def test_tune_search_types_parse_and_sample(kind, arg, check):
-    from orchestrator.search import param_space
-    from orchestrator.spec import check as check_spec
+    from orchestrator.search.tune import param_space
+    from orchestrator.spec.load import check as check_spec
     path = "agent.algorithm.time_horizon" if "int" in kind else "agent.algorithm.gamma"
     spec = check_spec({**with_(PPO, "search", {f"{path}__{kind}": arg}), "name": "s"})
     domain = param_space(spec)[path]
@@ -241,7 +243,7 @@ def test_v4_list_shaped_search_and_random_search(tmp_path):
 
 
 def test_scheduler_without_a_name_is_asha_with_slm_lab_keys(tmp_path):
-    from orchestrator.search import make_scheduler
+    from orchestrator.search.tune import make_scheduler
     spec = with_(with_(PPO, "search", {"agent.algorithm.gamma__uniform": [0.9, 0.99]}),
                  "meta.search_scheduler", {"grace_period": 1000, "reduction_factor": 3})
     sched = make_scheduler(load_spec(write(tmp_path, spec), "s"))

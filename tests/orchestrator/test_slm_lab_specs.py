@@ -17,7 +17,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import slm_lab_specs as bench  # noqa: E402
 
-from orchestrator.spec import load_spec  # noqa: E402
+from orchestrator.spec.load import load_spec  # noqa: E402
 
 ROOT = bench.DEFAULT_ROOT
 FILES = bench.spec_files(ROOT)
@@ -132,8 +132,8 @@ def test_atari_dqn_entries_store_each_frame_once(rel, name, kind, per_transition
     import numpy as np
 
     from agents.memory import Replay
-    from orchestrator import preflight
-    from orchestrator.spec import build
+    from orchestrator.spec import preflight
+    from orchestrator.spec.load import build
 
     path = ROOT / rel
     spec = load_spec(str(path), name, bench.template_fills(path))

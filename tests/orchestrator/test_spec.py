@@ -10,17 +10,10 @@ import pytest
 
 from agents.algorithms import ALGORITHMS
 from agents.nets import NETS
-from orchestrator.spec import (
-    MetaSpec,
-    SpecError,
-    apply_overrides,
-    build,
-    check,
-    load_spec,
-    parse_value,
-    session_seed,
-    spec_hash,
-)
+from orchestrator.errors import SpecError
+from orchestrator.spec.load import apply_overrides, build, check, load_spec, parse_value, spec_hash
+from orchestrator.spec.schema import MetaSpec
+from orchestrator.store.predir import session_seed
 
 REPO = Path(__file__).resolve().parents[2]
 CARTPOLE = str(REPO / "specs" / "benchmark" / "cartpole.json")
@@ -414,7 +407,7 @@ def test_resume_keeps_a_saved_replay_layout_when_the_spec_leaves_it_unset():
     """A run saved with ``optimize_memory_usage`` true or false (its checkpointed replay is in that layout) resumed
     with a spec that leaves it null (the default: by the observations) keeps the saved value; an explicit other
     value contradicts the past."""
-    from orchestrator.spec import resume_edits
+    from orchestrator.spec.resume import resume_edits
 
     new = check({**FLAT, "name": "s"})
     assert new["agent"]["memory"]["optimize_memory_usage"] is None
@@ -436,7 +429,7 @@ def test_session_seed():
 def test_resume_of_a_run_saved_before_new_fields():
     """A run saved by an older lab lacks fields added since (env.noop_max, agent.net.conv_hid_layers,
     agent.memory.optimize_memory_usage, ...): they take their defaults, so train@ finds no conflict."""
-    from orchestrator.spec import resume_edits
+    from orchestrator.spec.resume import resume_edits
 
     new = check({**FLAT, "name": "s"})
     saved = copy.deepcopy(new)

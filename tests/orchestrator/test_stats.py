@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from lab_helpers import run_cli
 
-from orchestrator import stats
-from orchestrator.analysis import PNG_SIGNATURE
+from orchestrator.report import stats
+from orchestrator.report.graphs import PNG_SIGNATURE
 
 
 def test_iqm_drops_a_quarter_at_each_end():
@@ -86,7 +86,7 @@ def test_html_page_is_plotlys_validated_page_without_validation(tmp_path):
     import plotly.io as pio
     from plotly.offline import get_plotlyjs
 
-    from orchestrator import compare
+    from orchestrator.report import compare
 
     figure = {"data": [{"type": "scatter", "x": [1, 2, 3], "y": [3.5, 1.0, 2.0], "mode": "lines", "name": "mean",
                         "line": {"color": "#1f77b4"}}],

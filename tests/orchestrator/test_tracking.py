@@ -11,10 +11,11 @@ import pytest
 import torch
 from lab_helpers import assert_tb_matches, run_cli
 
-from orchestrator import storage
+from orchestrator.errors import SpecError
+from orchestrator.report.tracking import TensorBoardLog, flat_spec
 from orchestrator.session_actor import SessionRunner
-from orchestrator.spec import SpecError, load_spec
-from orchestrator.tracking import TensorBoardLog, flat_spec
+from orchestrator.spec.load import load_spec
+from orchestrator.store import storage
 
 SPECS = "specs/benchmark/cartpole.json"
 SMALL = ["env.max_frame=1600", "meta.log_frequency=400", "meta.checkpoint_frequency=400", "env.num_envs=4",
@@ -204,7 +205,7 @@ def test_mlflow_resume_logs_the_rows_a_killed_process_had_not_sent(tmp_path, mon
 def test_dev_with_a_tracker_that_does_not_start_exits_2_and_leaves_no_run(tmp_path, monkeypatch, capsys):
     """``dev`` whose W&B / MLflow run cannot start (e.g. no W&B login: wandb raises UsageError) used to end in
     a traceback with a half-made run directory; now exit 2 naming ``meta.tracking`` and the cause, nothing left."""
-    from orchestrator import tracking
+    from orchestrator.report import tracking
 
     def no_login(self, run_id):
         raise RuntimeError("api_key not configured (no-tty). call wandb.login(key=[your_api_key])")
@@ -223,7 +224,7 @@ def test_without_modules_blocks_only_inside_the_block_and_only_modules_not_yet_i
     import importlib
     import sys
 
-    from orchestrator.tracking import without_modules
+    from orchestrator.report.tracking import without_modules
 
     assert "json" in sys.modules
     name = "xml.dom.minidom"  # a stdlib module nothing here imported yet

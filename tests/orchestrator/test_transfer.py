@@ -7,10 +7,13 @@ from pathlib import Path
 import pytest
 from lab_helpers import overrides, run_cli
 
-from orchestrator import analysis, transfer
-from orchestrator.checkpoint import CheckpointStore
-from orchestrator.session import Session
-from orchestrator.spec import SpecError, load_spec
+from orchestrator.errors import SpecError
+from orchestrator.report import analysis
+from orchestrator.report import metrics as metrics_mod
+from orchestrator.session import transfer
+from orchestrator.session.loop import Session
+from orchestrator.spec.load import load_spec
+from orchestrator.store.checkpoint import CheckpointStore
 
 SPECS = str(Path(__file__).resolve().parents[2] / "specs/benchmark/cartpole.json")
 # eval at frame 128, before the first PPO update (8 envs x time_horizon 32 = 256 frames): the
@@ -30,7 +33,7 @@ def test_new_trial_from_trained_session_evaluates_far_above_random(trained_ppo_r
     (predir,) = data.glob("ppo_cartpole_*")
     eval_df = analysis.committed_df(str(predir / "t0/s0"), "eval_df.parquet")
     first = eval_df.iloc[0]
-    random_return = analysis.random_baseline("CartPole-v1", None, str(tmp_path / "cache"))["mean"]
+    random_return = metrics_mod.random_baseline("CartPole-v1", None, str(tmp_path / "cache"))["mean"]
     assert first["frame"] == 128 and first["opt_step"] == 0
     assert first["total_reward"] > 100 and first["total_reward"] > 4 * random_return
 

@@ -22,7 +22,7 @@ from lab_helpers import (
     uninterrupted_df,
 )
 
-from orchestrator import storage
+from orchestrator.store import storage
 
 PPO_SMALL = ["meta.max_session=2", "meta.log_frequency=800", "meta.checkpoint_frequency=800", "meta.random_seed=11"]
 
@@ -126,10 +126,10 @@ def test_sessions_beyond_the_cluster_wait_for_freed_resources(ray_local, tmp_pat
 def test_run_json_checkpoint_updates_are_amortized(tmp_path, monkeypatch):
     """1,000 checkpoint events within a second cost one run.json write (the first); a status change is written at
     once with every pending frame; after CHECKPOINT_WRITE_S the next checkpoint event writes again."""
-    from orchestrator.trial import RunRecord, SessionPlan
+    from orchestrator.store.record import RunRecord, SessionPlan
 
     clock = [100.0]
-    monkeypatch.setattr("orchestrator.trial.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("orchestrator.store.record.time.monotonic", lambda: clock[0])
     writes = []
     monkeypatch.setattr(storage, "write_text", lambda uri, text: writes.append(json.loads(text)))
     record = RunRecord(str(tmp_path), {"sessions": {}})

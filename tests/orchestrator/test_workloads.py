@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from agents import memory
-from orchestrator.session import Session
+from orchestrator.session.loop import Session
 from orchestrator.session_actor import SessionRunner
-from orchestrator.spec import load_spec
+from orchestrator.spec.load import load_spec
 from tests.orchestrator.lab_helpers import REPO, only_predir, overrides, run_cli
 from tests.orchestrator.test_resume_exact import COMPARED, interrupted_then_resumed, uninterrupted
 

@@ -12,8 +12,8 @@ import pytest
 
 from agents.algorithms import ALGORITHMS, Algorithm
 from envs.clock import Clock
-from orchestrator.session import Session
-from orchestrator.spec import build, load_spec
+from orchestrator.session.loop import Session
+from orchestrator.spec.load import build, load_spec
 
 REPO = Path(__file__).resolve().parents[3]
 SPECS = str(REPO / "specs" / "benchmark" / "cartpole.json")

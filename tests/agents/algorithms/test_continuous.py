@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from envs.clock import Clock
-from orchestrator.session import Session
-from orchestrator.spec import load_spec
+from orchestrator.session.loop import Session
+from orchestrator.spec.load import load_spec
 from tests.agents.algorithms.helpers import assert_resume_exact, make_algo, run_slm_dev
 
 PENDULUM = str(Path(__file__).resolve().parents[3] / "specs" / "benchmark" / "pendulum.json")

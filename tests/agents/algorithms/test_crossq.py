@@ -120,8 +120,8 @@ def test_resume_is_exact(tmp_path, extra, stop_frame):
 def test_policy_delay_steps_the_actor_once_per_three_critic_steps(tmp_path):
     """SLM-Lab's CrossQ specs' ``policy_delay: 3``: Adam's step count of the actor and of log_alpha is
     opt_step // 3 (critic steps 3, 6, ...), the critics' is opt_step."""
-    from orchestrator.session import Session
-    from orchestrator.spec import load_spec
+    from orchestrator.session.loop import Session
+    from orchestrator.spec.load import load_spec
 
     spec = load_spec(PENDULUM, "crossq_pendulum", [*SMALL, "env.max_frame=600", "agent.algorithm.policy_delay=3"])
     session = Session(spec, 3)

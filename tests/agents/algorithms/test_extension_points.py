@@ -11,9 +11,10 @@ import torch
 from agents.algorithms import ALGORITHMS
 from agents.algorithms.reinforce import Reinforce, ReinforceSpec
 from envs.clock import Clock
-from orchestrator.session import TRAIN_COLUMNS, Session
-from orchestrator.spec import SpecError, load_spec
-from orchestrator.transfer import mismatches
+from orchestrator.errors import SpecError
+from orchestrator.session.loop import TRAIN_COLUMNS, Session
+from orchestrator.session.transfer import mismatches
+from orchestrator.spec.load import load_spec
 from tests.agents.algorithms.helpers import SPECS, drive, make_algo
 
 

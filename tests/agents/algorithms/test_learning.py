@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from orchestrator.session import Session
-from orchestrator.spec import load_spec
+from orchestrator.session.loop import Session
+from orchestrator.spec.load import load_spec
 
 REPO = Path(__file__).resolve().parents[3]
 SPECS = str(REPO / "specs" / "benchmark" / "cartpole.json")

@@ -179,8 +179,8 @@ def test_slm_lab_spec_runs_unmodified(tmp_path, rel_file, name):
 
 def test_slm_lab_temperature_keys_alpha_lr_and_log_alpha_bounds():
     """SLM-Lab v5.3's ``alpha_lr`` sets the temperature optimizer's lr; ``log_alpha_max`` clamps log_alpha."""
-    from orchestrator.session import Session
-    from orchestrator.spec import load_spec
+    from orchestrator.session.loop import Session
+    from orchestrator.spec.load import load_spec
 
     spec = load_spec(PENDULUM, "sac_pendulum", ["env.max_frame=300", "agent.algorithm.training_start_step=100",
                                                 "agent.memory.batch_size=16", "agent.algorithm.alpha_lr=3e-5",
@@ -291,10 +291,11 @@ def test_stacked_critics_are_global_nets_under_meta_distributed():
 
 
 def test_init_from_transfer_reaches_the_stacked_critics(monkeypatch):
-    """``agent.net.init_from`` loads each net's state_dict in place (``orchestrator.transfer.init_nets``): into the
+    """``agent.net.init_from`` loads each net's state_dict in place
+    (``orchestrator.session.transfer.init_nets``): into the
     stacked critics' member nets, it sets the stack, so the twin Q-values are the source critics' (a source with
     separate critics, as an older checkpoint, included); the layer check passes."""
-    from orchestrator.transfer import mismatches, net_states
+    from orchestrator.session.transfer import mismatches, net_states
 
     source, target = separate_critics_algo(monkeypatch, []), sac_algo([])
     with torch.no_grad():

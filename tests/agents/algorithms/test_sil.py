@@ -12,7 +12,7 @@ import torch
 from agents.algorithms.sil import sil_losses
 from agents.memory import OnPolicyBatchReplay, PrioritizedReplay, Replay, SILReplay
 from envs.clock import Clock
-from orchestrator.session import load_state
+from orchestrator.session.loop import load_state
 from tests.agents.algorithms.helpers import assert_resume_exact, drive, make_algo, run_slm_dev, stop_then_resume
 from tests.orchestrator.test_resume_exact import load_spec
 
@@ -201,7 +201,8 @@ def test_slm_lab_sil_specs_run_unmodified(tmp_path, rel, name, max_frame):
 
 
 def test_bad_sil_keys_are_spec_errors_naming_the_key():
-    from orchestrator.spec import SpecError, build
+    from orchestrator.spec.load import build
+    from orchestrator.errors import SpecError
 
     with pytest.raises(SpecError) as err:
         build(load_spec(SIL_SPECS, "ppo_sil_cartpole", ['agent.memory.sil_replay_name="SeqReplay"',
@@ -214,7 +215,8 @@ def test_bad_sil_keys_are_spec_errors_naming_the_key():
 
 
 def test_sil_training_start_step_must_fit_in_the_replay():
-    from orchestrator.spec import SpecError, build
+    from orchestrator.spec.load import build
+    from orchestrator.errors import SpecError
 
     with pytest.raises(SpecError, match="agent.algorithm.training_start_step: 2000 transitions can never be stored"):
         build(load_spec(SIL_SPECS, "sil_cartpole", ["agent.algorithm.training_start_step=2000",

@@ -39,13 +39,12 @@ Timing: ``SessionTracker.seconds`` is the wall time (seconds) spent writing rows
 opening and closing the streams; tests print ms per log row.
 
 Event files are written by TensorBoard's writer itself (it owns the format); every other read and
-write goes through ``orchestrator.storage``.
+write goes through ``orchestrator.store.storage``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import math
 import os
@@ -56,59 +55,18 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-from orchestrator import predir as predir_mod
-from orchestrator import storage
+from orchestrator.store import predir as predir_mod
+from orchestrator.store import storage
 
-BACKENDS = ("none", "wandb", "mlflow")
-BACKEND_PACKAGES = {"wandb": "wandb", "mlflow": "mlflow"}
-MLFLOW_OPTIONS = ("tracking_uri", "experiment")
 TRACKING_FILE = "tracking.json"
 TB_DIR = "tb"
 HPARAM_METRIC = "train/total_reward_ma"
 
 
-def tracking_problems(meta: Any) -> list[str]:
-    """Spec problems of ``meta.tracking`` / ``meta.tracking_options`` (dotted path first).
-
-    Args:
-        meta: the defaults-filled ``meta`` section (anything else, or an unknown backend, is left to
-            the section checks of ``orchestrator.spec``).
-
-    Returns:
-        Problems, [] if fine: a backend whose package is not installed (with the extra that installs
-        it), MLflow options other than ``MLFLOW_OPTIONS``.
-    """
-    if not isinstance(meta, dict) or meta.get("tracking") not in BACKENDS:
-        return []
-    backend, options = meta["tracking"], meta.get("tracking_options") or {}
-    problems = []
-    if backend != "none" and importlib.util.find_spec(BACKEND_PACKAGES[backend]) is None:
-        problems.append(f"meta.tracking: '{backend}' is not installed; pip install -e \".[{backend}]\"")
-    if isinstance(options, dict) and backend == "mlflow":
-        problems += [f"meta.tracking_options.{k}: unknown MLflow option (expected one of {list(MLFLOW_OPTIONS)})"
-                     for k in options if k not in MLFLOW_OPTIONS]
-    elif isinstance(options, dict) and backend == "wandb" and not problems:
-        problems += wandb_option_problems(options)
-    return problems
 
 
-WANDB_SET_BY_LAB = ("id", "resume", "name", "group", "config", "dir", "reinit")
 
 
-def wandb_option_problems(options: dict[str, Any]) -> list[str]:
-    """Problems of W&B options: keys ``wandb.init`` does not take, or that the lab sets itself."""
-    import inspect
-
-    import wandb
-
-    accepted = inspect.signature(wandb.init).parameters
-    out = []
-    for key in options:
-        if key in WANDB_SET_BY_LAB:
-            out.append(f"meta.tracking_options.{key}: set by the lab (one run per session, resumed by id)")
-        elif key not in accepted:
-            out.append(f"meta.tracking_options.{key}: not an argument of wandb.init")
-    return out
 
 
 def flat_spec(spec: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -166,7 +124,7 @@ def without_modules(names: tuple[str, ...]) -> Iterator[None]:
 
     TensorBoard's file layer (``tensorboard.compat.tensorflow_stub.io.gfile``) imports boto3 and fsspec whenever
     they are installed, for ``s3://`` and fsspec log dirs; the lab's writer only writes a local directory (an
-    object store gets its files through ``orchestrator.storage``), so a session actor's process, which reads no
+    object store gets its files through ``orchestrator.store.storage``), so a session actor's process, which reads no
     TensorBoard files, leaves them out (``LEAN_PROCESS``): boto3 alone is ~8 MB and 0.3 s (docs/BENCHMARKS.md
     "Process memory"). A process that uses the lab in-process keeps TensorBoard's S3 reading.
     """

@@ -32,57 +32,18 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator import storage
-from orchestrator.checkpoint import CheckpointError, CheckpointStore, Manifest
-from orchestrator.errors import UsageError
-from orchestrator.predir import TS_FORMAT
-from orchestrator.spec import SpecError, check
+from orchestrator.errors import SpecError, UsageError
+from orchestrator.spec.session_spec import parse_target, read_session_spec
+from orchestrator.store import storage
+from orchestrator.store.checkpoint import CheckpointError, CheckpointStore, Manifest
+from orchestrator.store.predir import TS_FORMAT
 
 FAR_FRAME = 2**62  # a clock frame past the end of every schedule: explore vars at their final values
-SESSION_META_KEYS = ("trial", "session", "session_seed", "session_dir")  # added by predir.session_spec
 
 
-def parse_target(mode: str, ckpt: str | None) -> tuple[str, str]:
-    """Session spec URI and checkpoint choice (``best``/``latest``) of ``enjoy@{file}[@latest|@best]``.
-
-    Raises:
-        UsageError: no file given, or ``--ckpt`` contradicts the suffix.
-    """
-    target = mode.split("@", 1)[1] if "@" in mode else ""
-    suffix = None
-    for which in ("best", "latest"):
-        if target.endswith(f"@{which}"):
-            target, suffix = target[: -len(which) - 1], which
-    if not target:
-        raise UsageError("enjoy needs a session spec file: enjoy@{predir}/{spec_name}_t{T}_s{S}_spec.json")
-    if suffix and ckpt and suffix != ckpt:
-        raise UsageError(f"enjoy@...@{suffix} contradicts --ckpt {ckpt}")
-    return storage.absolute(target), suffix or ckpt or "best"
 
 
-def read_session_spec(uri: str, spec_name: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The checked spec (CPU, sync envs) and the session meta of a session spec file.
 
-    Raises:
-        UsageError: the file is missing or is not a session spec file of ``spec_name``.
-        SpecError: the saved spec does not validate.
-    """
-    try:
-        raw = storage.read_json(uri)
-    except FileNotFoundError:
-        raise UsageError(f"enjoy: session spec file '{uri}' does not exist") from None
-    except ValueError as err:
-        raise UsageError(f"enjoy: '{uri}' is not valid JSON: {err}") from None
-    meta = raw.get("meta", {}) if isinstance(raw, dict) else {}
-    if not isinstance(meta.get("session_dir"), str):
-        raise UsageError(f"enjoy: '{uri}' is not a session spec file ({{spec_name}}_t{{T}}_s{{S}}_spec.json)")
-    if raw.get("name") != spec_name:
-        raise UsageError(f"enjoy: '{uri}' is a session of '{raw.get('name')}', not of '{spec_name}'")
-    session_meta = {k: meta[k] for k in SESSION_META_KEYS}
-    spec = {**raw, "meta": {k: v for k, v in meta.items() if k not in SESSION_META_KEYS}}
-    spec["agent"]["net"]["gpu"] = False  # runs on CPU even if the checkpoint came from a GPU
-    spec["env"]["vectorization"] = "sync"
-    return check(spec), session_meta
 
 
 def load_checkpoint(session_dir: str, which: str) -> tuple[Manifest, dict[str, bytes]]:
@@ -211,7 +172,7 @@ def run_enjoy(args: argparse.Namespace) -> int:
     """
     import torch
 
-    from orchestrator.session import Session
+    from orchestrator.session.loop import Session
 
     if args.episodes < 1:
         raise UsageError(f"--episodes must be >= 1, got {args.episodes}")

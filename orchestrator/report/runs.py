@@ -14,10 +14,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator import predir as predir_mod
-from orchestrator import storage
-from orchestrator.analysis import session_keys
-from orchestrator.checkpoint import CheckpointError, CheckpointStore
+from orchestrator.report.rundata import session_keys
+from orchestrator.store import predir as predir_mod
+from orchestrator.store import storage
+from orchestrator.store.checkpoint import CheckpointError, CheckpointStore
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ import time
 from datetime import datetime
 from typing import Any
 
-from orchestrator import storage
 from orchestrator.errors import UsageError
+from orchestrator.store import storage
 
 TS_FORMAT = "%Y_%m_%d_%H%M%S"
 TS_RE = r"\d{4}_\d{2}_\d{2}_\d{6}"

@@ -46,7 +46,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.slm_lab import ANY, SLM_LAB_KEYS
+from orchestrator.spec.slm_lab import ANY, SLM_LAB_KEYS
 
 # type -> (number of numeric arguments, optional trailing ones): grid_search and choice take a list of values
 NUMERIC_TYPES: dict[str, tuple[int, int]] = {

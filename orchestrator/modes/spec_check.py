@@ -1,12 +1,12 @@
 """The driver's spec check for ``train`` and ``train@``, out of the driver's process, while the driver starts Ray.
 
 Checking a spec needs torch (optimizer, scheduler and net arguments are validated on torch objects,
-``agents`` defines the sections' dataclasses) and gymnasium (``orchestrator.preflight`` builds the env
+``agents`` defines the sections' dataclasses) and gymnasium (``orchestrator.spec.preflight`` builds the env
 once): about 220 MB of RSS and 2-4 s of imports (docs/BENCHMARKS.md "Process memory", "Start-up and
 exit"). A ``train`` driver only plans sessions and watches them, so ``start`` runs the whole check
 (``load_spec``, ``preflight.check_spec``, ``transfer.check_init_from``; for ``train@`` the merge into the
 run's saved spec, ``spec.resume_spec``, instead of ``check_init_from``) in a short child process
-(``python -c ... orchestrator.spec_check``) and returns at once; the driver starts Ray meanwhile and
+(``python -c ... orchestrator.modes.spec_check``) and returns at once; the driver starts Ray meanwhile and
 then takes the result. The child prints the checked spec (JSON) or the problem (``SpecError``,
 ``UsageError``, ``storage.StorageError``, raised again in the driver with the same message: exit 2,
 no traceback, before any run directory exists or a resumed run is changed). Its other output goes to the
@@ -26,8 +26,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator import storage
 from orchestrator.errors import SpecError, UsageError
+from orchestrator.store import storage
 
 ROOT = str(Path(__file__).resolve().parents[1])  # the directory holding the orchestrator package
 RESULT_PREFIX = "SPEC_CHECK_RESULT "
@@ -54,9 +54,10 @@ def check_request(request: dict[str, Any]) -> dict[str, Any]:
     Raises:
         SpecError / UsageError / storage.StorageError: bad input, as ``orchestrator.cli`` reports it.
     """
-    from orchestrator.preflight import check_spec
-    from orchestrator.spec import load_spec, resume_spec
-    from orchestrator.transfer import check_init_from
+    from orchestrator.session.transfer import check_init_from
+    from orchestrator.spec.load import load_spec
+    from orchestrator.spec.preflight import check_spec
+    from orchestrator.spec.resume import resume_spec
 
     spec = load_spec(request["spec_file"], request["spec_name"], request["overrides"])
     mode = "dev" if request["address"] is not None else request["mode"]  # a cluster: one session here
@@ -82,7 +83,7 @@ def start(request: dict[str, Any]) -> Callable[[], dict[str, Any]]:
         answer = check_request(request)
         return lambda: answer
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])}
-    proc = subprocess.Popen([sys.executable, "-c", "from orchestrator.spec_check import main; main()",
+    proc = subprocess.Popen([sys.executable, "-c", "from orchestrator.modes.spec_check import main; main()",
                              json.dumps(request)], stdout=subprocess.PIPE, env=env, text=True)
 
     def result() -> dict[str, Any]:

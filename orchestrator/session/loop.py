@@ -20,6 +20,8 @@ an env stream (``envs.make.sub_env_seeds``).
 Checkpoints load onto the CPU (``map_location="cpu"``): RNG states, memory, observations and
 counters stay host-side; ``Algorithm.load_state_dict`` copies net and optimizer tensors into the
 algorithm's device (docs/ARCHITECTURE.md section 4, item 5).
+
+Kept whole: the RL loop and its log, eval and checkpoint points are one control flow.
 """
 
 from __future__ import annotations
@@ -50,10 +52,11 @@ from envs.make import (
     resolve_vec,
     sub_env_seeds,
 )
-from orchestrator import transfer
-from orchestrator.allocator import retain_freed_memory
 from orchestrator.errors import UsageError
-from orchestrator.spec import RunSpec, build, spec_hash
+from orchestrator.runtime.allocator import retain_freed_memory
+from orchestrator.session import transfer
+from orchestrator.spec.load import build, spec_hash
+from orchestrator.spec.schema import RunSpec
 
 if TYPE_CHECKING:
     import pandas  # only for annotations: a session imports pandas on first train_df / eval_df

@@ -27,9 +27,10 @@ import torch
 from agents.algorithms import ALGORITHMS, Algorithm
 from agents.nets import seq_len_of
 from envs.make import make_env
-from orchestrator import storage
-from orchestrator.checkpoint import MANIFEST_NAME, CheckpointError, CheckpointStore
-from orchestrator.spec import SpecError, build
+from orchestrator.errors import SpecError
+from orchestrator.spec.load import build
+from orchestrator.store import storage
+from orchestrator.store.checkpoint import MANIFEST_NAME, CheckpointError, CheckpointStore
 
 KEY = "agent.net.init_from"
 _CKPT_DIR_RE = re.compile(r"^\d{12}$")

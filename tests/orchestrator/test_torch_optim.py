@@ -1,6 +1,7 @@
-"""``agents.eager_optim``: optimizer steps and state round trips without ``torch._dynamo``, bit-identical to torch's
+"""``orchestrator.runtime.torch_optim``: optimizer steps and state round trips without ``torch._dynamo``, bit-identical
+to torch's
 own ``optim.step()``. The subject is a process that has not loaded ``torch._dynamo``, so each check runs in a fresh
-interpreter (pytest's own process may have loaded it, which turns ``eager_optim.step`` into ``optim.step()``)."""
+interpreter (pytest's own process may have loaded it, which turns ``torch_optim.step`` into ``optim.step()``)."""
 
 import json
 import os
@@ -10,14 +11,14 @@ from pathlib import Path
 
 import torch
 
-from agents import eager_optim
+from orchestrator.runtime import torch_optim
 
 REPO = Path(__file__).resolve().parents[2]
 
 CHILD = """
 import json, sys
 import torch
-from agents import eager_optim
+from orchestrator.runtime import torch_optim
 from agents.nets import make_optim
 
 def run(optim_spec, eager, steps=7):
@@ -29,7 +30,7 @@ def run(optim_spec, eager, steps=7):
         for p in net.parameters():
             p.grad = None
         ((net(x) - y) ** 2).mean().backward()
-        eager_optim.step(optim) if eager else optim.step()
+        torch_optim.step(optim) if eager else optim.step()
         if i == 3:  # a state round trip mid-run (as a checkpoint restore does)
             optim.load_state_dict(optim.state_dict())
     return [p.detach().clone() for p in net.parameters()], optim.state_dict()
@@ -64,16 +65,16 @@ def test_step_calls_torchs_step_for_a_differentiable_optimizer():
     calls = []
     optim = torch.optim.SGD([w], lr=0.5, differentiable=True)
     optim.step = lambda: calls.append("torch")  # torch's wrapper sets grad mode for a differentiable step
-    eager_optim.step(optim)
+    torch_optim.step(optim)
     plain = torch.optim.SGD([w], lr=0.5)
     plain.step = lambda: calls.append("plain")
     w.grad = torch.tensor([0.2, 0.4])
-    eager_optim.step(plain)
+    torch_optim.step(plain)
     assert calls == ["torch"] + (["plain"] if "torch._dynamo" in sys.modules else [])
     if "torch._dynamo" not in sys.modules:
         assert torch.equal(w.detach(), torch.tensor([0.9, -2.2]))  # the class's own step ran
 
 
 def test_undecorated_step_is_the_classs_own_step():
-    assert eager_optim._undecorated_step(torch.optim.Adam).__qualname__ == "Adam.step"
-    assert eager_optim._undecorated_step(torch.optim.SGD).__qualname__ == "SGD.step"
+    assert torch_optim._undecorated_step(torch.optim.Adam).__qualname__ == "Adam.step"
+    assert torch_optim._undecorated_step(torch.optim.SGD).__qualname__ == "SGD.step"

@@ -4,7 +4,7 @@ trial graph that ``lab analyze`` writes.
 Each source is a run directory (each of its trials is one curve; a ``train`` run has one, ``t0``)
 or one trial of a run, ``{predir}/t{T}`` (path or URI). A curve is the interquartile mean across
 the trial's sessions of ``total_reward_ma`` against frames, with its 95% stratified-bootstrap CI as
-a band (``orchestrator.stats``; with one session, the session's own curve), at the frames where
+a band (``orchestrator.report.stats``; with one session, the session's own curve), at the frames where
 every session has a value; sessions are read from their newest verified checkpoint (a ``dev`` run's
 train_df), as ``lab analyze`` does. Each curve has its own colour (matplotlib's ``tab10``) in both
 files, and each env's gymnasium ``reward_threshold`` is a dotted horizontal line.
@@ -25,9 +25,9 @@ from typing import Any
 
 import pandas as pd
 
-from orchestrator import predir as predir_mod
-from orchestrator import storage
 from orchestrator.errors import UsageError
+from orchestrator.store import predir as predir_mod
+from orchestrator.store import storage
 
 TAB10 = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
          "#17becf")
@@ -70,7 +70,7 @@ def split_source(source: str) -> tuple[str, int | None]:
 def trial_dfs(predir: str, only: int | None) -> dict[int, dict[int, pd.DataFrame]]:
     """``{trial: {session: train_df}}`` of the sessions with a logged return (committed data), of trial
     ``only`` or of every trial."""
-    from orchestrator.analysis import committed_df, session_keys
+    from orchestrator.report.rundata import committed_df, session_keys
 
     out: dict[int, dict[int, pd.DataFrame]] = {}
     for t, s in session_keys(predir):
@@ -85,7 +85,7 @@ def trial_dfs(predir: str, only: int | None) -> dict[int, dict[int, pd.DataFrame
 def source_curves(source: str) -> list[Curve]:
     """The curves of one source (``{predir}`` or ``{predir}/t{T}``): one per trial with a logged
     return, labelled ``{predir name}/t{T}`` (a run of one trial, given as a run: its name alone)."""
-    from orchestrator.analysis import iqm_band, stack_sessions
+    from orchestrator.report.graphs import iqm_band, stack_sessions
 
     predir, only = split_source(source)
     name = predir_mod.spec_name_of(predir)
@@ -103,9 +103,9 @@ def source_curves(source: str) -> list[Curve]:
 
 def compare_png(curves: list[Curve], thresholds: dict[str, float], title: str) -> bytes:
     """PNG bytes: each curve's IQM line and CI band, each env's reward threshold dotted."""
-    from orchestrator.analysis import _figure, _png
+    from orchestrator.report.graphs import figure, png
 
-    fig, (ax,) = _figure(1)
+    fig, (ax,) = figure(1)
     for i, curve in enumerate(curves):
         color = TAB10[i % len(TAB10)]
         ax.fill_between(curve.band.index, curve.band["low"], curve.band["high"], color=color, alpha=0.2,
@@ -118,7 +118,7 @@ def compare_png(curves: list[Curve], thresholds: dict[str, float], title: str) -
     ax.set_ylabel("total_reward_ma: IQM, 95% CI")
     ax.set_title(title)
     ax.legend(loc="best", fontsize=7)
-    return _png(fig)
+    return png(fig)
 
 
 def _band_traces(band: pd.DataFrame, color: str, label: str, legend: str) -> list[dict[str, Any]]:
@@ -154,7 +154,7 @@ def trial_traces(dfs: dict[int, pd.DataFrame], title: str, rand_return: float | 
     Args:
         dfs: session -> train_df; points: ``analysis.Marker`` list (frames, label).
     """
-    from orchestrator.analysis import iqm_band, stack_sessions
+    from orchestrator.report.graphs import iqm_band, stack_sessions
 
     stacked = stack_sessions(dfs)
     mean, std = stacked.mean(axis=1), stacked.std(axis=1).fillna(0.0)
@@ -228,7 +228,7 @@ def compare_command(sources: list[str], out: str | None) -> int:
     Raises:
         UsageError: a source is not a run or trial, or no source has a session with a logged return.
     """
-    from orchestrator.analysis import reward_threshold
+    from orchestrator.report.rundata import reward_threshold
 
     curves = [c for source in sources for c in source_curves(source)]
     curves = [c for c in curves if not c.band.empty]

@@ -14,11 +14,13 @@ one atomic step; on an object store (no renames) the files go straight to ``{fra
 manifest, one atomic put written last, is the commit. Names starting with '.' never match the
 checkpoint pattern, so debris of a killed writer is never taken for a checkpoint.
 
-All file access goes through ``orchestrator.storage``. One writer per session directory at a time.
+All file access goes through ``orchestrator.store.storage``. One writer per session directory at a time.
 
 Format version history (``FORMAT_VERSION``, stored in every manifest):
     1: flat files + MANIFEST.json {"format_version", "frame", "created" (ISO 8601 UTC),
        "files": {name: {"size": bytes, "sha256": hex}}, "meta": {..., "versions": {...}}}.
+
+Kept whole: one protocol (stage, verify, commit, select, collect debris) whose invariants read together.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from orchestrator import storage
+from orchestrator.store import storage
 
 # least training seconds between checkpoints without meta.checkpoint_frequency (docs/BENCHMARKS.md "Checkpoint cost")
 DEFAULT_CHECKPOINT_INTERVAL_S = 1.0

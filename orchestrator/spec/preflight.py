@@ -33,8 +33,9 @@ import numpy as np
 from agents.algorithms import ALGORITHMS
 from agents.memory import transition_bytes
 from envs.make import EnvSpec, make_env, resolve_env_id
-from orchestrator.search_space import apply_values, parse_search
-from orchestrator.spec import SpecError, build, check, load_spec
+from orchestrator.errors import SpecError
+from orchestrator.spec.load import build, check, load_spec
+from orchestrator.spec.search_space import apply_values, parse_search
 
 # entry-point module prefix (or env id prefix) -> the pip command that installs the env family
 INSTALL_HINTS: tuple[tuple[str, str], ...] = (
@@ -347,7 +348,7 @@ def preflight(args: argparse.Namespace) -> None:
     """
     mode = args.mode.split("@", 1)[0]
     if mode == "enjoy":
-        from orchestrator.enjoy import parse_target, read_session_spec
+        from orchestrator.spec.session_spec import parse_target, read_session_spec
         spec = read_session_spec(parse_target(args.mode, args.ckpt)[0], args.spec_name)[0]
     else:
         spec = load_spec(args.spec_file, args.spec_name, args.overrides)

@@ -36,8 +36,8 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-from orchestrator import storage
 from orchestrator.errors import UsageError
+from orchestrator.store import storage
 
 LEASE_NAME = "lease.json"
 LEASE_STALE_S = 30.0  # seconds without a heartbeat after which a lease may be taken over

@@ -272,33 +272,8 @@ def df_to_parquet_bytes(df: pd.DataFrame) -> bytes:
     return buf.getvalue()
 
 
-class _NoPandas:
-    """A ``sys.meta_path`` finder that refuses ``import pandas`` (``skip_pandas_probe``)."""
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
-        if name == "pandas":
-            raise ImportError("pandas is not imported by this process yet")
 
 
-def skip_pandas_probe() -> None:
-    """Keep pyarrow from importing pandas (~100 MB RSS, ~1 s) in a process that has not imported it.
-
-    pyarrow (26) probes for pandas the first time it converts Python objects (``pa.array``,
-    ``Table.from_pylist``: to recognize pandas objects among them) and imports it when installed. A process
-    that has not imported pandas holds no pandas object, so the probe is made to fail once, now: pyarrow then
-    records "no pandas" for recognizing objects, and imports pandas for real on the first call that needs it
-    (``to_pandas``, ``Table.from_pandas``, ``pandas.read_parquet``). A no-op once pandas is imported.
-    """
-    import sys
-
-    if "pandas" in sys.modules:
-        return
-    blocker = _NoPandas()
-    sys.meta_path.insert(0, blocker)
-    try:
-        pa.array([0])
-    finally:
-        sys.meta_path.remove(blocker)
 
 
 def write_parquet(uri: str, df: pd.DataFrame) -> None:

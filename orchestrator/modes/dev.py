@@ -1,0 +1,108 @@
+"""The ``dev`` mode: one session in-process with live progress; its outputs in a new predir that is never resumable."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from orchestrator.errors import SpecError, UsageError
+from orchestrator.store import storage
+from orchestrator.store.predir import session_seed
+
+
+def run_dev(spec: dict[str, Any], data_dir: str, quiet: bool) -> int:
+    """Run one session in-process; write specs, train_df/eval_df, log.txt, a ``run.json`` with
+    ``"mode": "dev"`` (the marker that refuses ``train@``), metrics and graphs into a new predir,
+    and print a summary.
+
+    Returns:
+        0 (a session that raises propagates its exception).
+
+    Raises:
+        SpecError: the env/agent combination is not supported (before the predir exists).
+        UsageError: the tracker (``meta.tracking``) did not start; the new predir is removed.
+    """
+    import torch
+
+    from orchestrator.report.progress import SessionProgress
+    from orchestrator.report.tracking import SessionTracker
+    from orchestrator.session.loop import Session
+    from orchestrator.store import predir as predir_mod
+
+    spec = resolve_seed(spec)
+    spec["meta"]["max_session"] = 1
+    torch.set_num_threads(max(1, int(spec["meta"]["resources"].get("num_cpus", 1))))
+    seed = session_seed(spec["meta"]["random_seed"], 0, 0)
+    try:  # before the predir exists, so a bad combination leaves nothing behind
+        session = Session(spec, seed)
+    except ValueError as err:  # an env/agent combination the algorithm does not support
+        raise SpecError(str(err)) from None
+    predir = predir_mod.new_predir(data_dir, spec["name"])
+    predir_mod.save_specs(predir, spec, 0, [seed])
+    sdir = predir_mod.session_dir(predir, 0, 0)
+    log_lines: list[str] = []
+    tracker = SessionTracker(spec, predir, 0, 0)  # TensorBoard, W&B, MLflow: every row as it is logged
+    try:
+        tracker.start(session, None)
+    except Exception as err:  # e.g. no W&B login, an MLflow store it refuses  # noqa: BLE001
+        if tracker.tb is not None:
+            tracker.tb.close()
+        session.close()
+        storage.delete(predir)  # this command's own new run directory, nothing trained in it yet
+        cause = (str(err).strip().splitlines() or [""])[-1]
+        raise UsageError(f"meta.tracking={spec['meta']['tracking']}: the tracker did not start "
+                         f"({type(err).__name__}: {cause})") from None
+
+    def on_log(sess: Session, row: dict[str, Any]) -> None:
+        log_lines.append(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
+        progress.update("t0_s0", row, sess.clock.max_frame)
+        tracker.log(sess, sess.clock.frame)
+
+    status = "failed"
+    with SessionProgress(disable=quiet) as progress:
+        try:
+            session.run_rl(on_log=on_log)
+            status = "done"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        finally:
+            storage.write_parquet(storage.join(sdir, "train_df.parquet"), session.train_df)
+            if session.eval_rows:
+                storage.write_parquet(storage.join(sdir, "eval_df.parquet"), session.eval_df)
+            storage.write_text(storage.join(sdir, "log.txt"), "\n".join(log_lines) + "\n")
+            write_dev_record(predir, spec["name"], seed, status, session.clock.frame)
+            tracker.close(session, session.clock.frame)
+            session.close()
+    return finish_dev(predir, session)
+
+
+def write_dev_record(predir: str, spec_name: str, seed: int, status: str, frame: int) -> None:
+    """``run.json`` of a dev run: ``"mode": "dev"``, its one session's status and frame, no resumes."""
+    from datetime import datetime, timezone
+
+    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    storage.write_json(storage.join(predir, "run.json"), {
+        "spec_name": spec_name, "created": created, "mode": "dev", "resumes": [],
+        "sessions": {"t0_s0": {"status": status, "frame": frame, "seed": seed, "restarts": [], "error": None}}})
+
+
+def finish_dev(predir: str, session: Any) -> int:
+    """Analyze a finished dev run and print its summary; returns 0."""
+    from orchestrator.report.analysis import analyze_after_run, summary_lines
+
+    out = analyze_after_run(predir)
+    print(f"dev run done: {predir}\n  frame={session.clock.frame} epi={session.clock.epi}")
+    print("\n".join(summary_lines(predir, out) if out else []))
+    return 0
+
+
+
+
+def resolve_seed(spec: dict[str, Any]) -> dict[str, Any]:
+    """Draw ``meta.random_seed`` once if unset, so the saved spec replays the run."""
+    if spec["meta"]["random_seed"] is None:
+        spec["meta"]["random_seed"] = secrets.randbelow(2**31 - 1)
+    return spec
+
+

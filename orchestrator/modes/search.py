@@ -1,0 +1,376 @@
+"""Hyperparameter search (``search``, ``search@{predir|latest}``): a Ray Tune experiment whose trials
+are lab trials.
+
+Each Tune trial runs one lab ``Trial`` of ``meta.max_session`` session actors, with the resources of
+all its sessions reserved by a placement group (``[{}] + [session bundle] * max_session``: the
+trial's own process takes none). The sampled values are applied to the spec (``search_space``), and
+at every log checkpoint reached by all its sessions the trial reports ``{"total_reward_ma": mean over
+sessions, "frame": ..., "trial": T}`` to Tune, so a scheduler (``meta.search_scheduler``: ASHA with
+``time_attr="frame"``) can stop it early.
+
+Trial numbering: trial ``T`` is the T-th configuration Tune generates (its experiment tag counter),
+given to the trial as its name ``t{T}``. The built-in generator is seeded from ``meta.random_seed``,
+so the same search always samples the same configuration for the same ``T``; a Tune trial restored
+from a stale experiment snapshot, or regenerated when no snapshot survived, finds its own ``t{T}/``.
+
+Predir (docs/ARCHITECTURE.md section 3) of a search::
+
+    {spec_name}_spec.json                   the spec with its search section, as run
+    {spec_name}_t{T}_spec.json              trial spec: sampled values applied, search emptied
+    {spec_name}_t{T}_s{S}_spec.json         session specs
+    {spec_name}_best_spec.json              {spec_name: best trial's spec}: ``lab FILE NAME train`` runs it
+    search.json                             search settings (Tune name, search algorithm, concurrency)
+    t{T}/trial.json                         sampled values and status: running | done | stopped | error
+    t{T}/run.json                           session statuses of the trial (as ``run.json`` of ``train``)
+    run.json                                all trials' sessions and resumes, merged after each ``fit``
+    t{T}/s{S}/...                           sessions (checkpoints, train_df, log.txt)
+    info/experiment_df.parquet              one row per trial: searched values + metrics, by strength
+    info/trial_df.parquet                   per trial and frame: mean/std of returns across sessions
+    info/t{T}_trial_metrics.json, graph/... SLM-Lab metrics and graphs per session and trial (analysis.py),
+                                            written when the trial ends
+    graph/{spec_name}_experiment_graph.png  each metric against each searched variable
+    tune/{spec_name}/                       Ray Tune's own experiment state
+
+Resume: the lab's session checkpoints are the source of truth. The driver holds the predir's lease
+(``orchestrator.store.lease``), rebuilds a damaged ``trial.json`` (a damaged ``search.json`` is an exit 2),
+and verifies every session before ``fit`` (corrupt checkpoints set aside with a warning). A trial
+whose ``trial.json`` says
+``done`` at ``max_frame`` (or ``stopped``: ended early by the scheduler) reports its final metrics and
+returns without touching a file; any other trial resumes its sessions from their newest valid checkpoints (a
+session without one starts from frame 0 with its seed). Tune's state is restored with
+``Tuner.restore`` when it exists; it may be stale after a SIGKILL, which the numbering above makes
+harmless. Without any Tune state a new Tuner regenerates the same trials (seeded generator); so does
+``search@`` with ``env.max_frame`` raised, and done trials then continue to the new ``max_frame``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from ray import tune
+
+from orchestrator.errors import UsageError
+from orchestrator.modes.train import missing_spec_message, resolve_predir
+from orchestrator.runtime.ray_start import check_resources, init_ray
+from orchestrator.search.report import analyze, report_summary
+from orchestrator.search.trials import ANALYZER, lab_trials, mark_ended
+from orchestrator.search.tune import make_tuner, param_space, restore_or_new_tuner, search_alg_name
+from orchestrator.store import predir as predir_mod
+from orchestrator.store import storage
+from orchestrator.store.lease import Lease
+from orchestrator.store.record import RunRecord, SessionPlan
+from orchestrator.verify import export_committed, session_done
+
+# ---------------------------------------------------------------- search space and Tune config
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+# ---------------------------------------------------------------- one Tune trial = one lab trial
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+# ---------------------------------------------------------------- the experiment (driver)
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+def run_search(args: argparse.Namespace) -> int:
+    """``search`` and ``search@{predir|latest}`` (see module docstring); returns the exit code."""
+    from orchestrator.spec.load import load_spec  # the driver's check torch; Tune's trial actors import none
+
+    new_spec = load_spec(args.spec_file, args.spec_name, args.overrides)
+    args.data_dir = storage.absolute(args.data_dir)
+    with SearchLease(args) as lease:
+        if "@" in args.mode:
+            predir, spec, settings, tuner = resume_search(args, new_spec, args.mode.split("@", 1)[1], lease)
+        else:
+            predir, spec, settings, tuner = start_search(args, new_spec, lease)
+        print(f"{args.mode}: {predir} (max_trial={spec['meta']['max_trial']}, {spec['meta']['max_session']} "
+              f"session(s) per trial, search algorithm {settings['search_alg']})")
+        ANALYZER.start(predir)
+        try:
+            results, signalled = fit_with_signals(tuner)
+        finally:
+            ANALYZER.close()
+        return finish_search(predir, spec, results, signalled)
+
+
+def fit_with_signals(tuner: Any) -> tuple[Any, bool]:
+    """``tuner.fit()`` with SIGINT and SIGTERM handled by the lab; returns (its ResultGrid, whether one came).
+
+    The first signal is recorded and handed to Tune as SIGUSR1, Tune's own graceful stop (it saves the
+    experiment state and ends the trial actors; their sessions keep the checkpoints they committed); a second
+    signal exits at once (1). Tune's SIGINT handler is turned off (``TUNE_DISABLE_SIGINT_HANDLER``) for the call:
+    with it, Ctrl-C ended the search as if its running trials had all been stopped by the scheduler (``stopped``,
+    never resumed), and SIGTERM reached Ray's fatal-signal handler (exit 1, a C++ stack on stderr). Outside the
+    main thread Python allows no handlers: Tune's defaults stay.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return tuner.fit(), False
+    caught: list[int] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if caught:  # second signal: leave at once
+            os._exit(1)
+        caught.append(signum)
+        print(f"\n{signal.Signals(signum).name}: stopping the search; its trials keep their committed checkpoints "
+              "(again to exit at once)", file=sys.stderr)
+        tune_stop = signal.getsignal(signal.SIGUSR1)
+        if callable(tune_stop) and tune_stop is not previous[signal.SIGUSR1]:
+            tune_stop(signal.SIGUSR1, frame)  # Tune's handler, installed once fit() set up its loop
+        else:  # fit() has not set its handler up yet: stop as Python would
+            raise KeyboardInterrupt
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
+    env_before = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+    try:
+        results = tuner.fit()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if env_before is None:
+            os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
+        else:
+            os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = env_before
+    return results, bool(caught)
+
+
+def finish_search(predir: str, spec: dict[str, Any], results: Any, signalled: bool = False) -> int:
+    """After ``fit``: mark ended trials, analyze, print the summary; returns the exit code: 1 for a failed trial or
+    a search Tune ended early for another reason, 0 when every trial ended or a signal (``signalled``) stopped it
+    cleanly (its unfinished trials stay ``running`` for ``search@``)."""
+    errors, interrupted = mark_ended(predir, spec, results, signalled)
+    df = analyze(predir, spec)
+    report_summary(predir, spec, df, interrupted)
+    for t, error in sorted(errors.items()):
+        print(f"trial t{t} failed: {error}", file=sys.stderr)
+    if interrupted:
+        from orchestrator.commandline import lab_command
+        print("interrupted; resume with:\n  "
+              + lab_command(predir_mod.spec_file(predir, spec["name"]), spec["name"], f"search@{predir}"))
+    return 1 if errors or (interrupted and not signalled) else 0
+
+
+class SearchLease:
+    """Holds the lease (``orchestrator.store.lease``) of the search's predir once ``take`` names it; released
+    on exit. ``args`` is kept for the mode shown to a second driver."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.mode, self.lease = args.mode, None
+
+    def take(self, predir: str) -> None:
+        """Acquire the lease of ``predir``.
+
+        Raises:
+            LeaseHeldError: another live driver holds it (exit 2).
+        """
+        self.lease = Lease(predir, self.mode)
+        self.lease.acquire()
+
+    def __enter__(self) -> "SearchLease":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.lease is not None:
+            self.lease.release()
+
+
+def start_search(args: argparse.Namespace, spec: dict[str, Any],
+                 lease: SearchLease) -> tuple[str, dict, dict, tune.Tuner]:
+    """A new search: checks, then the predir (its lease taken) with its spec and ``search.json``, and a
+    new Tuner.
+
+    Returns:
+        (predir, spec as run, settings, tuner).
+    """
+    param_space(spec)  # refuse a spec without a valid search section before creating anything
+    if spec["meta"]["random_seed"] is None:
+        import secrets
+        spec["meta"]["random_seed"] = secrets.randbelow(2**31 - 1)
+    settings = {"tune_name": spec["name"], "search_alg": search_alg_name(spec, args.search_alg),
+                "max_concurrent_trials": args.max_concurrent_trials}
+    init_ray(args.address, getattr(args, "dashboard", False), prestart=False)
+    check_resources(spec["meta"], together=True)
+    predir = predir_mod.new_predir(args.data_dir, spec["name"])
+    lease.take(predir)
+    storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)
+    storage.write_json(storage.join(predir, "search.json"), settings)
+    return predir, spec, settings, make_tuner(spec, predir, settings, args.quiet)
+
+
+def resume_search(args: argparse.Namespace, new_spec: dict[str, Any], target: str,
+                  lease: SearchLease) -> tuple[str, dict, dict, tune.Tuner]:
+    """``search@{target}``: the lease of the run, the saved spec plus edits, and the restored (or a new)
+    Tuner.
+
+    Returns:
+        (predir, spec as run, settings, tuner).
+    """
+    try:
+        predir = resolve_predir(target, args.data_dir, args.spec_name)
+    except UsageError as err:
+        raise UsageError(str(err).replace("train@", "search@", 1)) from None
+    lease.take(predir)
+    spec, applied = resumed_spec(predir, new_spec)
+    settings = read_settings(predir, spec["name"])
+    init_ray(args.address, getattr(args, "dashboard", False), prestart=False)
+    check_resources(spec["meta"], together=True)
+    if applied:
+        storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)
+    for line in applied:
+        print(f"applied spec edit: {line}")
+    lab_trials(predir)  # rebuilds a damaged trial.json before Tune's trials read it
+    verify_trials(predir, spec)
+    # Tune keeps finished trials finished; with max_frame raised they must run again
+    longer = any(line.startswith("env.max_frame:") for line in applied)
+    tuner = restore_or_new_tuner(spec, predir, settings, args.quiet, restore=not longer)
+    return predir, spec, settings, tuner
+
+
+def verify_trials(predir: str, spec: dict[str, Any]) -> None:
+    """Verify every existing session of a search in the driver before ``fit`` (``trial.check_session``).
+
+    Corrupt newest checkpoints are set aside here, so their warnings reach the terminal (Tune's trial
+    processes do not print to it); each is recorded under the session in ``t{T}/run.json``
+    (``set_aside``). Sessions at ``max_frame`` get their train_df/eval_df copies re-exported from
+    their checkpoint. The trials then plan from the verified checkpoints.
+
+    Raises:
+        UsageError: a session's checkpoints cannot be read.
+    """
+    for t in sorted(lab_trials(predir)):
+        record = None
+        for s in range(int(spec["meta"]["max_session"])):
+            if not storage.exists(predir_mod.session_dir(predir, t, s)):
+                continue
+            plan = SessionPlan(t, s, 0, resume=False)
+            is_done, selection = session_done(predir, plan, int(spec["env"]["max_frame"]))
+            if is_done:  # also for trials Tune does not run again
+                export_committed(predir, plan, selection)
+            if plan.set_aside:
+                record = record or RunRecord.load_or_new(storage.join(predir, f"t{t}"), spec["name"])
+                entry = record.data["sessions"].setdefault(plan.key, {})
+                entry["set_aside"] = entry.get("set_aside", []) + plan.set_aside
+        if record is not None:
+            record.save()
+
+
+def resumed_spec(predir: str, new_spec: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The saved spec of a search plus the future-only edits of ``new_spec``.
+
+    Raises:
+        SpecError: edits that contradict the past (the search section, algorithm, ...).
+        UsageError: the predir is not a search.
+    """
+    if not storage.exists(storage.join(predir, "search.json")):
+        raise UsageError(f"search@: '{predir}' is not a search run (no search.json); resume it with train@")
+    if not storage.exists(predir_mod.spec_file(predir, new_spec["name"])):
+        raise UsageError(missing_spec_message("search@", predir, new_spec["name"]))
+    from orchestrator.spec.resume import resume_spec
+
+    merged, applied, _ = resume_spec(predir, new_spec, "search@: the search's saved spec")
+    return merged, applied
+
+
+def read_settings(predir: str, spec_name: str) -> dict[str, Any]:
+    """``search.json`` (Tune name, search algorithm, concurrency) of a search.
+
+    Raises:
+        UsageError: it is damaged (not valid JSON, or lacks a key): names it and what to write back.
+    """
+    uri = storage.join(predir, "search.json")
+    try:
+        settings = storage.read_json(uri)
+        if isinstance(settings, dict) and {"tune_name", "search_alg", "max_concurrent_trials"} <= set(settings):
+            return settings
+        why = "it lacks tune_name, search_alg or max_concurrent_trials"
+    except (ValueError, UnicodeDecodeError) as err:
+        why = f"not valid JSON: {err}"
+    raise UsageError(f"search@: the search settings {uri} are damaged ({why}). They cannot be rebuilt "
+                     "safely: the search algorithm decides which values each trial samples. Write back "
+                     f'{{"tune_name": "{spec_name}", "search_alg": "basic" or "optuna" (the one the search '
+                     'started with), "max_concurrent_trials": N or null}, then resume again')
+
+
+# ---------------------------------------------------------------- analysis
+
+
+
+
+
+
+
+
+
+
+
+

@@ -1,0 +1,70 @@
+"""Joining or starting Ray for a mode's driver, and refusing resources a cluster can never fit."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import ray
+
+from orchestrator.errors import UsageError
+from orchestrator.runtime.ray_params import lean_head_params
+
+
+def init_ray(address: str | None, dashboard: bool = False, prestart: bool = True) -> None:
+    """Join ``address`` / ``RAY_ADDRESS`` or start a local Ray (no-op if already initialized).
+
+    Args:
+        dashboard: start the Ray dashboard with a local Ray (``lab --dashboard``; it needs
+            ``ray[default]``, the ``cluster`` extra). Off by default: a lighter start. A cluster's
+            dashboard is the head's (``ray start --head --include-dashboard=true``).
+        prestart: let a local Ray start one idle worker process per CPU when the driver connects (Ray's
+            default; the first session actor of a ``train`` takes one). False for a ``search``: Tune starts its
+            trial actors with their own ``runtime_env``, so they and their session actors never take those
+            workers, which only cost the start-up CPU time (docs/BENCHMARKS.md "Search overhead").
+
+    Raises:
+        UsageError: ``dashboard`` without the dashboard's packages installed.
+    """
+    if ray.is_initialized():
+        return
+    address = address or os.environ.get("RAY_ADDRESS") or "local"
+    local = {} if prestart else {"_system_config": {"prestart_worker_first_driver": False}}
+    if dashboard and address == "local":
+        from ray._private.utils import get_dashboard_dependency_error
+        if get_dashboard_dependency_error() is not None:
+            raise UsageError("--dashboard needs the Ray dashboard's packages: pip install 'rl-trial-lab[cluster]' "
+                             "(ray[default])")
+        context = ray.init(address=address, include_dashboard=True, log_to_driver=False, logging_level="ERROR",
+                           **local)
+        print(f"Ray dashboard: http://{context.dashboard_url}")
+        return
+    if address == "local":
+        with lean_head_params():
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR", **local)
+        return
+    ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+
+
+def check_resources(meta: dict[str, Any], together: bool = False) -> None:
+    """Refuse resources that can never fit the cluster (instead of waiting forever): one session's, and with
+    ``together`` (a search trial, whose placement group reserves all ``meta.max_session`` sessions at once) the
+    sum over the trial's sessions.
+
+    Raises:
+        UsageError: naming what was asked and what exists.
+    """
+    total = ray.cluster_resources()
+    res = meta["resources"]
+    sessions = int(meta["max_session"])
+    for key, name in (("num_cpus", "CPU"), ("num_gpus", "GPU")):
+        asked, exists = float(res.get(key, 0) or 0), float(total.get(name, 0))
+        if asked > exists:
+            raise UsageError(f"meta.resources.{key}={asked} per session can never fit: the Ray cluster has "
+                             f"{exists} {name} in total")
+        if together and asked * sessions > exists:
+            raise UsageError(f"meta.resources.{key}={asked} x meta.max_session={sessions}: a search trial reserves "
+                             f"all its sessions at once, and {asked * sessions:g} {name} can never fit: the Ray "
+                             f"cluster has {exists} {name} in total (lower either, or add nodes)")
+
+

@@ -1,0 +1,159 @@
+"""The search's experiment report: one row per trial (its variables and metrics), the experiment graph and the printed
+summary."""
+
+from __future__ import annotations
+
+import io
+import math
+import sys
+from typing import Any
+
+from orchestrator.search.trials import METRIC, final_metrics, lab_trials
+from orchestrator.spec.search_space import SearchVar, parse_search
+from orchestrator.store import predir as predir_mod
+from orchestrator.store import storage
+from orchestrator.store.predir import session_seed
+from orchestrator.store.record import RunRecord
+from orchestrator.trial import aggregate_trial
+
+
+def experiment_df(predir: str, spec: dict[str, Any], slm_metrics: dict[str, dict[str, Any]]) -> Any:
+    """One row per trial, best first (by ``strength``, then final ``total_reward_ma``).
+
+    Args:
+        slm_metrics: ``{"t{T}": trial metrics}`` of ``analysis.analyze_predir`` (SLM-Lab's
+            ``strength``, ``sample_efficiency``, ``stability``, ``consistency``, ...).
+
+    Returns:
+        Columns ``trial``, the searched values (by dotted path), ``status`` (done, stopped by the
+        scheduler, error, running), ``final_metrics`` and ``analysis.TRIAL_METRICS``.
+    """
+    import pandas as pd
+
+    from orchestrator.report.metrics import TRIAL_METRICS
+
+    rows = []
+    for t, info in sorted(lab_trials(predir).items()):
+        slm = slm_metrics.get(f"t{t}", {})
+        slm = {k: math.nan if slm.get(k) is None else slm[k] for k in TRIAL_METRICS}
+        rows.append({"trial": t, **info["values"], "status": info["status"], **final_metrics(predir, spec, t),
+                     **slm})
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    return df.sort_values(["strength", METRIC], ascending=False, na_position="last").reset_index(drop=True)
+
+
+def experiment_graph(df: Any, variables: list[SearchVar], title: str) -> bytes:
+    """PNG bytes: a grid of scatter plots, one row per metric, one column per searched variable."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = ["strength", METRIC, "frame"]
+    color = df["strength"].fillna(df[METRIC]).fillna(0.0)
+    fig, axes = plt.subplots(len(metrics), len(variables), squeeze=False,
+                             figsize=(3.2 * len(variables) + 1, 2.6 * len(metrics)))
+    for i, metric in enumerate(metrics):
+        for j, var in enumerate(variables):
+            ax = axes[i][j]
+            x = df[var.path]
+            if x.dtype == object:  # lists/strings (choice of hid_layers, names): categorical axis
+                x = x.astype(str)
+            ax.scatter(x, df[metric], c=color, cmap="viridis", edgecolors="k")
+            if var.kind == "loguniform":
+                ax.set_xscale("log")
+            ax.set_xlabel(var.path if i == len(metrics) - 1 else "")
+            ax.set_ylabel(metric if j == 0 else "")
+            ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def merge_run_records(predir: str, spec_name: str) -> None:
+    """Write the predir's ``run.json`` from every trial's ``t{T}/run.json`` (sessions and resumes), so
+    ``lab ls`` and the graphs' resume marks see a search like a train run. Only the driver writes it,
+    after ``fit``; trials, which run concurrently, each write their own."""
+    record = RunRecord.load_or_new(predir, spec_name)
+    sessions, resumes = {}, []
+    for t in sorted(lab_trials(predir)):
+        uri = storage.join(predir, f"t{t}", "run.json")
+        if storage.exists(uri):
+            trial_record = RunRecord.load_or_new(storage.join(predir, f"t{t}"), spec_name).data
+            sessions.update(trial_record.get("sessions", {}))
+            resumes += trial_record.get("resumes", [])
+    resumes.sort(key=lambda r: r["at"])
+    record.data.update({"sessions": sessions, "resumes": resumes, "search": True})
+    record.save()
+
+
+def analyzed_trials(predir: str) -> dict[str, dict[str, Any]]:
+    """Trial metrics of the trials that are over (``done`` or ``stopped``) and already analyzed.
+
+    A done trial is analyzed when it ends (the driver's ``TrialAnalyzer``), a stopped one at the end of the
+    search that stopped it; their files are not written again.
+
+    Returns:
+        ``{"t{T}": info/t{T}_trial_metrics.json}``.
+    """
+    out = {}
+    for t, info in lab_trials(predir).items():
+        uri = storage.join(predir, "info", f"t{t}_trial_metrics.json")
+        if info["status"] in ("done", "stopped") and storage.exists(uri):
+            out[f"t{t}"] = storage.read_json(uri)
+    return out
+
+
+def analyze(predir: str, spec: dict[str, Any]) -> Any:
+    """Write experiment_df, trial_df, the experiment graph and the best trial's spec; returns the df.
+
+    Per-session and per-trial metrics and graphs come from ``analysis.analyze_predir``, for the
+    trials not already analyzed (``analyzed_trials``); a failure there only warns: the
+    experiment_df then lacks SLM-Lab metrics.
+    """
+    from orchestrator.report.analysis import analyze_predir
+
+    merge_run_records(predir, spec["name"])
+    slm_metrics = analyzed_trials(predir)
+    todo = sorted(t for t in lab_trials(predir) if f"t{t}" not in slm_metrics)
+    try:
+        slm_metrics.update(analyze_predir(predir, trials=todo)["trials"] if todo else {})
+    except Exception as err:  # noqa: BLE001 - reported; `lab analyze` redoes it
+        print(f"warning: analysis of {predir} failed ({type(err).__name__}: {err})", file=sys.stderr)
+    df = experiment_df(predir, spec, slm_metrics)
+    if df.empty:
+        return df
+    name = spec["name"]
+    storage.write_parquet(storage.join(predir, "info", "experiment_df.parquet"), df)
+    aggregate_trial(predir, spec, sorted(df["trial"].tolist()))
+    title = f"{name}: {len(df)} trials x {spec['meta']['max_session']} sessions"
+    graph = experiment_graph(df, parse_search(spec)[0], title)
+    storage.write_bytes(storage.join(predir, "graph", f"{name}_experiment_graph.png"), graph)
+    best_t = int(df["trial"].iloc[0])
+    best = storage.read_json(predir_mod.spec_file(predir, name, best_t))
+    best["meta"] = {k: v for k, v in best["meta"].items() if k != "trial"}
+    # seeds of `train` on this spec = the trial's session seeds (base + 1000 T + s)
+    best["meta"]["random_seed"] = session_seed(best["meta"]["random_seed"], best_t, 0)
+    storage.write_json(storage.join(predir, f"{name}_best_spec.json"), {name: best})
+    return df
+
+
+def report_summary(predir: str, spec: dict[str, Any], df: Any, interrupted: bool = False) -> None:
+    """Print the experiment table and where the best spec is (so far, when ``interrupted``)."""
+    if df.empty:
+        print(f"search: no trial ran in {predir}")
+        return
+    columns = ["trial", *[v.path for v in parse_search(spec)[0]], "status", "strength", METRIC, "frame"]
+    print(df[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    best = storage.join(predir, f"{spec['name']}_best_spec.json")
+    from orchestrator.commandline import lab_command
+    print(f"search {'interrupted' if interrupted else 'done'}: {predir}\n  best trial "
+          f"{'so far ' if interrupted else ''}t{int(df['trial'].iloc[0])}; run it with:\n"
+          f"  {lab_command(best, spec['name'], 'train')}")
+
+

@@ -1,0 +1,200 @@
+"""Ray Tune's wiring for a search: the param space from the spec's search section, the search algorithm, the scheduler,
+the trainable and the Tuner (new or restored)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
+from orchestrator.errors import SpecError, UsageError
+from orchestrator.search.trials import ANALYZER, METRIC, search_trial
+from orchestrator.spec.search_space import SearchVar, parse_search
+from orchestrator.store import storage
+
+TUNE_DIR = "tune"
+
+
+def tune_domain(var: SearchVar) -> Any:
+    """The Ray Tune domain of one searched variable (``normal`` is ``tune.randn``; ``choice`` takes the list)."""
+    if var.kind in ("grid_search", "choice"):
+        return getattr(tune, var.kind)(list(var.arg))
+    kind = "randn" if var.kind == "normal" else var.kind
+    return getattr(tune, kind)(*var.arg)
+
+
+def param_space(spec: dict[str, Any]) -> dict[str, Any]:
+    """Tune ``param_space``: ``{dotted.spec.path: domain}`` for every searched variable.
+
+    Raises:
+        SpecError: the search section is empty or invalid.
+    """
+    variables, problems = parse_search(spec)
+    if problems:
+        raise SpecError(problems)
+    if not variables:
+        raise SpecError("search: the spec has no search section; use train mode, or add e.g. "
+                        '"search": {"agent.algorithm.gamma__grid_search": [0.9, 0.99]}')
+    return {v.path: tune_domain(v) for v in variables}
+
+
+# Types Optuna cannot sample as written: a grid, normal distributions, quantized log-uniform (Tune's Optuna
+# bridge drops the quantization there).
+OPTUNA_UNSUPPORTED = ("grid_search", "normal", "randn", "qrandn", "qloguniform")
+
+
+def optuna_unsupported(spec: dict[str, Any]) -> list[str]:
+    """Searched variables Optuna cannot sample: ``OPTUNA_UNSUPPORTED`` types, choices of lists or dicts."""
+    return [f"search.{v.path}__{v.kind}" for v in parse_search(spec)[0]
+            if v.kind in OPTUNA_UNSUPPORTED
+            or (v.kind == "choice" and any(isinstance(x, (list, dict)) for x in v.arg))]
+
+
+def search_alg_name(spec: dict[str, Any], requested: str = "auto") -> str:
+    """``optuna`` or ``basic`` for ``--search-alg``: ``auto`` is Optuna when it is installed and can
+    sample every variable, else Tune's built-in generator.
+
+    Raises:
+        UsageError: ``optuna`` requested but not installed, or unable to sample a variable.
+    """
+    if requested == "basic":
+        return requested
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        if requested == "optuna":
+            raise UsageError("--search-alg optuna: optuna is not installed "
+                             "(pip install -e '.[search]')") from None
+        return "basic"
+    unsupported = optuna_unsupported(spec)
+    if requested == "optuna" and unsupported:
+        raise UsageError(f"--search-alg optuna cannot sample {', '.join(unsupported)}; "
+                         "use --search-alg basic")
+    return "basic" if unsupported else "optuna"
+
+
+def make_search_alg(name: str, seed: int, max_concurrent: int | None) -> Any:
+    """The search algorithm, seeded from ``meta.random_seed`` so trial T samples the same values on
+    every run of the same search, running at most ``max_concurrent`` trials at once (None: no limit)."""
+    if name == "optuna":
+        from optuna.samplers import TPESampler
+        from ray.tune.search import ConcurrencyLimiter
+        from ray.tune.search.optuna import OptunaSearch
+        searcher = OptunaSearch(sampler=TPESampler(seed=seed % 2**32))
+        return ConcurrencyLimiter(searcher, max_concurrent) if max_concurrent else searcher
+    from ray.tune.search import BasicVariantGenerator
+    return BasicVariantGenerator(random_state=seed % 2**32, max_concurrent=max_concurrent or 0)
+
+
+def make_scheduler(spec: dict[str, Any]) -> Any:
+    """ASHA on ``frame`` from ``meta.search_scheduler`` (FIFO without one; its ``name`` may be left out), each
+    handing the trials that end to the driver's ``TrialAnalyzer`` (``AnalyzeEnded``).
+
+    ``max_t`` is one frame past ``max_frame``, so ASHA never stops a trial at its end: the trial
+    finishes by itself and records ``done``.
+    """
+    sched = spec["meta"].get("search_scheduler")
+    if not sched:
+        return AnalyzingFIFO()
+    max_t = int(spec["env"]["max_frame"]) + 1
+    return AnalyzingASHA(time_attr="frame", max_t=max_t, grace_period=min(int(sched.get("grace_period", 1)), max_t),
+                         reduction_factor=float(sched.get("reduction_factor", 2)),
+                         brackets=int(sched.get("brackets", 1)))
+
+
+class AnalyzeEnded:
+    """Scheduler mixin (Tune calls a scheduler's ``on_trial_complete`` in the driver as a trial ends): the trial
+    goes to ``ANALYZER`` when its sessions ran in this search (``search_trial``'s last report has ``ran``).
+
+    A scheduler, not a Tune callback: with any callback, ``Tuner.fit`` imports Ray's W&B, MLflow, Comet and Aim
+    integrations to count callbacks for its usage stats (1.4 s of the driver's start here). Stateless, so a
+    restored Tuner's copy (Tune pickles its config) routes to this process's analyzer and run directory.
+    """
+
+    def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> None:
+        """The base scheduler's ``on_trial_complete``, then queue the trial for analysis."""
+        super().on_trial_complete(tune_controller, trial, result)  # type: ignore[misc]
+        if result.get("ran"):  # not a finished trial Tune ran again only to have its metrics reported
+            ANALYZER.submit(result.get("trial"))
+
+
+class AnalyzingFIFO(AnalyzeEnded, FIFOScheduler):
+    """Tune's default first-in-first-out scheduler, with ``AnalyzeEnded``."""
+
+
+class AnalyzingASHA(AnalyzeEnded, ASHAScheduler):
+    """ASHA (``ASHAScheduler``, asynchronous successive halving), with ``AnalyzeEnded``."""
+
+
+class TrialNamer:
+    """Names a Tune trial ``t{T}``, T its 0-based generation index (used for its name and its dir).
+
+    Args:
+        offset: the index Tune's experiment tag counter gives the first trial (0 for the built-in
+            generator, 1 for searchers such as Optuna).
+    """
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+
+    def __call__(self, trial: Any) -> str:
+        """The name ``t{T}`` of a Tune trial, from its experiment tag."""
+        return f"t{int(str(trial.experiment_tag).split('_', 1)[0]) - self.offset}"
+
+
+
+
+def placement(meta: dict[str, Any]) -> Any:
+    """``PlacementGroupFactory([{}] + [session bundle] * max_session)``: resources of every session."""
+    res = meta["resources"]
+    bundle = {k: float(res.get(key, 0) or 0) for k, key in (("CPU", "num_cpus"), ("GPU", "num_gpus"))}
+    bundle = {k: v for k, v in bundle.items() if v > 0} or {"CPU": 0.01}
+    return tune.PlacementGroupFactory([{}] + [bundle] * int(meta["max_session"]), strategy="PACK")
+
+
+def tune_storage(predir: str) -> tuple[str, Any]:
+    """(storage_path, storage_filesystem) of Tune's state under ``{predir}/tune``."""
+    uri = storage.join(predir, TUNE_DIR)
+    if not storage.is_remote(uri):
+        return storage.resolve(uri)[1], None
+    fs, path = storage.resolve(uri)
+    return path, fs
+
+
+def make_tuner(spec: dict[str, Any], predir: str, settings: dict[str, Any], quiet: bool) -> tune.Tuner:
+    """A new Tuner for the search of ``spec`` (settings from ``search.json``)."""
+    storage_path, fs = tune_storage(predir)
+    meta = spec["meta"]
+    namer = TrialNamer(1 if settings["search_alg"] == "optuna" else 0)
+    search_alg = make_search_alg(settings["search_alg"], int(meta["random_seed"]),
+                                 settings["max_concurrent_trials"])
+    tune_config = tune.TuneConfig(
+        metric=METRIC, mode="max", num_samples=int(meta["max_trial"]), scheduler=make_scheduler(spec),
+        search_alg=search_alg, trial_name_creator=namer, trial_dirname_creator=namer, reuse_actors=True)
+    run_config = tune.RunConfig(name=settings["tune_name"], storage_path=storage_path, storage_filesystem=fs,
+                                failure_config=tune.FailureConfig(max_failures=int(meta["max_restarts"])),
+                                verbose=0 if quiet else 1)
+    return tune.Tuner(trainable(spec, predir), param_space=param_space(spec), tune_config=tune_config,
+                      run_config=run_config)
+
+
+def trainable(spec: dict[str, Any], predir: str) -> Any:
+    """``search_trial`` bound to the spec and predir, with the placement group of its sessions."""
+    bound = tune.with_parameters(search_trial, spec=spec, predir=predir)
+    return tune.with_resources(bound, placement(spec["meta"]))
+
+
+def restore_or_new_tuner(spec: dict[str, Any], predir: str, settings: dict[str, Any], quiet: bool,
+                         restore: bool = True) -> tune.Tuner:
+    """``Tuner.restore`` of the search's Tune state when it can be restored (and ``restore``), else a
+    new Tuner (the old Tune state, if any, is deleted; the lab's trial dirs are what matters)."""
+    storage_path, fs = tune_storage(predir)
+    path = f"{storage_path}/{settings['tune_name']}"
+    if restore and tune.Tuner.can_restore(path, storage_filesystem=fs):
+        return tune.Tuner.restore(path, trainable(spec, predir), resume_unfinished=True, resume_errored=True,
+                                  storage_filesystem=fs)
+    storage.delete(storage.join(predir, TUNE_DIR, settings["tune_name"]))
+    return make_tuner(spec, predir, settings, quiet)
+
+

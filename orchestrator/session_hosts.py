@@ -1,0 +1,79 @@
+"""Warm session actors kept by the process that owns them, to host the next trial's sessions (search)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+
+from orchestrator.session_actor import SessionActor
+
+
+class SessionHosts:
+    """Session actors whose session ended ``done``, kept warm in the process that owns them, to host the
+    sessions of the next trial that process runs (``SessionActor.run(session=...)``).
+
+    A new session actor is a new Python process that imports torch and the lab before its session starts
+    (seconds, most of a short search trial's fixed cost: docs/BENCHMARKS.md "Search overhead"). A search's
+    Tune trial actor is reused for the next trial Tune starts with the same resources (``reuse_actors``),
+    within the same placement group, so the session actors it started stay in that placement group's
+    bundles and host the next trial's sessions. An actor is reused only after its session ended ``done``
+    and only for the same resources (``key``); any other ending (failure, death, stop) ends the actor.
+    Owned by the process, hosts end with it (Tune ending its trial actor, or the driver exiting).
+    """
+
+    def __init__(self) -> None:
+        self.idle: list[tuple[tuple[Any, ...], Any]] = []
+
+    def take(self, key: tuple[Any, ...]) -> Any | None:
+        """An idle actor for sessions of resources ``key`` (None when there is none); idle actors of other
+        resources are ended (they hold resources of the placement group the new sessions need)."""
+        self.keep_only(key)
+        return self.idle.pop()[1] if self.idle else None
+
+    def keep_only(self, key: tuple[Any, ...]) -> None:
+        """End the idle actors of resources other than ``key``."""
+        for _, actor in [item for item in self.idle if item[0] != key]:
+            ray.kill(actor)
+        self.idle = [item for item in self.idle if item[0] == key]
+
+    def warm_up(self, key: tuple[float, float], count: int) -> list[Any]:
+        """Start empty session actors (``SessionActor()``) of resources ``key`` = (num_cpus, num_gpus) until
+        ``count`` are idle, in the caller's placement group: their processes start (a worker, torch, the lab)
+        while the caller checks its spec and plans; ``take`` hands them to its sessions.
+
+        Returns:
+            The idle actors of ``key`` (at least ``count``).
+        """
+        self.keep_only(key)
+        while len(self.idle) < count:
+            self.idle.append((key, empty_session_actor(key)))
+        return [actor for _, actor in self.idle]
+
+    def put(self, key: tuple[Any, ...], actor: Any) -> None:
+        """Keep an actor whose session ended ``done`` for the next session of resources ``key``."""
+        self.idle.append((key, actor))
+
+    def clear(self) -> None:
+        """End every idle actor."""
+        for _, actor in self.idle:
+            ray.kill(actor)
+        self.idle = []
+
+
+def empty_session_actor(key: tuple[float, float]) -> Any:
+    """A new ``SessionActor`` with no session, holding ``key`` = (num_cpus, num_gpus) (``host_key``); its
+    ``run(session=...)`` builds the session."""
+    num_cpus, num_gpus = key
+    return SessionActor.options(num_cpus=num_cpus, num_gpus=num_gpus).remote()
+
+
+def host_key(meta: dict[str, Any]) -> tuple[float, float]:
+    """What a session actor is created with besides its session: (num_cpus, num_gpus) of ``meta.resources``."""
+    res = meta["resources"]
+    return float(res.get("num_cpus", 1) or 0), float(res.get("num_gpus", 0) or 0)
+
+
+HOSTS = SessionHosts()  # this process's warm session actors (used by search trials: orchestrator.search)
+
+

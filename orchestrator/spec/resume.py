@@ -1,0 +1,95 @@
+"""Resume-edit rules: which spec keys a ``train@``/``search@`` may change mid-run, and the merge of a new spec into the
+saved one."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from orchestrator.errors import SpecError
+from orchestrator.spec.load import check
+from orchestrator.spec.schema import fill_defaults
+from orchestrator.store.predir import read_json_file, spec_file
+
+# Edits a resume may apply: they change only the future of a run (docs/ARCHITECTURE.md section 5).
+RESUME_EDITABLE = ("env.max_frame", "meta.log_frequency", "meta.eval_frequency", "meta.checkpoint_frequency",
+                   "meta.checkpoint_interval_s", "meta.keep_checkpoints", "meta.resources", "meta.max_session",
+                   "meta.rigorous_eval",
+                   "meta.max_restarts", "meta.shutdown_grace_s", "meta.tensorboard", "meta.tracking",
+                   "meta.tracking_options")
+
+
+# null in the spec given on train@ keeps the saved value: the seed, and the replay layout (null picks one by the
+# observations; a run saved with an explicit true/false keeps the layout its checkpointed replay is in)
+KEEP_SAVED_IF_UNSET = ("meta.random_seed", "agent.memory.optimize_memory_usage")
+
+
+def _leaves(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """Flatten nested dicts to ``{dotted.path: leaf}`` (lists are leaves)."""
+    if not isinstance(tree, dict) or not tree:
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        out.update(_leaves(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def resume_edits(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], list[str], list[str]]:
+    """Compare the spec a run was saved with against the spec given on ``train@``.
+
+    Edits under ``RESUME_EDITABLE`` are applied (``max_frame`` and ``max_session`` only upwards);
+    every other difference contradicts the past. ``meta.random_seed`` unset in the new spec means
+    "keep the saved seed", ``agent.memory.optimize_memory_usage`` unset "keep the saved replay layout". Keys
+    the saved spec lacks (fields added to the lab since it was saved, e.g. ``env.noop_max``,
+    ``agent.net.conv_hid_layers``) take their current defaults, so older runs resume.
+
+    Args:
+        saved: the checked spec stored in the predir.
+        new: the checked spec from the spec file and ``-s`` overrides.
+
+    Returns:
+        (merged spec, applied edits as "key: old -> new", conflicts as "key: saved X, given Y").
+    """
+    saved = fill_defaults(saved)  # keys added to the lab after the run was saved: their defaults
+    old_leaves, new_leaves = _leaves(saved), _leaves(new)
+    merged = copy.deepcopy(saved)
+    applied, conflicts = [], []
+    for key in sorted(set(old_leaves) | set(new_leaves)):
+        old, value = old_leaves.get(key), new_leaves.get(key)
+        if old == value or key == "name" or (key in KEEP_SAVED_IF_UNSET and value is None):
+            continue
+        editable = any(key == e or key.startswith(e + ".") for e in RESUME_EDITABLE)
+        lowered = key in ("env.max_frame", "meta.max_session") and isinstance(old, int) and value < old
+        if not editable or lowered:
+            why = " (may only be raised)" if lowered else ""
+            conflicts.append(f"{key}: the run was saved with {old!r}, the spec gives {value!r}{why}")
+            continue
+        node = merged
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+        applied.append(f"{key}: {old!r} -> {value!r}")
+    return merged, applied, conflicts
+
+
+def resume_spec(predir: str, new_spec: dict[str, Any],
+                what: str = "the run's saved spec") -> tuple[dict[str, Any], list[str], dict[str, Any]]:
+    """The spec a resume of ``predir`` runs (``train@``, ``search@``): the run's saved spec with the edits of
+    ``new_spec`` (the checked spec given now) merged by ``resume_edits``, checked again.
+
+    Returns:
+        (merged checked spec, applied edits as "key: old -> new", the saved spec as read).
+
+    Raises:
+        SpecError: edits that contradict the run's past (each key with both values).
+        UsageError: the saved spec is missing or damaged (``what`` names it).
+        storage.StorageError: the store cannot be read.
+    """
+    saved = read_json_file(spec_file(predir, new_spec["name"]), what)
+    merged, applied, conflicts = resume_edits(saved, new_spec)
+    if conflicts:
+        raise SpecError([f"cannot resume {predir}: the spec contradicts the run's past"] + conflicts)
+    return check(merged), applied, saved
+
+
