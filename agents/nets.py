@@ -246,7 +246,7 @@ def hidden_activation(name: str) -> nn.Module:
     """The activation module of ``ACTIVATIONS[name]`` for a hidden layer, that is one applied to the fresh output of
     a ``Linear``, ``Conv2d`` or ``LayerNorm`` (whose backward does not read their output): ReLU in place
     (``inplace=True``), which spares a new activation tensor per layer and forward (with SAC's 256-256 critics at
-    batch 256, one 512 KB buffer written per layer: about 4% of a gradient step on this CPU, docs/BENCHMARKS.md)
+    batch 256, one 512 KB buffer written per layer: about 4% of a gradient step on this CPU)
     and gives the same values and gradients bit for bit; the other activations as built by default.
 
     Raises:

@@ -9,7 +9,8 @@ logging) and the process's minor page faults over the run. Two variants, alterna
 - ``glibc``: the same with that call made a no-op before the session is built, i.e. glibc's default thresholds.
 
 Everything else is the same code, seed and arithmetic (the allocator changes where buffers live, not values), so
-the difference is what the allocator setting costs or saves (docs/BENCHMARKS.md, "SAC at stop 39").
+the difference is what the allocator setting costs or saves (docs/BENCHMARKS.md, "Throughput vs
+Stable-Baselines3", the allocator setting).
 
 Usage:
     python bench/update_cost.py [--algo sac|sac_hopper|dqn|ppo|ppo_atari] [--frames 1600] [--rounds 2] [--seed 1]

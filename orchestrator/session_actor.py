@@ -84,7 +84,7 @@ class SessionRunner:
                  resume: bool, global_params: Any = None, timer: Callable[[], float] = time.monotonic) -> None:
         from orchestrator.session.loop import Session  # heavy torch: imported inside the worker
 
-        pyarrow_probe_mod.skip_pandas_probe()  # Parquet through pyarrow without importing pandas (docs/BENCHMARKS.md)
+        pyarrow_probe_mod.skip_pandas_probe()  # Parquet without pandas (docs/BENCHMARKS.md "Process memory")
         self.spec, self.key = spec, f"t{trial}_s{session}"
         self.session_dir = predir_mod.session_dir(predir, trial, session)
         self.store = CheckpointStore(self.session_dir, keep=int(spec["meta"]["keep_checkpoints"]))

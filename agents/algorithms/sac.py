@@ -331,7 +331,7 @@ class SoftActorCritic(ReplayCadence, Algorithm):
             q_loss, q_all = self.critic_loss(batch, alpha, metrics)
             grad_norms.append(self.optim_step_tensor(q_loss, critic_optims, clock))
             # the targets move now, not after the actor's step: nothing below reads them (the same values bit for
-            # bit), and the critics' weights are still in the cache (2-3% of a step, docs/BENCHMARKS.md)
+            # bit), and the critics' weights are still in the cache (2-3% of a step)
             self.polyak_targets()
             metrics["q_loss"].append(q_loss.detach())
             loss = q_loss.detach()

@@ -6,8 +6,8 @@ nets and batch 256 holds about twenty 256-512 KB tensors at once. glibc serves s
 far), and trims the top of its heap back to the kernel once 2x that threshold is free there. Each time, the next
 step's buffers come back as fresh pages, and the first touch of each 4 KB page is a page fault that zero-fills it
 (~1.5 us per page on this project's 2-core VMs, where an elementwise op that ran in 25 us on a reused buffer took
-120-220 us on a fresh one). Over 1,000-1,500 SAC steps that was 290-370k page faults (docs/BENCHMARKS.md, "SAC at
-stop 39").
+120-220 us on a fresh one). Over 1,000-1,500 SAC steps that was 290-370k page faults (docs/BENCHMARKS.md,
+"Throughput vs Stable-Baselines3", the allocator setting).
 
 ``retain_freed_memory`` sets glibc's ``M_MMAP_THRESHOLD`` (blocks below it come from the heap and are reused, not
 unmapped) and ``M_TRIM_THRESHOLD`` (free memory at the top of the heap kept up to this much) with ``mallopt``

@@ -1,6 +1,6 @@
-"""``bench/update_cost.py`` (docs/BENCHMARKS.md "SAC at stop 39"): a short run of both variants writes its JSON, and
-the allocator's effect shows in the page faults (the variant with glibc's defaults faults far more), so the script
-cannot silently compare a process with itself."""
+"""``bench/update_cost.py`` (docs/BENCHMARKS.md, the allocator setting): a short run of both variants writes its
+JSON, and the allocator's effect shows in the page faults (the variant with glibc's defaults faults far more), so
+the script cannot silently compare a process with itself."""
 
 from __future__ import annotations
 
