@@ -1,5 +1,5 @@
-"""The plan of one session of a trial (indices, seed, restore or not, live status) and the driver-side checks of its
-committed checkpoints before it runs."""
+"""The driver-side checks of a session's committed checkpoints before it runs: the newest valid checkpoint is the
+truth (corrupt ones set aside, user copies of train_df/eval_df re-exported from it, finished sessions found)."""
 
 from __future__ import annotations
 
