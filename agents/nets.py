@@ -134,7 +134,7 @@ class NetSpec:
     shared: bool = False
     log_std_init: float | None = None
     gpu: bool | str = field(default=False, metadata={"choices": (True, False, "auto")})
-    init_from: str | None = None
+    init_from: str | None = field(default=None, metadata={"origin": "lab"})
     layer_norm: bool = False
     arc: dict | None = None
     cell_type: str = field(default="GRU", metadata={"choices": ("GRU", "LSTM", "RNN")})
@@ -142,7 +142,7 @@ class NetSpec:
     rnn_num_layers: int = field(default=1, metadata={"gt": 0})
     seq_len: int | None = field(default=None, metadata={"gt": 0})
     bidirectional: bool = False
-    precision: str = field(default="float32", metadata={"choices": ("float32", "bfloat16")})
+    precision: str = field(default="float32", metadata={"origin": "lab", "choices": ("float32", "bfloat16")})
 
 
 OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {

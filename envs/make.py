@@ -142,13 +142,15 @@ class EnvSpec:
             (final obs, ignored action, 0, first obs, not done), about one per episode, as in SLM-Lab's memories.
             Not with a ``RecurrentNet`` (its observation windows assume ``same_step``); evaluation and ``enjoy``
             envs always use ``same_step``.
+        normalize_obs: SLM-Lab v5's running mean/std of observations (gymnasium's vector wrapper), as
+            ``normalize_state``, then clipped to ``[-clip_obs, clip_obs]``.
+        normalize_reward: SLM-Lab v5's reward normalizer: rewards divided by the running std of the discounted
+            return with the algorithm's ``gamma``, then clipped to ``[-clip_reward, clip_reward]``.
+        clip_obs / clip_reward: the clips of ``normalize_obs`` / ``normalize_reward`` (SLM-Lab's 10), applied only
+            with their normalizer; null: no clip.
 
-    SLM-Lab v5's running normalizers (its meaning: gymnasium's vector wrappers): ``normalize_obs``
-    (running mean/std of observations, as ``normalize_state``, then clipped to ``[-clip_obs, clip_obs]``),
-    ``normalize_reward`` (rewards divided by the running std of the discounted return with the
-    algorithm's ``gamma``, then clipped to ``[-clip_reward, clip_reward]``). ``clip_obs`` / ``clip_reward``
-    (default 10, SLM-Lab's) apply only with their normalizer; null: no clip. The statistics are part of the
-    pickled vector env, so they are in every checkpoint (``env.pkl``) and a resume is exact.
+    The normalizers' statistics are part of the pickled vector env, so they are in every checkpoint (``env.pkl``)
+    and a resume is exact.
     """
 
     name: str
@@ -157,19 +159,19 @@ class EnvSpec:
     max_t: int | None = field(default=None, metadata={"gt": 0})
     normalize_state: bool = False
     reward_scale: float | str | None = None
-    vectorization: str = field(default="sync", metadata={"choices": ("sync", "async", "auto")})
+    vectorization: str = field(default="sync", metadata={"origin": "lab", "choices": ("sync", "async", "auto")})
     frame_op: str | None = field(default=None, metadata={"choices": ("concat", "stack")})
     frame_op_len: int | None = field(default=None, metadata={"gt": 0})
-    life_loss_info: bool | None = None
-    repeat_action_probability: float | None = field(default=None, metadata={"ge": 0, "le": 1})
+    life_loss_info: bool | None = field(default=None, metadata={"origin": "ale-py"})
+    repeat_action_probability: float | None = field(default=None, metadata={"origin": "ale-py", "ge": 0, "le": 1})
     continuous: bool | None = None
-    noop_max: int = field(default=30, metadata={"ge": 0})
-    frame_skip: int = field(default=4, metadata={"gt": 0})
+    noop_max: int = field(default=30, metadata={"origin": "gymnasium", "ge": 0})
+    frame_skip: int = field(default=4, metadata={"origin": "gymnasium", "gt": 0})
     normalize_obs: bool = False
     normalize_reward: bool = False
     clip_obs: float | None = field(default=10.0, metadata={"gt": 0})
     clip_reward: float | None = field(default=10.0, metadata={"gt": 0})
-    autoreset: str = field(default="same_step", metadata={"choices": ("same_step", "next_step")})
+    autoreset: str = field(default="same_step", metadata={"origin": "lab", "choices": ("same_step", "next_step")})
 
 
 AUTORESET_MODES = {"same_step": AutoresetMode.SAME_STEP, "next_step": AutoresetMode.NEXT_STEP}

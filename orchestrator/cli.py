@@ -77,6 +77,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     Returns:
         The parsed arguments. argparse exits 2 on malformed options, 0 after ``--help``/``--version``.
     """
+    return build_parser().parse_args(argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``lab SPEC_FILE SPEC_NAME MODE [options]`` (docs/reference/cli.md is generated from it)."""
     parser = argparse.ArgumentParser(
         prog="lab", usage="lab SPEC_FILE SPEC_NAME MODE [options]\n       lab {ls,analyze,compare} ...",
         description="Spec-driven deep RL trials on Ray, checkpointed and resumable.",
@@ -107,7 +112,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                        help="checkpoint to load: best total_reward_ma (default) or latest")
     enjoy.add_argument("--render", action="store_true", help="show the env (where a display exists)")
     enjoy.add_argument("--record", action="store_true", help="write an MP4 per episode (needs moviepy)")
-    return parser.parse_args(argv)
+    return parser
 
 
 
@@ -210,11 +215,7 @@ def run_analyze(argv: list[str]) -> int:
     Returns:
         0. Raises UsageError: not a run directory.
     """
-    parser = argparse.ArgumentParser(
-        prog="lab analyze", description="Recompute a run's metrics and graphs from its committed data, "
-        "and print them.")
-    parser.add_argument("predir", help="run directory, path or URI")
-    args = parser.parse_args(argv)
+    args = analyze_parser().parse_args(argv)
     from orchestrator.report.analysis import analyze_command
     return analyze_command(args.predir)
 
@@ -225,14 +226,28 @@ def run_ls(argv: list[str]) -> int:
     Returns:
         0 (also when the data dir holds no run).
     """
+    args = ls_parser().parse_args(argv)
+    from orchestrator.report.runs import ls_command
+    return ls_command(args.data_dir)
+
+
+def analyze_parser() -> argparse.ArgumentParser:
+    """The parser of ``lab analyze PREDIR``."""
+    parser = argparse.ArgumentParser(
+        prog="lab analyze", description="Recompute a run's metrics and graphs from its committed data, "
+        "and print them.")
+    parser.add_argument("predir", help="run directory, path or URI")
+    return parser
+
+
+def ls_parser() -> argparse.ArgumentParser:
+    """The parser of ``lab ls [--data-dir URI]``."""
     parser = argparse.ArgumentParser(
         prog="lab ls", description="List the runs of a data dir, oldest first: per run its spec, max_frame, "
         "best total_reward_ma and whether train@PREDIR can resume it; per session its status, committed "
         "frame and best score.")
     parser.add_argument("--data-dir", default="data", help="root of run directories: path, file://, s3:// or gs://")
-    args = parser.parse_args(argv)
-    from orchestrator.report.runs import ls_command
-    return ls_command(args.data_dir)
+    return parser
 
 
 def run_compare(argv: list[str]) -> int:

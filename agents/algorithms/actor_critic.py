@@ -43,22 +43,26 @@ from envs.clock import Clock
 class ActorCriticSpec(AlgorithmSpec):
     """ActorCritic keys (SLM-Lab names).
 
-    Fields: ``lam`` (GAE lambda in [0, 1], or None), ``num_step_returns`` (n of n-step returns, used when
-    ``lam`` is None; it is also the rollout length in vector steps), ``policy_loss_coef``,
-    ``val_loss_coef``, ``normalize_advantage`` (standardize the advantages over each gradient step's batch;
-    default true, as SLM-Lab v5.3's ``Reinforce.calc_policy_loss``, which A2C inherits, always does; the
-    lab's key to turn it off), ``normalize_v_targets``
-    (value predictions and targets divided by a running scale of the targets before the value loss:
-    ``agents.returns.ReturnNormalizer``, updated at every value loss, as SLM-Lab v5.3 does),
-    ``training_frequency`` (vector steps per rollout with ``OnPolicyBatchReplay``, completed episodes
-    with ``OnPolicyReplay``).
+    Fields:
+        lam: GAE lambda in [0, 1], or None (n-step returns).
+        num_step_returns: n of n-step returns, used when ``lam`` is None; it is also the rollout length in vector
+            steps.
+        policy_loss_coef: weight of the policy loss.
+        val_loss_coef: weight of the value loss.
+        normalize_advantage: standardize the advantages over each gradient step's batch; true, as SLM-Lab v5.3's
+            ``Reinforce.calc_policy_loss``, which A2C inherits, always does; the lab's key to turn it off.
+        normalize_v_targets: value predictions and targets divided by a running scale of the targets before the
+            value loss (``agents.returns.ReturnNormalizer``, updated at every value loss, as SLM-Lab v5.3 does).
+        training_frequency: vector steps per rollout with ``OnPolicyBatchReplay``, completed episodes with
+            ``OnPolicyReplay``.
     """
 
     lam: float | None = field(default=0.95, metadata={"ge": 0, "le": 1})
     num_step_returns: int | None = field(default=None, metadata={"gt": 0})
     policy_loss_coef: float = field(default=1.0, metadata={"ge": 0})
     val_loss_coef: float = field(default=1.0, metadata={"ge": 0})
-    normalize_advantage: bool = True  # SLM-Lab v5.3 standardizes A2C's advantages in every policy loss
+    # SLM-Lab v5.3 standardizes A2C's advantages in every policy loss
+    normalize_advantage: bool = field(default=True, metadata={"origin": "lab"})
     normalize_v_targets: bool = False
 
 

@@ -41,7 +41,16 @@ from envs.clock import Clock
 
 @dataclass(frozen=True)
 class DQNSpec(AlgorithmSpec):
-    """DQN keys (SLM-Lab names); ``training_frequency`` is in frames here."""
+    """DQN keys (SLM-Lab names).
+
+    Fields:
+        action_policy: ``epsilon_greedy`` or ``boltzmann`` on the Q-values.
+        explore_var_spec: schedule of epsilon / temperature (frames), see ``VarSchedule``.
+        training_frequency: frames between training rounds (at most one round per vector step).
+        training_start_step: frames before the first training round.
+        training_iter: replay batches per training round.
+        training_batch_iter: gradient steps per replay batch.
+    """
 
     action_policy: str = field(default="epsilon_greedy",
                                metadata={"choices": ("epsilon_greedy", "boltzmann")})

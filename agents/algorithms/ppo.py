@@ -36,14 +36,21 @@ from envs.clock import Clock
 class PPOSpec(ActorCriticSpec):
     """PPO keys (SLM-Lab names), beyond ``ActorCriticSpec``.
 
-    Fields: ``lam`` (GAE lambda, required here), ``clip_eps_spec`` (clip range schedule),
-    ``time_horizon`` (vector steps per rollout), ``minibatch_size`` (samples), ``training_epoch``
-    (epochs per rollout), ``normalize_advantage`` (per minibatch), ``normalize_advantages``
-    (``standardize``, or ``percentile``: ``agents.returns.PercentileNormalizer``, SLM-Lab v5.3),
-    ``clip_vloss`` (CleanRL's clipped value loss ``0.5 * max((V - G)^2, (V_old + clip(V - V_old, -eps,
-    eps) - G)^2)``, with ``eps`` the policy clip range; it replaces ``normalize_v_targets`` when both are
-    set, as in SLM-Lab), ``symlog`` (value loss on ``symlog`` of predictions and targets).
-    ``num_step_returns`` must stay null.
+    Fields:
+        lam: GAE lambda, required here.
+        num_step_returns: must stay null (PPO uses GAE).
+        clip_eps_spec: clip range schedule (frames), see ``VarSchedule``.
+        val_loss_coef: weight of the value loss.
+        time_horizon: vector steps per rollout.
+        minibatch_size: samples per gradient step.
+        training_epoch: epochs per rollout.
+        normalize_advantage: standardize the advantages per minibatch.
+        normalize_advantages: ``standardize``, or ``percentile`` (``agents.returns.PercentileNormalizer``,
+            SLM-Lab v5.3).
+        clip_vloss: CleanRL's clipped value loss ``0.5 * max((V - G)^2, (V_old + clip(V - V_old, -eps, eps) -
+            G)^2)``, with ``eps`` the policy clip range; it replaces ``normalize_v_targets`` when both are set, as in
+            SLM-Lab.
+        symlog: value loss on ``symlog`` of predictions and targets (SLM-Lab v5.3).
     """
 
     lam: float = field(default=0.95, metadata={"ge": 0, "le": 1})
@@ -53,7 +60,7 @@ class PPOSpec(ActorCriticSpec):
     time_horizon: int = field(default=128, metadata={"gt": 0})
     minibatch_size: int = field(default=64, metadata={"gt": 0})
     training_epoch: int = field(default=4, metadata={"gt": 0})
-    normalize_advantage: bool = True
+    normalize_advantage: bool = field(default=True, metadata={"origin": "lab"})
     normalize_advantages: str = field(default="standardize", metadata={"choices": ("standardize", "percentile")})
     clip_vloss: bool = False
     symlog: bool = False

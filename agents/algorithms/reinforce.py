@@ -30,13 +30,20 @@ from envs.clock import Clock
 
 @dataclass(frozen=True)
 class ReinforceSpec(AlgorithmSpec):
-    """REINFORCE keys (SLM-Lab names and defaults): ``center_return`` subtracts the batch mean return
-    (default false, as SLM-Lab), ``policy_loss_coef`` scales the policy loss; ``normalize_advantage``
-    (the lab's key, default true) standardizes the returns over the batch as SLM-Lab v5.3 always does."""
+    """REINFORCE keys (SLM-Lab names and defaults).
+
+    Fields:
+        center_return: subtract the batch mean return (default false, as SLM-Lab).
+        policy_loss_coef: scales the policy loss.
+        normalize_advantage: standardize the returns over the batch, as SLM-Lab v5.3 always does (the lab's key
+            to turn it off).
+        training_frequency: vector steps per update with ``OnPolicyBatchReplay``, completed episodes with
+            ``OnPolicyReplay``.
+    """
 
     center_return: bool = False
     policy_loss_coef: float = field(default=1.0, metadata={"ge": 0})
-    normalize_advantage: bool = True
+    normalize_advantage: bool = field(default=True, metadata={"origin": "lab"})
 
 
 class Reinforce(Algorithm):

@@ -82,21 +82,24 @@ def step_mean(values: list[torch.Tensor]) -> torch.Tensor | float:
 class SoftActorCriticSpec(AlgorithmSpec):
     """SAC keys (SLM-Lab names).
 
-    Fields: ``action_pdtype`` (``Normal`` for Box, ``Categorical`` for Discrete, or ``default``;
-    ``GumbelSoftmax``, SLM-Lab's name in its discrete SAC specs, is read as ``Categorical``: SLM-Lab v5.3's
-    discrete SAC takes exact expectations over actions, so only sampling uses the distribution, and the argmax
-    of a Gumbel-perturbed logit vector is an exact categorical sample, the Gumbel-max trick),
-    ``training_iter`` (gradient steps per training round; None: ``num_envs``, SLM-Lab's default, one gradient
-    step per frame at ``training_frequency`` 1), ``training_frequency`` (frames per round, at most one round per
-    vector step: ``ReplayCadence``),
-    ``training_start_step`` (frames of random actions, and replay transitions needed before training),
-    ``target_entropy`` (nats; None: -A for Box, 0.6 ln A for Discrete), ``alpha_optim_spec`` (optimizer of
-    ``log_alpha``; None: ``net.optim_spec``), ``policy_delay`` (actor and temperature step once per this many
-    critic steps, on the critic step count ``opt_step``, so a resume keeps the phase: TD3's delayed policy
-    updates, Fujimoto et al. 2018, as SLM-Lab's CrossQ specs use; 1: every step), ``log_alpha_min`` /
-    ``log_alpha_max`` (the clamp of ``log_alpha`` after each temperature step; SLM-Lab v5.3's -5 and 2),
-    ``alpha_lr`` (SLM-Lab's learning rate of the temperature optimizer, replacing the ``lr`` of
-    ``alpha_optim_spec`` / ``net.optim_spec``; None: theirs).
+    Fields:
+        action_pdtype: ``Normal`` for Box, ``Categorical`` for Discrete, or ``default``; ``GumbelSoftmax``,
+            SLM-Lab's name in its discrete SAC specs, is read as ``Categorical``: SLM-Lab v5.3's discrete SAC takes
+            exact expectations over actions, so only sampling uses the distribution, and the argmax of a
+            Gumbel-perturbed logit vector is an exact categorical sample, the Gumbel-max trick.
+        training_iter: gradient steps per training round; None: ``num_envs``, SLM-Lab's default, one gradient step
+            per frame at ``training_frequency`` 1.
+        training_frequency: frames per round, at most one round per vector step (``ReplayCadence``).
+        training_start_step: frames of random actions, and replay transitions needed before training.
+        target_entropy: nats; None: -A for Box, 0.6 ln A for Discrete.
+        alpha_optim_spec: optimizer of ``log_alpha``; None: ``net.optim_spec``.
+        policy_delay: actor and temperature step once per this many critic steps, on the critic step count
+            ``opt_step``, so a resume keeps the phase (TD3's delayed policy updates, Fujimoto et al. 2018, as
+            SLM-Lab's CrossQ specs use); 1: every step.
+        log_alpha_min / log_alpha_max: the clamp of ``log_alpha`` after each temperature step (SLM-Lab v5.3's
+            -5 and 2).
+        alpha_lr: SLM-Lab's learning rate of the temperature optimizer, replacing the ``lr`` of
+            ``alpha_optim_spec`` / ``net.optim_spec``; None: theirs.
     """
 
     action_pdtype: str = field(default="default",
@@ -104,11 +107,11 @@ class SoftActorCriticSpec(AlgorithmSpec):
     training_iter: int | None = field(default=None, metadata={"gt": 0})
     training_frequency: int = field(default=1, metadata={"gt": 0})
     training_start_step: int = field(default=1000, metadata={"gt": 0})
-    target_entropy: float | None = None
-    alpha_optim_spec: dict | None = None
+    target_entropy: float | None = field(default=None, metadata={"origin": "lab"})
+    alpha_optim_spec: dict | None = field(default=None, metadata={"origin": "lab"})
     policy_delay: int = field(default=1, metadata={"gt": 0})
-    log_alpha_min: float = LOG_ALPHA_MIN
-    log_alpha_max: float = LOG_ALPHA_MAX
+    log_alpha_min: float = field(default=LOG_ALPHA_MIN, metadata={"origin": "lab"})
+    log_alpha_max: float = field(default=LOG_ALPHA_MAX, metadata={"origin": "lab"})
     alpha_lr: float | None = field(default=None, metadata={"gt": 0, "le": 10})
 
 

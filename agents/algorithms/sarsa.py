@@ -35,8 +35,14 @@ from envs.clock import Clock
 
 @dataclass(frozen=True)
 class SARSASpec(AlgorithmSpec):
-    """SARSA keys (SLM-Lab names); ``training_frequency`` is vector steps (``OnPolicyBatchReplay``) or
-    completed episodes (``OnPolicyReplay``) per update."""
+    """SARSA keys (SLM-Lab names).
+
+    Fields:
+        action_policy: ``epsilon_greedy`` or ``boltzmann`` on the Q-values.
+        explore_var_spec: schedule of epsilon / temperature (frames), see ``VarSchedule``.
+        training_frequency: vector steps (``OnPolicyBatchReplay``) or completed episodes (``OnPolicyReplay``)
+            per update.
+    """
 
     action_policy: str = field(default="epsilon_greedy", metadata={"choices": ("epsilon_greedy", "boltzmann")})
     explore_var_spec: dict = field(default_factory=lambda: {

@@ -74,17 +74,20 @@ def sil_losses(logp: torch.Tensor, value: torch.Tensor, ret: torch.Tensor,
 class SILFields:
     """The keys SIL adds to its base algorithm's spec (SLM-Lab names, but ``training_start_step``).
 
-    Fields: ``sil_policy_loss_coef``, ``sil_val_loss_coef`` (>= 0; the paper's value coefficient is 0.01),
-    ``training_iter`` (replay batches per update), ``training_batch_iter`` (gradient steps per batch),
-    ``training_start_step`` (replay transitions before the first SIL step; SLM-Lab has no such key and samples
-    whatever its replay holds: default 1).
+    Fields:
+        sil_policy_loss_coef: weight of the self-imitation policy loss (>= 0).
+        sil_val_loss_coef: weight of the self-imitation value loss (>= 0; the paper's is 0.01).
+        training_iter: replay batches per update.
+        training_batch_iter: gradient steps per batch.
+        training_start_step: replay transitions before the first SIL step; SLM-Lab has no such key and samples
+            whatever its replay holds (default 1).
     """
 
     sil_policy_loss_coef: float = field(default=1.0, metadata={"ge": 0})
     sil_val_loss_coef: float = field(default=0.01, metadata={"ge": 0})
     training_iter: int = field(default=4, metadata={"gt": 0})
     training_batch_iter: int = field(default=4, metadata={"gt": 0})
-    training_start_step: int = field(default=1, metadata={"gt": 0})
+    training_start_step: int = field(default=1, metadata={"origin": "lab", "gt": 0})
 
 
 class SILMixin:

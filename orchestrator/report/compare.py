@@ -249,6 +249,11 @@ def compare_command(sources: list[str], out: str | None) -> int:
 
 def parse_compare(argv: list[str]) -> argparse.Namespace:
     """Arguments of ``lab compare`` (argparse exits 2 on bad options)."""
+    return compare_parser().parse_args(argv)
+
+
+def compare_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``lab compare`` (also read by tools/gen_reference.py for docs/reference/cli.md)."""
     parser = argparse.ArgumentParser(
         prog="lab compare", description="One graph of several runs or trials: the IQM of total_reward_ma "
         "across sessions vs frames with its 95%% bootstrap CI, one colour each, the reward threshold marked.")
@@ -256,4 +261,4 @@ def parse_compare(argv: list[str]) -> argparse.Namespace:
                         help="run directory (each trial a curve) or {predir}/t{T}; path or URI")
     parser.add_argument("--out", default=None, metavar="PATH",
                         help="output path without extension (default: compare_{timestamp} here)")
-    return parser.parse_args(argv)
+    return parser

@@ -10,6 +10,11 @@ The loader normalises to the flat shape before ``-s key.path=value`` overrides. 
 one place: the typed section dataclasses (``AlgorithmSpec`` subclasses, ``NetSpec``,
 ``MemorySpec``, ``EnvSpec``, ``MetaSpec``). Validation collects every problem with its dotted
 path before raising one ``SpecError``.
+
+Each section dataclass documents its keys in a ``Fields:`` list of its docstring (``name: meaning``); a field's
+metadata holds its checks (``gt``, ``ge``, ``le``, ``choices``) and, for a key SLM-Lab does not have, its
+``origin`` (``"lab"``, or the library whose name it borrows). ``tools/gen_reference.py`` writes the spec-key
+reference (docs/reference/spec-keys.md) from them.
 """
 
 from __future__ import annotations
@@ -88,18 +93,18 @@ class MetaSpec:
     eval_frequency: int = field(default=10000, metadata={"gt": 0})
     rigorous_eval: int = field(default=0, metadata={"ge": 0})
     random_seed: int | None = field(default=None, metadata={"ge": 0, "le": MAX_SEED})
-    ma_window: int = field(default=20, metadata={"gt": 0})
-    checkpoint_frequency: int | None = field(default=None, metadata={"gt": 0})
-    checkpoint_interval_s: float = field(default=DEFAULT_CHECKPOINT_INTERVAL_S, metadata={"ge": 0})
-    keep_checkpoints: int = field(default=3, metadata={"gt": 0})
-    resources: dict = field(default_factory=lambda: {"num_cpus": 1, "num_gpus": 0})
-    max_restarts: int = field(default=3, metadata={"ge": 0})
-    shutdown_grace_s: float = field(default=30.0, metadata={"gt": 0})
+    ma_window: int = field(default=20, metadata={"origin": "lab", "gt": 0})
+    checkpoint_frequency: int | None = field(default=None, metadata={"origin": "lab", "gt": 0})
+    checkpoint_interval_s: float = field(default=DEFAULT_CHECKPOINT_INTERVAL_S, metadata={"origin": "lab", "ge": 0})
+    keep_checkpoints: int = field(default=3, metadata={"origin": "lab", "gt": 0})
+    resources: dict = field(default_factory=lambda: {"num_cpus": 1, "num_gpus": 0}, metadata={"origin": "lab"})
+    max_restarts: int = field(default=3, metadata={"origin": "lab", "ge": 0})
+    shutdown_grace_s: float = field(default=30.0, metadata={"origin": "lab", "gt": 0})
     distributed: bool | str = False
-    search_scheduler: dict | None = None
-    tensorboard: bool = True
-    tracking: str = field(default="none", metadata={"choices": ("none", "wandb", "mlflow")})
-    tracking_options: dict = field(default_factory=dict)
+    search_scheduler: dict | None = field(default=None, metadata={"origin": "lab"})
+    tensorboard: bool = field(default=True, metadata={"origin": "lab"})
+    tracking: str = field(default="none", metadata={"origin": "lab", "choices": ("none", "wandb", "mlflow")})
+    tracking_options: dict = field(default_factory=dict, metadata={"origin": "lab"})
     search: str | None = None
     search_resources: dict | None = None
 
