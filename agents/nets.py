@@ -92,7 +92,7 @@ class NetSpec:
         update_type: target-net update, ``"replace"`` or ``"polyak"``.
         update_frequency: frames between target-net updates.
         polyak_coef: polyak weight: kept of the old target (DQN family), or of the online critic (SAC, SLM-Lab v5.3's
-            ``polyak_update``); README "SAC targets".
+            ``polyak_update``); docs/algorithms/sac.md "Target critics".
         shared: one body with actor and critic heads (actor-critic algorithms).
         log_std_init: for Box actions, a state-independent log-std parameter (A,) initialized to this
             value (nats), instead of a log-std head; None: the policy head outputs mean and log-std.

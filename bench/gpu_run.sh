@@ -4,8 +4,8 @@
 #      on GPU, in-process restore on CUDA, enjoy@ on CPU, train@ on CPU  (bench/gpu_check.py --workload atari)
 #   2. the same with agent.net.precision bfloat16
 #   3. PPO CartPole, the same flow (bench/gpu_check.py --workload cartpole)
-#   4. the README's GPU-node command: ppo_atari on Pong, 4 sessions of 16 async sub-envs sharing the GPU
-#      (num_cpus 4, num_gpus 0.25 each), 81,920 frames per session; fps per session from train_df
+#   4. the GPU-node command of docs/envs.md "Atari, as SLM-Lab v5 runs it": ppo_atari on Pong, 4 sessions of 16
+#      async sub-envs sharing the GPU (num_cpus 4, num_gpus 0.25 each), 81,920 frames per session; fps per session from train_df
 #   5. a small run written on CUDA (ppo_cartpole and a tiny-conv ppo_atari, 1 session, 1,024 frames, a checkpoint
 #      every 256) packed as cuda_run_fixture.tgz: the fixture tests/fixtures/cuda_run_h200.tgz (tests/orchestrator/test_cuda_checkpoint.py)
 #   6. bench/gpu_exact.py: CUDA sessions repeated and resumed, compared value by value (about 60 s)

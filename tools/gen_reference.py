@@ -30,7 +30,8 @@ if str(ROOT) not in sys.path:
 
 from agents.algorithms import ALGORITHMS, AlgorithmSpec  # noqa: E402
 from agents.memory import MEMORIES, MemorySpec  # noqa: E402
-from agents.nets import NETS, NetSpec  # noqa: E402
+from agents.nets import ACTIVATIONS, INIT_FNS, LOSSES, NETS, OPTIMIZERS, NetSpec  # noqa: E402
+from agents.schedules import DECAYS, LR_SCHEDULERS  # noqa: E402
 from envs.make import EnvSpec  # noqa: E402
 from orchestrator import cli  # noqa: E402
 from orchestrator.report.compare import compare_parser  # noqa: E402
@@ -144,14 +145,17 @@ def algorithm_sections(undocumented: list[str]) -> list[str]:
     out = ["## agent.algorithm", "",
            "The keys every algorithm takes, then per algorithm all of its keys (`name` is the algorithm's "
            "registered name). The algorithm pages (docs/algorithms/) say what each algorithm does with them.", "",
-           "### Common keys", "", *key_table(AlgorithmSpec, undocumented), ""]
+           "### Common keys", "", "<!-- --8<-- [start:AlgorithmSpec] -->", *key_table(AlgorithmSpec, undocumented),
+           "<!-- --8<-- [end:AlgorithmSpec] -->", ""]
     for spec_cls, names in by_cls.items():
         if spec_cls is AlgorithmSpec:
             out += [f"### {', '.join(names)}", "", "The common keys only.", ""]
             continue
         memories = ", ".join(f"`{m}`" for m in ALGORITHMS[names[0]].memory_names)
+        # the snippet markers let each algorithm page include its table (pymdownx.snippets, mkdocs.yml)
         out += [f"### {', '.join(names)}", "", f"Spec class `{spec_cls.__name__}`; memories: {memories} "
-                "(the first is the default).", "", *key_table(spec_cls, undocumented, skip=("name",)), ""]
+                "(the first is the default).", "", f"<!-- --8<-- [start:{spec_cls.__name__}] -->",
+                *key_table(spec_cls, undocumented, skip=("name",)), f"<!-- --8<-- [end:{spec_cls.__name__}] -->", ""]
     return out
 
 
@@ -177,6 +181,18 @@ def search_section() -> list[str]:
             + ", ".join(f"`{k}`" for k in search_space.SCHEDULER_KEYS) + "). See [Search](../search.md).", ""]
 
 
+def names_section() -> list[str]:
+    """The registered names a spec may give (nets, memories, optimizers, losses, ...), from the registries."""
+    registries = (("`agent.net.type`", NETS), ("`agent.memory.name`", MEMORIES),
+                  ("`optim_spec.name` (any `*optim_spec`)", OPTIMIZERS), ("`loss_spec.name`", LOSSES),
+                  ("`hid_layers_activation`, `out_layer_activation`", ACTIVATIONS), ("`init_fn`", INIT_FNS),
+                  ("`lr_scheduler_spec.name`", LR_SCHEDULERS),
+                  ("schedule `name` (`explore_var_spec`, `entropy_coef_spec`, `clip_eps_spec`)", DECAYS))
+    rows = ["## Registered names", "", "| key | names |", "|---|---|"]
+    rows += [f"| {key} | {', '.join(f'`{name}`' for name in registry)} |" for key, registry in registries]
+    return rows + [""]
+
+
 def spec_keys_page() -> tuple[str, list[str]]:
     """The spec-key reference page and the keys no docstring documents."""
     undocumented: list[str] = []
@@ -198,6 +214,7 @@ def spec_keys_page() -> tuple[str, list[str]]:
         "## agent.memory", "", "`memory.name`: " + ", ".join(f"`{m}`" for m in MEMORIES) + ".", "",
         *key_table(MemorySpec, undocumented), "",
         *algorithm_sections(undocumented),
+        *names_section(),
         *search_section(),
         *slm_lab_section(),
     ]
