@@ -24,6 +24,7 @@ of ``hid_layers_activation`` (``torch.nn.init.calculate_gain``: sqrt 2 for relu)
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -35,6 +36,7 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 import agents.batch_renorm  # noqa: F401  (registers BatchRenorm1d / LazyBatchRenorm1d in torch.nn for arcs)
+from agents.lookahead import Lookahead, check_args
 from orchestrator.runtime import torch_optim
 
 HIDDEN_GAIN = math.sqrt(2.0)
@@ -100,7 +102,17 @@ class NetSpec:
         arc: ``TorchArcNet``: the body as a torcharc 2 spec ``{modules: {...}, graph: {input, modules, output}}``
             (SLM-Lab v5's ``arc``; lazy layers such as ``LazyLinear`` get their input sizes from the observation
             space); None for the other nets, which ignore it.
+        actor_arc / critic_arc: ``TorchArcNet`` of an actor-critic algorithm (ActorCritic, A2C, PPO, SIL, PPOSIL):
+            the actor's and the critic's body in place of ``arc`` (asymmetric policy and value nets; SLM-Lab v5.3's
+            ActorCritic strips the ``actor_`` / ``critic_`` prefix of net keys for each net; ``role_spec``). A
+            shared net is the actor's.
         layer_norm: ``MLPNet`` / ``DuelingMLPNet``: a LayerNorm after each hidden Linear (SLM-Lab v5.3).
+        batch_norm: ``MLPNet`` / ``DuelingMLPNet``: a ``RowBatchNorm1d`` after each hidden Linear, before its
+            activation, in place of ``layer_norm`` (SLM-Lab v5.3's MLPNet; v4's MLPNet did not read the key);
+            ``ConvNet`` / ``DuelingConvNet``: a BatchNorm2d after the activation of every conv layer but the first
+            (SLM-Lab v4 and v5.3's ConvNet). Nets stay in train mode (batch statistics) as in SLM-Lab, except
+            where an algorithm switches them (CrossQ's critics); running statistics are buffers, so checkpoints
+            hold them.
         init_from: initialize the nets (only: not optimizers, not the clock) of a fresh session from
             another run's checkpoint: a session spec file ``{spec_name}_t{T}_s{S}_spec.json`` (its best
             checkpoint), a session directory, or a checkpoint directory ``ckpt/{frame:012d}``; path or
@@ -136,7 +148,10 @@ class NetSpec:
     gpu: bool | str = field(default=False, metadata={"choices": (True, False, "auto")})
     init_from: str | None = field(default=None, metadata={"origin": "lab"})
     layer_norm: bool = False
+    batch_norm: bool = False
     arc: dict | None = None
+    actor_arc: dict | None = None
+    critic_arc: dict | None = None
     cell_type: str = field(default="GRU", metadata={"choices": ("GRU", "LSTM", "RNN")})
     rnn_hidden_size: int | None = field(default=None, metadata={"gt": 0})
     rnn_num_layers: int = field(default=1, metadata={"gt": 0})
@@ -145,11 +160,26 @@ class NetSpec:
     precision: str = field(default="float32", metadata={"origin": "lab", "choices": ("float32", "bfloat16")})
 
 
+def role_spec(net_spec: NetSpec, role: str) -> NetSpec:
+    """The net spec of an actor-critic's ``"actor"`` or ``"critic"`` net: ``arc`` replaced by ``actor_arc`` /
+    ``critic_arc`` when that is given (SLM-Lab v5.3 ``ActorCritic.init_nets``), else ``net_spec`` itself.
+
+    Raises:
+        ValueError: a role other than actor and critic.
+    """
+    if role not in ("actor", "critic"):
+        raise ValueError(f"role must be 'actor' or 'critic', got {role!r}")
+    arc = getattr(net_spec, f"{role}_arc")
+    return net_spec if arc is None else dataclasses.replace(net_spec, arc=arc)
+
+
 OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
     "Adam": torch.optim.Adam,
     "AdamW": torch.optim.AdamW,
     "RMSprop": torch.optim.RMSprop,
     "SGD": torch.optim.SGD,
+    "RAdam": torch.optim.RAdam,  # Liu et al. 2020, arXiv:1908.03265 (SLM-Lab v4 shipped its own copy)
+    "Lookahead": Lookahead,  # a wrapper: {"name": "Lookahead", "optimizer": inner name, "alpha", "k", **inner kwargs}
     # SLM-Lab's optimizers of meta.distributed training (slm_lab/lib/optimizer.py): Adam / RMSprop (momentum 0, not
     # centered, torch's defaults) whose state SLM-Lab keeps in shared memory; here the trial's global actor
     # (orchestrator/global_params.py) holds every optimizer of such a trial, so they are plain Adam / RMSprop.
@@ -180,6 +210,8 @@ FUSED_DEFAULT: tuple[type[torch.optim.Optimizer], ...] = (torch.optim.Adam, torc
 def make_optim(params: Any, optim_spec: dict[str, Any]) -> torch.optim.Optimizer:
     """Build ``OPTIMIZERS[optim_spec["name"]](params, **rest)``: ``fused=True`` for ``FUSED_DEFAULT`` optimizers
     unless ``fused``, ``foreach``, ``differentiable`` or ``capturable`` is given, else ``foreach=True`` by default.
+    ``Lookahead`` (SLM-Lab v4's spec shape) wraps the optimizer named by its ``optimizer`` key (default ``RAdam``,
+    built by this function from the remaining keys) with its ``alpha`` (default 0.5) and ``k`` (default 5).
 
     Raises:
         ValueError: unknown optimizer name (lists the valid ones) or bad keyword arguments.
@@ -188,6 +220,14 @@ def make_optim(params: Any, optim_spec: dict[str, Any]) -> torch.optim.Optimizer
     if name not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer '{name}'; expected one of {sorted(OPTIMIZERS)}")
     kwargs = {k: v for k, v in optim_spec.items() if k != "name"}
+    if name == "Lookahead":
+        alpha, k, inner = kwargs.pop("alpha", 0.5), kwargs.pop("k", 5), kwargs.pop("optimizer", "RAdam")
+        k = int(k) if isinstance(k, float) and k.is_integer() else k  # 5.0 from a YAML or JSON number
+        check_args(alpha, k)
+        if inner == "Lookahead" or inner not in OPTIMIZERS:
+            raise ValueError(f"Lookahead optimizer: unknown inner optimizer {inner!r}; expected one of "
+                             f"{sorted(set(OPTIMIZERS) - {'Lookahead'})}")
+        return Lookahead(make_optim(params, {"name": inner, **kwargs}), alpha, k)
     torch_optim.defer_dynamo()  # the constructor's add_param_group would import torch._dynamo
     if OPTIMIZERS[name] in FUSED_DEFAULT and not {"fused", "foreach", "differentiable", "capturable"} & set(kwargs):
         kwargs["fused"] = True
@@ -242,6 +282,23 @@ def activation_gain(activation: str) -> float:
         return 1.0
 
 
+class RowBatchNorm1d(nn.BatchNorm1d):
+    """``nn.BatchNorm1d`` (Ioffe and Szegedy 2015) whose train-mode forward of a single row (B = 1: acting on one
+    env, a one-env evaluation) normalizes by the running statistics and leaves them unchanged, where torch's raises
+    (one value per feature has no batch variance; SLM-Lab's MLPNet stops there). Every other batch, and eval mode,
+    as ``nn.BatchNorm1d``; the same parameters and buffers (state dicts load either way).
+
+    Forward: (B, F) -> (B, F).
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Batch norm of (B, F); see the class docstring for B = 1 in train mode."""
+        if self.training and x.shape[0] == 1:
+            return nn.functional.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                                            training=False, eps=self.eps)
+        return super().forward(x)
+
+
 def hidden_activation(name: str) -> nn.Module:
     """The activation module of ``ACTIVATIONS[name]`` for a hidden layer, that is one applied to the fresh output of
     a ``Linear``, ``Conv2d`` or ``LayerNorm`` (whose backward does not read their output): ReLU in place
@@ -269,6 +326,8 @@ class MLPNet(nn.Module):
         head_gains: orthogonal gain per head (default ``VALUE_GAIN`` = 1 each); ignored by other inits.
         layer_norm: a ``LayerNorm`` after each hidden Linear, before its activation (SLM-Lab v5.3's
             ``layer_norm``, as in BRO, Nauman et al. 2024).
+        batch_norm: a ``RowBatchNorm1d`` there instead (SLM-Lab v5.3's ``batch_norm``, which wins over
+            ``layer_norm`` as in its ``build_fc_model``).
 
     Forward: ``x`` (B, *O) float (any dtype, cast to float32) and optional extras (B, E) ->
     (B, out_dim) if one head else ``list`` of (B, out_dim_k).
@@ -281,7 +340,7 @@ class MLPNet(nn.Module):
     def __init__(self, in_dim: int, out_dims: int | Sequence[int], hid_layers: Sequence[int],
                  hid_layers_activation: str = "relu", init_fn: str | None = None,
                  out_layer_activation: str | None = None, head_gains: Sequence[float] | None = None,
-                 layer_norm: bool = False) -> None:
+                 layer_norm: bool = False, batch_norm: bool = False) -> None:
         super().__init__()
         for name in (hid_layers_activation, out_layer_activation):
             if name is not None and name not in ACTIVATIONS:
@@ -296,8 +355,8 @@ class MLPNet(nn.Module):
         dims = [in_dim, *hid_layers]
         layers: list[nn.Module] = []
         for d_in, d_out in zip(dims[:-1], dims[1:]):
-            layers += [nn.Linear(d_in, d_out), *([nn.LayerNorm(d_out)] if layer_norm else []),
-                       hidden_activation(hid_layers_activation)]
+            norm = [RowBatchNorm1d(d_out)] if batch_norm else [nn.LayerNorm(d_out)] if layer_norm else []
+            layers += [nn.Linear(d_in, d_out), *norm, hidden_activation(hid_layers_activation)]
         self.body = nn.Sequential(nn.Flatten(), *layers)
         out_act = ACTIVATIONS[out_layer_activation] if out_layer_activation else nn.Identity
         self.heads = nn.ModuleList(nn.Sequential(nn.Linear(dims[-1], d), out_act()) for d in head_dims)
@@ -318,7 +377,7 @@ class MLPNet(nn.Module):
         """
         return cls(obs_in_dim(obs_space) + extra_in_dim, out_dims, net_spec.hid_layers,
                    net_spec.hid_layers_activation, net_spec.init_fn, net_spec.out_layer_activation, head_gains,
-                   net_spec.layer_norm)
+                   net_spec.layer_norm, net_spec.batch_norm)
 
     def features(self, x: torch.Tensor, extra: Sequence[torch.Tensor]) -> torch.Tensor:
         """Body output (B, hid_layers[-1]) of observations (B, *O) and extra inputs, each (B, E_k)."""
@@ -371,7 +430,7 @@ class StackedMLP(nn.Module):
     def __init__(self, nets: Sequence[MLPNet]) -> None:
         super().__init__()
         if not nets or not all(stackable(net) for net in nets):
-            raise ValueError("StackedMLP needs single-head MLPNets without layer_norm")
+            raise ValueError("StackedMLP needs single-head MLPNets without layer_norm or batch_norm")
         plans = [self._plan(net) for net in nets]
         shapes = [[(lin.weight.shape, type(act)) for lin, act in plan] for plan in plans]
         if any(s != shapes[0] for s in shapes):
@@ -417,8 +476,9 @@ class StackedMLP(nn.Module):
 
 def stackable(net: nn.Module) -> bool:
     """True for a net ``StackedMLP`` takes: exactly an ``MLPNet`` (not a subclass) with one head and no
-    ``LayerNorm``."""
-    return type(net) is MLPNet and net.single_head and not any(isinstance(m, nn.LayerNorm) for m in net.body)
+    ``LayerNorm`` or batch norm."""
+    return type(net) is MLPNet and net.single_head and not any(isinstance(m, (nn.LayerNorm, nn.BatchNorm1d))
+                                                               for m in net.body)
 
 
 class DuelingMLPNet(MLPNet):
@@ -435,12 +495,12 @@ class DuelingMLPNet(MLPNet):
     def __init__(self, in_dim: int, out_dims: int | Sequence[int], hid_layers: Sequence[int],
                  hid_layers_activation: str = "relu", init_fn: str | None = None,
                  out_layer_activation: str | None = None, head_gains: Sequence[float] | None = None,
-                 layer_norm: bool = False) -> None:
+                 layer_norm: bool = False, batch_norm: bool = False) -> None:
         if not isinstance(out_dims, int):
             raise ValueError(f"DuelingMLPNet has one Q head (int out_dims), got {out_dims}")
         gains = None if head_gains is None else [head_gains[0], head_gains[0]]
         super().__init__(in_dim, [1, out_dims], hid_layers, hid_layers_activation, init_fn, out_layer_activation,
-                         gains, layer_norm)
+                         gains, layer_norm, batch_norm)
         self.single_head = True
 
     def forward(self, x: torch.Tensor, *extra: torch.Tensor) -> torch.Tensor:
@@ -486,6 +546,7 @@ class ConvNet(nn.Module):
         obs_scale: multiplier of the input (1/255 for uint8 pixels) or None.
         precision: ``"float32"``, or ``"bfloat16"``: convolutions and fc layers under ``torch.autocast``
             (bfloat16 on the input's device), their output cast back to float32 before the heads.
+        batch_norm: a ``BatchNorm2d`` after the activation of every conv layer but the first (SLM-Lab's ConvNet).
 
     Forward: ``x`` (B, *in_shape) any dtype (uint8 stays uint8 until here; cast to float32, times
     ``obs_scale``) and optional extras (B, E) -> (B, out_dim) float32 if one head else a list of (B, out_dim_k).
@@ -498,7 +559,8 @@ class ConvNet(nn.Module):
     def __init__(self, in_shape: Sequence[int], out_dims: int | Sequence[int], conv_hid_layers: Sequence[Sequence[int]],
                  fc_hid_layers: Sequence[int], hid_layers_activation: str = "relu", init_fn: str | None = None,
                  out_layer_activation: str | None = None, head_gains: Sequence[float] | None = None,
-                 extra_in_dim: int = 0, obs_scale: float | None = None, precision: str = "float32") -> None:
+                 extra_in_dim: int = 0, obs_scale: float | None = None, precision: str = "float32",
+                 batch_norm: bool = False) -> None:
         super().__init__()
         _check_names(hid_layers_activation, out_layer_activation, init_fn)
         if precision not in PRECISIONS:
@@ -509,17 +571,19 @@ class ConvNet(nn.Module):
         chw = self.chw_shape(self.in_shape)
         convs: list[nn.Module] = []
         channels = chw[0]
-        for layer in conv_hid_layers:
+        for i, layer in enumerate(conv_hid_layers):
             out, kernel, stride, padding, dilation = conv_layer_args(layer)
             convs += [nn.Conv2d(channels, out, kernel, stride, padding, dilation),
-                      hidden_activation(hid_layers_activation)]
+                      hidden_activation(hid_layers_activation), *([nn.BatchNorm2d(out)] if batch_norm and i else [])]
             channels = out
         self.conv = nn.Sequential(*convs, nn.Flatten())
+        self.conv.eval()  # the size probe below must not update batch-norm statistics
         with torch.no_grad():
             try:
                 conv_dim = int(self.conv(torch.zeros(1, *chw)).shape[-1])
             except RuntimeError as err:
                 raise ValueError(f"observation {self.in_shape} too small for conv layers {conv_hid_layers}: {err}")
+        self.conv.train()
         dims = [conv_dim + extra_in_dim, *fc_hid_layers]
         fcs: list[nn.Module] = []
         for d_in, d_out in zip(dims[:-1], dims[1:]):
@@ -549,7 +613,7 @@ class ConvNet(nn.Module):
         scale = net_spec.normalize if net_spec.normalize is not None else obs_space.dtype == np.uint8
         return cls(obs_space.shape, out_dims, net_spec.conv_hid_layers, net_spec.fc_hid_layers,
                    net_spec.hid_layers_activation, net_spec.init_fn, net_spec.out_layer_activation, head_gains,
-                   extra_in_dim, 1.0 / 255.0 if scale else None, net_spec.precision)
+                   extra_in_dim, 1.0 / 255.0 if scale else None, net_spec.precision, net_spec.batch_norm)
 
     def chw_shape(self, shape: tuple[int, ...]) -> tuple[int, int, int]:
         """(C, H, W) of one observation of ``shape`` under this net's layout."""
@@ -597,12 +661,13 @@ class DuelingConvNet(ConvNet):
     def __init__(self, in_shape: Sequence[int], out_dims: int | Sequence[int], conv_hid_layers: Sequence[Sequence[int]],
                  fc_hid_layers: Sequence[int], hid_layers_activation: str = "relu", init_fn: str | None = None,
                  out_layer_activation: str | None = None, head_gains: Sequence[float] | None = None,
-                 extra_in_dim: int = 0, obs_scale: float | None = None, precision: str = "float32") -> None:
+                 extra_in_dim: int = 0, obs_scale: float | None = None, precision: str = "float32",
+                 batch_norm: bool = False) -> None:
         if not isinstance(out_dims, int):
             raise ValueError(f"DuelingConvNet has one Q head (int out_dims), got {out_dims}")
         gains = None if head_gains is None else [head_gains[0], head_gains[0]]
         super().__init__(in_shape, [1, out_dims], conv_hid_layers, fc_hid_layers, hid_layers_activation, init_fn,
-                         out_layer_activation, gains, extra_in_dim, obs_scale, precision)
+                         out_layer_activation, gains, extra_in_dim, obs_scale, precision, batch_norm)
         self.single_head = True
 
     def forward(self, x: torch.Tensor, *extra: torch.Tensor) -> torch.Tensor:
@@ -751,7 +816,8 @@ class TorchArcNet(nn.Module):
             ValueError: no ``arc``, a space that is not a numeric Box, or as the constructor.
         """
         if net_spec.arc is None:
-            raise ValueError("agent.net.arc: net.type TorchArcNet needs a torcharc spec {modules, graph}")
+            raise ValueError("agent.net.arc: net.type TorchArcNet needs a torcharc spec {modules, graph} (or, for "
+                             "the actor and critic of an actor-critic algorithm, actor_arc and critic_arc)")
         if not (isinstance(obs_space, gym.spaces.Box) and np.issubdtype(obs_space.dtype, np.number)):
             raise ValueError(f"TorchArcNet needs a numeric Box observation space, got {obs_space}")
         scale = net_spec.normalize if net_spec.normalize is not None else obs_space.dtype == np.uint8

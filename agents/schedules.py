@@ -125,6 +125,27 @@ class LinearToZero:
 
 
 @dataclass(frozen=True)
+class LinearToMin:
+    """LR factor ``max(min_factor, 1 - frame * (1 - min_factor) / frame_total)``: linear from 1 to ``min_factor``
+    at ``frame`` frames, constant after (SLM-Lab's ``LinearToMin``, ``slm_lab/agent/net/net_util.py`` of its
+    MuJoCo Playground benchmarks, where it counts updates of ``steps_per_schedule`` frames: the same factor at
+    every update's frame; keys ``frame`` and ``min_factor``, default 0.1)."""
+
+    frame: int
+    min_factor: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not self.frame > 0:
+            raise ValueError(f"frame must be > 0, got {self.frame}")
+        if not 0.0 <= self.min_factor <= 1.0:
+            raise ValueError(f"min_factor must be in [0, 1], got {self.min_factor}")
+
+    def __call__(self, frame: int) -> float:
+        """The LR factor at ``frame`` (env frames of the session clock)."""
+        return max(self.min_factor, 1.0 - frame * (1.0 - self.min_factor) / self.frame)
+
+
+@dataclass(frozen=True)
 class StepDecay:
     """LR factor ``gamma ** (frame // step_size)`` (torch ``StepLR`` with step_size in frames)."""
 
@@ -163,6 +184,7 @@ class CosineDecay:
 
 LR_SCHEDULERS: dict[str, Callable[..., Callable[[int], float]]] = {
     "LinearToZero": LinearToZero,
+    "LinearToMin": LinearToMin,
     "StepLR": StepDecay,
     "MultiStepLR": lambda milestones, gamma=0.1: MultiStepDecay(tuple(milestones), gamma),
     "CosineAnnealingLR": CosineDecay,

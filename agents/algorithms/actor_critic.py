@@ -16,7 +16,9 @@ and critic are one net with two heads (``net.shared``; optimizer ``net.actor_opt
 by one optimizer over both (``net.optim_spec``), or by two when ``net.actor_optim_spec`` /
 ``net.critic_optim_spec`` are given (the other falls back to ``optim_spec``). For disjoint nets the
 combined loss gives each net exactly the gradient of its own term, as SLM-Lab's two separate steps do;
-clipping (``clip_grad_val``) is per net, as SLM-Lab's. Either way it is one ``opt_step``.
+clipping (``clip_grad_val``) is per net, as SLM-Lab's. Either way it is one ``opt_step``. A TorchArcNet actor
+and critic take their bodies from ``net.actor_arc`` / ``net.critic_arc`` when given (``agents.nets.role_spec``;
+a shared net the actor's).
 
 train_df columns of its own: ``policy_loss`` (``-(logp * adv).mean()`` for A2C, the negated clipped
 surrogate for PPO) and ``val_loss`` (``L(V, v_target)``, before ``val_loss_coef``), means over the
@@ -34,7 +36,7 @@ import torch
 from agents import policy
 from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats, mean_metrics
 from agents.memory import OnPolicyBatchReplay, OnPolicyReplay
-from agents.nets import POLICY_GAIN, VALUE_GAIN, make_loss
+from agents.nets import POLICY_GAIN, VALUE_GAIN, make_loss, role_spec
 from agents.returns import ReturnNormalizer, calc_gaes, calc_nstep_returns, calc_returns, standardize
 from envs.clock import Clock
 
@@ -76,19 +78,20 @@ class ActorCritic(Algorithm):
     memory_names = ("OnPolicyBatchReplay", "OnPolicyReplay")
     optim_keys = ("net.optim_spec", "net.actor_optim_spec", "net.critic_optim_spec")
     metric_names = ("policy_loss", "val_loss")
+    role_arcs = True  # net.actor_arc / net.critic_arc
 
     def init_nets(self) -> None:
         """Actor and critic, shared or separate, and their optimizers (see module docstring)."""
         pd_dim = self.policy_out_dim()
         ns = self.net_spec
         if ns.shared:
-            self.nets["net"] = self.make_net([pd_dim, 1], [POLICY_GAIN, VALUE_GAIN])
+            self.nets["net"] = self.make_net([pd_dim, 1], [POLICY_GAIN, VALUE_GAIN], net_spec=role_spec(ns, "actor"))
             # SLM-Lab builds a shared net from the actor's keys: actor_optim_spec when given
             self.add_optim("net", [*self.nets["net"].parameters(), *self.add_log_std()],
                            ns.actor_optim_spec or ns.optim_spec)
         else:
-            self.nets["actor"] = self.make_net(pd_dim, [POLICY_GAIN])
-            self.nets["critic"] = self.make_net(1, [VALUE_GAIN])
+            self.nets["actor"] = self.make_net(pd_dim, [POLICY_GAIN], net_spec=role_spec(ns, "actor"))
+            self.nets["critic"] = self.make_net(1, [VALUE_GAIN], net_spec=role_spec(ns, "critic"))
             log_std = self.add_log_std()
             if ns.actor_optim_spec is None and ns.critic_optim_spec is None:
                 # One optimizer over both nets (as SB3 does): the same per-parameter updates as two

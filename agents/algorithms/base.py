@@ -24,6 +24,8 @@ algorithm):
 * ``schedule_keys``: the fields of its spec that are variable schedules (``VarSchedule`` blocks);
 * ``metric_names``: the train_df columns it adds after the common ones, filled from
   ``LossStats.metrics`` of the latest ``update`` (NaN before the first one);
+* ``role_arcs``: it builds its actor and critic from ``net.actor_arc`` / ``net.critic_arc`` when given
+  (``agents.nets.role_spec``); other algorithms do not read those keys;
 * trainable tensors outside nets (e.g. SAC's ``log_alpha``): ``add_tensor`` in ``init_nets``, once;
   the tensor is then saved with the nets, part of ``weights_sha256`` and, unless
   ``transfer=False``, of ``agent.net.init_from`` transfer.
@@ -207,6 +209,7 @@ class Algorithm:
     schedule_keys: ClassVar[tuple[str, ...]] = ("explore_var_spec", "entropy_coef_spec")
     metric_names: ClassVar[tuple[str, ...]] = ()
     reads_critic_net: ClassVar[bool] = False  # builds its critics from agent.critic_net when given
+    role_arcs: ClassVar[bool] = False  # builds its actor and critic from net.actor_arc / net.critic_arc when given
 
     def __init__(self, spec: AgentSpec, obs_space: gym.Space, action_space: gym.Space,
                  num_envs: int, seed: int) -> None:

@@ -10,10 +10,11 @@ and, detached, the bootstrap Q(s', a'), so both halves share the normalization s
 
 The actor and temperature losses evaluate the critics in eval mode (running statistics). ``net.update_type``
 and ``polyak_coef`` are not read (no targets). Critics: ``agent.critic_net`` when given (SLM-Lab's CrossQ specs:
-a TorchArcNet whose arc has ``LazyBatchRenorm1d`` layers), else ``BRNCritic`` on ``net.hid_layers`` with
-``agents.batch_renorm.BatchRenorm1d`` (SLM-Lab v5.3's batch renorm: limits ramped over ``BRN_WARMUP`` training
-forwards, momentum ``BRN_MOMENTUM``, eps ``BRN_EPS``); statistics and step counters are module buffers, so they
-are in the checkpoint and in ``weights_sha256``.
+a TorchArcNet whose arc has ``LazyBatchRenorm1d`` layers), else with ``net.batch_norm: true`` nets of ``agent.net``
+(MLPNets with a BatchNorm1d after every hidden linear layer, as SLM-Lab v5.3's CrossQ builds them), else
+``BRNCritic`` on ``net.hid_layers`` with ``agents.batch_renorm.BatchRenorm1d`` (SLM-Lab v5.3's batch renorm:
+limits ramped over ``BRN_WARMUP`` training forwards, momentum ``BRN_MOMENTUM``, eps ``BRN_EPS``); statistics and
+step counters are module buffers, so they are in the checkpoint and in ``weights_sha256``.
 
 train_df columns: as SAC (``q_loss``, ``policy_loss``, ``alpha_loss``, ``alpha``, ``td_error``).
 """
@@ -63,7 +64,8 @@ class CrossQ(SoftActorCritic):
     stack_critics = False  # batch-renormalized critics, each with its own train/eval mode and statistics
 
     def init_nets(self) -> None:
-        """SAC's nets without target copies; without ``agent.critic_net`` the critics are ``BRNCritic``.
+        """SAC's nets without target copies; without ``agent.critic_net`` or ``net.batch_norm`` the critics are
+        ``BRNCritic``.
 
         Raises:
             ValueError: an action space other than Discrete and 1-D Box.
@@ -74,7 +76,9 @@ class CrossQ(SoftActorCritic):
         q_out = int(self.action_space.n) if self.discrete else 1
         for k in ("q1_net", "q2_net"):
             del self.nets[f"target_{k}"]
-            if self.spec.critic_net is None:  # else SAC built them from agent.critic_net (its arc's BRN layers)
+            # else SAC built them from agent.critic_net (its arc's BRN layers) or, with net.batch_norm, from agent.net:
+            # MLPNets with BatchNorm1d layers, as SLM-Lab v5.3's CrossQ builds its critics from net_spec
+            if self.spec.critic_net is None and not ns.batch_norm:
                 self.nets[k] = BRNCritic(obs_in_dim(self.obs_space) + act_dim, q_out, list(ns.hid_layers),
                                          ns.hid_layers_activation).to(self.device)
                 self.add_optim(k, self.nets[k].parameters(), self.critic_optim_spec)

@@ -113,6 +113,12 @@ def lr_at(sched: FrameLR, frame: int) -> float:
 @pytest.mark.parametrize("spec, frames_lrs", [
     ({"name": "LinearToZero", "frame": 1000},
      [(0, 0.01), (250, 0.0075), (500, 0.005), (1000, 0.0), (3000, 0.0)]),
+    # LinearToMin: max(m, 1 - frame (1 - m) / frame_total); 250: 1 - 0.225 = 0.775; 500: 0.55; floor m = 0.1 after
+    ({"name": "LinearToMin", "frame": 1000, "min_factor": 0.1},
+     [(0, 0.01), (250, 0.00775), (500, 0.0055), (1000, 0.001), (3000, 0.001)]),
+    # SLM-Lab's ppo_playground values: m = 0.033 at 600 frames; 300: 1 - 300 * 0.967 / 600 = 0.5165
+    ({"name": "LinearToMin", "frame": 600, "min_factor": 0.033}, [(300, 0.005165), (600, 0.00033), (900, 0.00033)]),
+    ({"name": "LinearToMin", "frame": 1000}, [(500, 0.0055), (2000, 0.001)]),  # min_factor default 0.1
     ({"name": "StepLR", "step_size": 100, "gamma": 0.5},
      [(0, 0.01), (99, 0.01), (100, 0.005), (250, 0.0025)]),
     ({"name": "MultiStepLR", "milestones": [100, 300], "gamma": 0.1},
@@ -156,3 +162,7 @@ def test_lr_scheduler_errors():
         make_lr_scheduler(make_optim(), {"name": "Exp"})
     with pytest.raises(ValueError, match="bad arguments for lr_scheduler 'StepLR'"):
         make_lr_scheduler(make_optim(), {"name": "StepLR", "steps": 10})
+    with pytest.raises(ValueError, match=r"min_factor must be in \[0, 1\], got 1.5"):
+        make_lr_scheduler(make_optim(), {"name": "LinearToMin", "frame": 10, "min_factor": 1.5})
+    with pytest.raises(ValueError, match="frame must be > 0, got 0"):
+        make_lr_scheduler(make_optim(), {"name": "LinearToMin", "frame": 0})
