@@ -131,6 +131,9 @@ class EnvSpec:
             ``*NoFrameskip-v4``).
         noop_max: Atari: at most this many no-op steps after each reset (0 disables).
         frame_skip: Atari: emulator frames per agent step, max-pooled over the last two.
+        image_downsize: Atari: the frame size ``[width, height]`` (SLM-Lab v4's key, ``cv2.resize`` order: frames
+            are (height, width)); None: 84x84. Other envs: not read on vector observations (as in SLM-Lab v4);
+            ``make_sub_env`` refuses it on image observations, which SLM-Lab v4 grayscaled and resized.
         continuous: passed to ``gym.make`` as the env's own ``continuous`` kwarg when not None (e.g.
             ``LunarLander-v3`` with Box actions; SLM-Lab passes such env keys to ``gym.make`` as well).
         autoreset: the vector env's autoreset mode (the lab's key). ``"same_step"`` (default): a sub-env whose
@@ -167,6 +170,7 @@ class EnvSpec:
     continuous: bool | None = None
     noop_max: int = field(default=30, metadata={"origin": "gymnasium", "ge": 0})
     frame_skip: int = field(default=4, metadata={"origin": "gymnasium", "gt": 0})
+    image_downsize: list | None = None
     normalize_obs: bool = False
     normalize_reward: bool = False
     clip_obs: float | None = field(default=10.0, metadata={"gt": 0})
@@ -311,8 +315,9 @@ def make_sub_env(env_id: str, spec: EnvSpec, render_mode: str | None = None,
 
     Atari: ``gym.make(id, frameskip=1, repeat_action_probability=0)``, gymnasium's ``StickyAction`` with the
     id's or the spec's probability on every emulator frame (Machado et al. 2018), gymnasium's ``AtariPreprocessing``
-    (``noop_max`` no-op resets, ``frame_skip`` with a max-pool of the last two emulator frames, 84x84
-    grayscale uint8, no scaling: nets divide by 255), then ``max_t`` as a ``TimeLimit`` in agent steps.
+    (``noop_max`` no-op resets, ``frame_skip`` with a max-pool of the last two emulator frames, 84x84 or
+    ``image_downsize`` grayscale uint8, no scaling: nets divide by 255), then ``max_t`` as a ``TimeLimit`` in agent
+    steps.
     Other envs: ``gym.make(id, max_episode_steps=max_t)``. Then ``FrameStackObservation`` (``frame_op``,
     zero-padded at episode start), and ``SimStatePickle`` outermost on simulators whose pickle would lose
     their state (ALE, MuJoCo, Box2D: ``envs.wrappers.sim_kind``) so the whole chain pickles with it or refuses.
@@ -321,7 +326,8 @@ def make_sub_env(env_id: str, spec: EnvSpec, render_mode: str | None = None,
         A ``gym.Env`` whose observation space is the session's single observation space O.
 
     Raises:
-        ValueError: a ``frame_op`` the observation shape does not allow.
+        ValueError: a ``frame_op`` the observation shape does not allow, or ``image_downsize`` on a non-Atari env
+            with image (3-D) observations.
         gymnasium.error.DependencyNotInstalled: the env family's package is missing.
     """
     if is_atari(env_id):
@@ -330,7 +336,8 @@ def make_sub_env(env_id: str, spec: EnvSpec, render_mode: str | None = None,
         if sticky > 0:
             env = gym.wrappers.StickyAction(env, sticky)
         env = gym.wrappers.AtariPreprocessing(env, noop_max=spec.noop_max, frame_skip=spec.frame_skip,
-                                              screen_size=84, grayscale_obs=True, scale_obs=False)
+                                              screen_size=tuple(spec.image_downsize or (84, 84)),
+                                              grayscale_obs=True, scale_obs=False)
         if spec.max_t is not None:
             env = gym.wrappers.TimeLimit(env, spec.max_t)
         frame_op, frame_op_len = spec.frame_op or "concat", spec.frame_op_len or 4
@@ -339,6 +346,10 @@ def make_sub_env(env_id: str, spec: EnvSpec, render_mode: str | None = None,
         if spec.continuous is not None:
             kwargs["continuous"] = spec.continuous
         env = gym.make(env_id, render_mode=render_mode, **kwargs)
+        if spec.image_downsize is not None and len(env.observation_space.shape or ()) == 3:
+            raise ValueError(f"env.image_downsize: SLM-Lab v4 grayscales and resizes the image observations of "
+                             f"non-Atari envs to it, which this lab does not; {env_id} gives "
+                             f"{env.observation_space.shape}: leave image_downsize out")
         frame_op, frame_op_len = spec.frame_op, spec.frame_op_len or 4
     if frame_op is not None:
         env = stack_frames(env, frame_op, frame_op_len)

@@ -153,7 +153,7 @@ def run_enjoy_mode(args: argparse.Namespace) -> int:
 def run_dev_mode(args: argparse.Namespace) -> int:
     """``dev``: one in-process session."""
     from orchestrator.spec.load import load_spec
-    spec = load_spec(args.spec_file, args.spec_name, args.overrides)
+    spec = load_spec(args.spec_file, args.spec_name, args.overrides, search=False)
     return run_dev(spec, storage.absolute(args.data_dir), args.quiet)
 
 

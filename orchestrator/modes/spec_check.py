@@ -59,7 +59,8 @@ def check_request(request: dict[str, Any]) -> dict[str, Any]:
     from orchestrator.spec.preflight import check_spec
     from orchestrator.spec.resume import resume_spec
 
-    spec = load_spec(request["spec_file"], request["spec_name"], request["overrides"])
+    spec = load_spec(request["spec_file"], request["spec_name"], request["overrides"],
+                     search=request["mode"] == "search")
     mode = "dev" if request["address"] is not None else request["mode"]  # a cluster: one session here
     check_spec(spec, mode, request["max_concurrent_trials"])
     if request.get("resume") is None:

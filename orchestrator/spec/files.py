@@ -169,13 +169,14 @@ def _drop_shadowed(spec: dict[str, Any]) -> None:
 
 def normalize(raw: dict[str, Any]) -> dict[str, Any]:
     """SLM-Lab v4 shape -> flat shape: unwrap one-element ``agent``/``env`` lists (also in ``search``), drop
-    ``body`` and v3 fixed values beside their schedules (``_drop_shadowed``).
+    ``body``, ``spec_params`` and v3 fixed values beside their schedules (``_drop_shadowed``).
 
     Raises:
         SpecError: a list with other than one element (multi-agent/multi-env is not supported).
     """
     spec = copy.deepcopy(raw)
     spec.pop("body", None)
+    spec.pop("spec_params", None)  # SLM-Lab v4's experiment grid: load_spec checks its variables are filled
     if isinstance(spec.get("meta"), dict):  # indices a run writes into its trial/session spec files
         for key in RUNTIME_META_KEYS:
             spec["meta"].pop(key, None)

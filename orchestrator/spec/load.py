@@ -8,6 +8,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import sys
 import typing
 from typing import Any
 
@@ -19,6 +20,7 @@ from agents.nets import (
 from envs.make import EnvSpec
 from orchestrator.errors import SpecError
 from orchestrator.spec.files import TEMPLATE_VAR, is_anchor_entry, normalize, read_spec_file, spec_names, template_vars
+from orchestrator.spec.search_space import parse_search
 from orchestrator.spec.schema import MetaSpec, RunSpec, fill_defaults, section_classes, type_ok, value_at
 from orchestrator.spec.validate import algorithm_class, validate
 from orchestrator.store import storage
@@ -84,14 +86,53 @@ def _unfilled(tree: Any, path: str = "") -> list[tuple[str, str]]:
     return []
 
 
-def load_spec(uri: str, name: str, overrides: list[str] | None = None) -> dict[str, Any]:
+def _unfilled_problem(raw: dict[str, Any], path: str, var: str) -> str:
+    """Why ``${var}`` at ``path`` of spec ``raw`` is unfilled: a variable of SLM-Lab v4's ``spec_params`` (its
+    experiment grid, not expanded here), of another v4-shaped spec, or a template variable (SLM-Lab v5)."""
+    params = raw.get("spec_params")
+    if isinstance(params, dict) and var in params:
+        values = params[var] if isinstance(params[var], list) else [params[var]]
+        example = values[0] if values else "VALUE"
+        return (f"{path}: '${{{var}}}' is a variable of spec_params (SLM-Lab v4's parametrized spec, one trial per "
+                f"combination of {var} in {values}), which this lab does not expand: run one combination per "
+                f"command with -s {var}={example}")
+    if isinstance(raw.get("agent"), list) or "body" in raw:
+        return (f"{path}: '${{{var}}}' is a placeholder of this SLM-Lab v4 spec (v4 fills it from the entry's "
+                f"spec_params, which it does not have); fill it on the command line with -s {var}=VALUE")
+    return (f"{path}: '${{{var}}}' is a template variable of the spec file (SLM-Lab v5); fill it on "
+            f"the command line with -s {var}=VALUE")
+
+
+_WARNED: set[str] = set()  # warning lines printed by this process
+
+
+def _search_section_problems(spec: dict[str, Any]) -> bool:
+    """Whether the ``search`` section of a defaults-filled spec has problems; if so, print them as one warning line
+    on stderr, once per process (a mode that does not search ignores the section: ``load_spec`` with ``search``
+    false; the CLI's preflight loads the spec too)."""
+    section = spec.get("search")
+    problems = parse_search(spec)[1] if isinstance(section, dict) else [f"search: expected an object, got {section!r}"]
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    line = f"warning: the search section, which this mode does not read, has problems and is ignored: " \
+           f"{problems[0]}{more}" if problems else None
+    if line and line not in _WARNED:
+        _WARNED.add(line)
+        print(line, file=sys.stderr)
+    return bool(problems)
+
+
+def load_spec(uri: str, name: str, overrides: list[str] | None = None, search: bool = True) -> dict[str, Any]:
     """Read, fill templates, normalise, override, default and validate one spec.
 
     Args:
         uri: spec file path or URI.
         name: spec name inside the file.
-        overrides: ``-s`` strings: ``var=value`` fills the file's ``${var}`` placeholders (SLM-Lab v5),
-            any other ``key.path=value`` is applied after normalisation.
+        overrides: ``-s`` strings: ``var=value`` fills the file's ``${var}`` placeholders (SLM-Lab v5, and the
+            variables of SLM-Lab v4's ``spec_params``: one of its combinations per command), any other
+            ``key.path=value`` is applied after normalisation.
+        search: the mode reads the ``search`` section (``search``); false (``dev``, ``train``): a section with
+            problems is one warning line on stderr and is dropped, not refused, as SLM-Lab ignores the section in
+            those modes.
 
     Returns:
         The full flat spec as run (defaults filled), with ``name`` set and a relative local
@@ -110,12 +151,14 @@ def load_spec(uri: str, name: str, overrides: list[str] | None = None) -> dict[s
         close = difflib.get_close_matches(name, names, n=1)
         hint = f" Did you mean '{close[0]}'?" if close else ""
         raise SpecError(f"spec name '{name}' is not in '{uri}'; it has: {', '.join(sorted(names))}.{hint}")
-    unfilled = _unfilled(specs[name])
+    raw = specs[name]
+    unfilled = _unfilled({key: value for key, value in raw.items() if key != "spec_params"})
     if unfilled:
-        raise SpecError([f"{path}: '${{{var}}}' is a template variable of the spec file (SLM-Lab v5); fill it on "
-                         f"the command line with -s {var}=VALUE" for path, var in unfilled])
-    spec = apply_overrides(normalize(specs[name]), overrides)
+        raise SpecError([_unfilled_problem(raw, path, var) for path, var in unfilled])
+    spec = apply_overrides(normalize(raw), overrides)
     spec["name"] = name
+    if not search and _search_section_problems(fill_defaults(copy.deepcopy(spec))):
+        spec["search"] = {}  # ignored, as SLM-Lab ignores it outside its search mode (warned once)
     spec = check(spec)
     if isinstance(spec["agent"]["net"].get("init_from"), str):  # actors may run in another directory
         spec["agent"]["net"]["init_from"] = storage.absolute(spec["agent"]["net"]["init_from"])
@@ -145,9 +188,10 @@ def coerce_integral_floats(spec: dict[str, Any]) -> dict[str, Any]:
 
 def apply_use_same_optim(spec: dict[str, Any]) -> dict[str, Any]:
     """SLM-Lab's ``agent.net.use_same_optim: true``: an unshared ActorCritic builds its critic from the actor's
-    net spec, so the critic's optimizer spec is the actor's (``actor_optim_spec``, else ``optim_spec``). Here that
-    is written into ``critic_optim_spec``; with a shared net, or an algorithm without a critic optimizer, the key
-    has no effect (as in SLM-Lab). Returns a copy."""
+    net spec, so the critic's optimizer spec is the actor's (``actor_optim_spec``, else ``optim_spec``), and so is
+    its TorchArcNet body (``actor_arc``, else ``arc``). Here that is written into ``critic_optim_spec`` and, for
+    an algorithm with ``role_arcs``, ``critic_arc``; with a shared net, or an algorithm without a critic
+    optimizer, the key has no effect (as in SLM-Lab). Returns a copy."""
     spec = copy.deepcopy(spec)
     net, algo_cls = value_at(spec, "agent.net"), algorithm_class(spec)
     if not isinstance(net, dict) or net.get("use_same_optim") is not True or net.get("shared", False) is not False:
@@ -157,6 +201,8 @@ def apply_use_same_optim(spec: dict[str, Any]) -> dict[str, Any]:
     source = net.get("actor_optim_spec") or net.get("optim_spec")
     if isinstance(source, dict):
         net["critic_optim_spec"] = copy.deepcopy(source)
+    if algo_cls.role_arcs and (net.get("actor_arc") is not None or net.get("critic_arc") is not None):
+        net["critic_arc"] = copy.deepcopy(net.get("actor_arc"))  # None: the critic's body is arc, as the actor's
     return spec
 
 

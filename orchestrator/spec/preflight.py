@@ -351,7 +351,7 @@ def preflight(args: argparse.Namespace) -> None:
         from orchestrator.spec.session_spec import parse_target, read_session_spec
         spec = read_session_spec(parse_target(args.mode, args.ckpt)[0], args.spec_name)[0]
     else:
-        spec = load_spec(args.spec_file, args.spec_name, args.overrides)
+        spec = load_spec(args.spec_file, args.spec_name, args.overrides, search=mode == "search")
     if args.address is not None:
         mode = "dev"
     check_spec(spec, mode, getattr(args, "max_concurrent_trials", None))

@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-_ARC = ("separate actor/critic torcharc specs, which SLM-Lab's TorchArcNet does not read (it builds every net "
-        "from agent.net.arc)")
 _V3_LR = ("SLM-Lab v3's lr decay setting, read only with agent.net.lr_decay (refused unless null); SLM-Lab v5.3 "
           "reads it nowhere, so it is accepted and unread")
 ANY = object()  # in a key's neutral values: every value is accepted (SLM-Lab's own code does not read the key)
@@ -40,21 +38,21 @@ SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
     "agent.algorithm.sil_val_loss_coef": ((ANY,), "a self-imitation loss coefficient (read by SIL and PPOSIL only; "
                                                   "SLM-Lab's other algorithms ignore it too)"),
     "agent.algorithm.spectral_norm": ((False, None), "spectral normalization of the nets"),
-    "agent.net.batch_norm": ((False, None), "batch normalization layers"),
     "agent.net.use_same_optim": ((False, None, True), "the critic net built with the actor's optimizer spec "
                                                       "(applied by spec.apply_use_same_optim)"),
     "agent.net.actor_init_std": ((None, 0.01), "a policy-head init std other than 0.01 (with init_fn "
                                                "orthogonal_ the lab uses 0.01 on policy heads)"),
     "agent.net.critic_init_std": ((None, 1.0, 1), "a value-head init std other than 1 (with init_fn orthogonal_ "
                                                   "the lab uses 1 on value heads)"),
-    "agent.net.actor_arc": ((), _ARC),
-    "agent.net.critic_arc": ((), _ARC),
     "agent.net.lr_decay": ((None,), "SLM-Lab v3's lr decay (use lr_scheduler_spec)"),
     "agent.net.lr_decay_frequency": ((ANY,), _V3_LR),
     "agent.net.lr_decay_min_timestep": ((ANY,), _V3_LR),
     "agent.net.lr_anneal_timestep": ((ANY,), _V3_LR),
     "agent.memory.cross_entropy": ((), "SLM-Lab's OnPolicyCrossEntropy memory, which this lab does not have"),
-    "meta.train_mode": ((), "SLM-Lab's meta.train_mode (here the mode is the MODE argument: dev, train, search)"),
+    "meta.train_mode": ((ANY,), "SLM-Lab v4's meta.train_mode, which its code reads nowhere (the mode is the MODE "
+                                "argument: dev, train, search)"),
+    "agent.algorithm.normalize_state": ((ANY,), "SLM-Lab v3's normalization of sampled states, which v4 moved to "
+                                                "env.normalize_state and reads nowhere under agent.algorithm"),
 }
 # SLM-Lab v3's fixed values that v4 and v5 replaced by a schedule: unread whenever the schedule is written beside
 # them (in every SLM-Lab since v4), so spec.normalize drops them, and searches over them, in that case.
@@ -76,9 +74,7 @@ SLM_LAB_NAMES: dict[str, dict[str, str]] = {
     "agent.memory.name": {
         "OnPolicyCrossEntropy": "SLM-Lab's OnPolicyCrossEntropy memory",
     },
-    "optimizer": {
-        "Lookahead": "the Lookahead optimizer wrapper", "RAdam": "the RAdam optimizer",
-    },
+    "optimizer": {},
     "agent.net.loss_spec.name": {
         "CrossEntropyLoss": "a classification loss (SLM-Lab's cross-entropy experiments); value and Q regression "
                             "here use MSELoss, SmoothL1Loss or HuberLoss",

@@ -251,6 +251,16 @@ def _check_resources(spec: dict[str, Any], problems: list[str]) -> None:
 
 
 SEARCH_RESOURCE_KEYS = ("cpu", "gpu")
+MAX_IMAGE_SIDE = 1024  # env.image_downsize: a frame side above ALE's 210 x 160 screen is only an upscale
+
+
+def _check_image_downsize(spec: dict[str, Any], problems: list[str]) -> None:
+    """``env.image_downsize``: null or [width, height], two positive ints (SLM-Lab v4's Atari frame size)."""
+    size = value_at(spec, "env.image_downsize")
+    if size is not None and not (isinstance(size, list) and len(size) == 2 and
+                                 all(type_ok(v, int) and 0 < v <= MAX_IMAGE_SIDE for v in size)):
+        problems.append(f"env.image_downsize: expected [width, height], two ints in [1, {MAX_IMAGE_SIDE}] (SLM-Lab "
+                        f"v4's Atari frame size), got {size!r}")
 
 
 def _check_slm_lab_meta(spec: dict[str, Any], problems: list[str]) -> None:
@@ -304,10 +314,11 @@ def _try_build(problems: list[str], path: str, build_fn: Any, *args: Any) -> Non
         problems.append(f"{path}: cannot build from {args[-1]!r}: {err}")
 
 
-def _check_layers(net: dict[str, Any], problems: list[str], path: str = "agent.net") -> None:
+def _check_layers(net: dict[str, Any], problems: list[str], path: str = "agent.net", role_arcs: bool = False) -> None:
     """``hid_layers`` / ``fc_hid_layers``: positive ints; ``conv_hid_layers``: [out, kernel, stride, padding,
-    dilation] lists (``agents.nets.conv_layer_args``); ``arc`` of a TorchArcNet: a spec torcharc builds; a
-    ``RecurrentNet``'s ``rnn_hidden_size`` and ``seq_len``."""
+    dilation] lists (``agents.nets.conv_layer_args``); ``arc`` of a TorchArcNet: a spec torcharc builds, or, for an
+    algorithm with ``role_arcs``, ``actor_arc`` / ``critic_arc`` in its place (``agents.nets.role_spec``; refused
+    for the other algorithms); a ``RecurrentNet``'s ``rnn_hidden_size`` and ``seq_len``."""
     for key in ("hid_layers", "fc_hid_layers"):
         hid = net.get(key)
         if isinstance(hid, list) and not all(type_ok(h, int) and h > 0 for h in hid):
@@ -317,11 +328,7 @@ def _check_layers(net: dict[str, Any], problems: list[str], path: str = "agent.n
             conv_layer_args(layer if isinstance(layer, list) else [layer])
         except ValueError as err:
             problems.append(f"{path}.conv_hid_layers[{i}]: {err}")
-    arc, is_arc = net.get("arc"), net.get("type") == "TorchArcNet"
-    if is_arc and arc is None:
-        problems.append(f"{path}.arc: net.type TorchArcNet needs a torcharc spec {{modules, graph}}")
-    elif is_arc and isinstance(arc, dict):  # another type is reported by the section's type check
-        problems += [p.replace("agent.net.", f"{path}.", 1) for p in arc_problems(arc)]
+    _check_arcs(net, problems, path, role_arcs)
     if net.get("precision", "float32") != "float32" and net.get("type") not in PRECISION_NETS:
         problems.append(f"{path}.precision: {net['precision']!r} is read by net types {list(PRECISION_NETS)} "
                         f"only, not {net.get('type')!r}; use 'float32'")
@@ -330,11 +337,35 @@ def _check_layers(net: dict[str, Any], problems: list[str], path: str = "agent.n
             problems.append(f"{path}.{key}: net.type RecurrentNet needs it (a positive int; SLM-Lab has no default)")
 
 
+def _check_arcs(net: dict[str, Any], problems: list[str], path: str, role_arcs: bool) -> None:
+    """A TorchArcNet's body specs (see ``_check_layers``): each net it builds has one, and each one torcharc builds."""
+    arcs = {key: net.get(key) for key in ("arc", "actor_arc", "critic_arc")}
+    if not role_arcs:
+        readers = sorted(name for name, cls in ALGORITHMS.items() if cls.role_arcs)
+        for key in ("actor_arc", "critic_arc"):
+            if arcs.pop(key) is not None:
+                problems.append(f"{path}.{key}: read only by the actor-critic algorithms {readers} (the {key[:-4]}'s "
+                                f"TorchArcNet body, as SLM-Lab's ActorCritic); expected no {key} here")
+    if net.get("type") != "TorchArcNet":
+        return
+    roles = ("actor",) if net.get("shared") else ("actor", "critic")
+    missing = [role for role in roles if arcs["arc"] is None and arcs.get(f"{role}_arc") is None]
+    if missing and role_arcs:
+        problems.append(f"{path}.arc: net.type TorchArcNet needs a torcharc spec {{modules, graph}}, or "
+                        f"{' and '.join(f'{role}_arc' for role in missing)}")
+    elif missing:
+        problems.append(f"{path}.arc: net.type TorchArcNet needs a torcharc spec {{modules, graph}}")
+    for key, arc in arcs.items():
+        if isinstance(arc, dict):  # another type is reported by the section's type check
+            problems += [p.replace("agent.net.arc", f"{path}.{key}", 1) for p in arc_problems(arc)]
+
+
 def _check_build_args(spec: dict[str, Any], problems: list[str]) -> None:
     """What only a constructor can check: net activations/init/widths, schedule steps, and the
     keyword arguments of optimizers and LR schedulers (built once on a dummy parameter)."""
     net = value_at(spec, "agent.net") if isinstance(value_at(spec, "agent.net"), dict) else {}
-    _check_net_build_args(net, "agent.net", problems)
+    algo_cls = algorithm_class(spec)
+    _check_net_build_args(net, "agent.net", problems, role_arcs=bool(algo_cls and algo_cls.role_arcs))
     if reads_critic_net(spec):
         _check_net_build_args(value_at(spec, "agent.critic_net"), "agent.critic_net", problems)
     for path in _schedule_paths(spec):
@@ -348,13 +379,14 @@ def _check_build_args(spec: dict[str, Any], problems: list[str]) -> None:
             _try_build(problems, path, _check_optim_args, optim)
 
 
-def _check_net_build_args(net: dict[str, Any], path: str, problems: list[str]) -> None:
-    """A net section's activations, init, layers, loss and LR scheduler (built once on a dummy parameter)."""
+def _check_net_build_args(net: dict[str, Any], path: str, problems: list[str], role_arcs: bool = False) -> None:
+    """A net section's activations, init, layers, loss and LR scheduler (built once on a dummy parameter);
+    ``role_arcs``: the algorithm reads ``actor_arc`` / ``critic_arc`` (``_check_layers``)."""
     for key, valid in (("hid_layers_activation", ACTIVATIONS), ("out_layer_activation", ACTIVATIONS),
                        ("init_fn", INIT_FNS)):
         if net.get(key) is not None and registered(valid, net[key]) is None:
             problems.append(f"{path}.{key}: unknown name {net[key]!r}; expected one of {sorted(valid)}")
-    _check_layers(net, problems, path)
+    _check_layers(net, problems, path, role_arcs)
     loss = net.get("loss_spec")
     if isinstance(loss, dict) and registered(LOSSES, loss.get("name")):
         _try_build(problems, f"{path}.loss_spec", make_loss, loss)
@@ -415,6 +447,7 @@ def validate(spec: dict[str, Any]) -> list[str]:
     _check_build_args(spec, problems)
     _check_sizes(spec, problems)
     _check_autoreset(spec, problems)
+    _check_image_downsize(spec, problems)
     _check_resources(spec, problems)
     _check_slm_lab_meta(spec, problems)
     _check_finite(spec, "", problems)

@@ -166,8 +166,6 @@ def test_head_init_stds_need_orthogonal_init(tmp_path):
 def test_slm_lab_names_are_refused_by_feature(tmp_path):
     found = problems(tmp_path, with_(PPO, "agent.algorithm.name", "HydraDQN"))
     assert found[0].startswith("agent.algorithm.name: 'HydraDQN' (SLM-Lab's multi-env hydra DQN")
-    found = problems(tmp_path, with_(PPO, "agent.net.optim_spec.name", "Lookahead"))
-    assert found[0].startswith("agent.net.optim_spec.name: 'Lookahead' (the Lookahead optimizer wrapper)")
     found = problems(tmp_path, with_(PPO, "agent.net.loss_spec", {"name": "CrossEntropyLoss"}))
     assert found[0].startswith("agent.net.loss_spec.name: 'CrossEntropyLoss' (a classification loss")
 
@@ -263,12 +261,12 @@ def test_search_resources_split_over_sessions(tmp_path):
 
 def test_cli_refuses_an_slm_lab_feature_with_exit_2_and_no_traceback(tmp_path, capsys):
     from orchestrator import cli
-    path = write(tmp_path, with_(with_(PPO, "agent.net.batch_norm", True), "env.name", "${env}"))
+    path = write(tmp_path, with_(with_(PPO, "agent.algorithm.spectral_norm", True), "env.name", "${env}"))
     with pytest.raises(SystemExit) as exc:
         cli.main([path, "s", "dev", "--data-dir", str(tmp_path / "data"), "-s", "env=CartPole-v1"])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "Traceback" not in err
-    assert "agent.net.batch_norm: SLM-Lab key not supported here: batch normalization layers" in err
+    assert "agent.algorithm.spectral_norm: SLM-Lab key not supported here: spectral normalization of the nets" in err
     assert not (tmp_path / "data").exists()
 
 

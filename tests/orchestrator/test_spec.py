@@ -274,7 +274,7 @@ def test_memory_not_allowed_for_algorithm():
 def test_unknown_optimizer_loss_and_lr_scheduler():
     assert only(problems_of(["agent.net.optim_spec.name=Adamm"])) == (
         "agent.net.optim_spec.name: unknown name 'Adamm'; expected one of ['Adam', 'AdamW', 'GlobalAdam', "
-        "'GlobalRMSprop', 'RMSprop', 'SGD']")
+        "'GlobalRMSprop', 'Lookahead', 'RAdam', 'RMSprop', 'SGD']")
     assert "agent.net.loss_spec.name: unknown name 'L1'" in \
         only(problems_of(['agent.net.loss_spec={"name":"L1"}']))
     assert "agent.net.lr_scheduler_spec.name: unknown name 'Exp'" in \
@@ -341,9 +341,9 @@ def test_several_problems_reported_at_once():
 
 
 def test_inert_slm_lab_keys_only_with_neutral_values():
-    check({**apply_overrides(FLAT, ["agent.net.batch_norm=false", "env.frame_op=null"]), "name": "s"})
-    assert only(problems_of(["agent.net.batch_norm=true"])).startswith(
-        "agent.net.batch_norm: SLM-Lab key not supported here")
+    check({**apply_overrides(FLAT, ["agent.algorithm.spectral_norm=false", "env.frame_op=null"]), "name": "s"})
+    assert only(problems_of(["agent.algorithm.spectral_norm=true"])).startswith(
+        "agent.algorithm.spectral_norm: SLM-Lab key not supported here")
 
 
 def test_conv_net_keys_are_checked():
