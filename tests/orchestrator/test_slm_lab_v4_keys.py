@@ -12,7 +12,8 @@ from torch import nn
 from agents.lookahead import Lookahead
 from agents.nets import TorchArcNet
 from envs.make import EnvSpec, make_sub_env
-from orchestrator.spec import SpecError, load_spec
+from orchestrator.errors import SpecError
+from orchestrator.spec.load import load_spec
 from tests.agents.algorithms.helpers import SLM_SPECS, make_algo
 from tests.orchestrator.test_slm_lab_compat import PPO, problems, with_, write
 
@@ -103,7 +104,7 @@ BAD_SEARCH = {"agent.net.optim_spec.lr_uniform": [0.001, 0.01], "agent.algorithm
 
 
 def test_broken_search_section_is_one_warning_in_dev_and_train_and_refused_in_search(tmp_path, capsys):
-    from orchestrator.spec_check import check_request
+    from orchestrator.modes.spec_check import check_request
     path = write(tmp_path, with_(PPO, "search", BAD_SEARCH))
     problem = ("search.agent.net.optim_spec.lr_uniform: expected '{spec.path}__{type}', type one of ['grid_search', "
                "'choice'")
