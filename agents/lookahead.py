@@ -61,6 +61,14 @@ class Lookahead(torch.optim.Optimizer):
         """The inner optimizer's per-parameter state."""
         return self.inner.state
 
+    def __getstate__(self) -> dict[str, Any]:
+        """All attributes (``torch.optim.Optimizer``'s keeps only its own three, not the inner optimizer)."""
+        return self.__dict__.copy()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restore ``__getstate__``'s attributes."""
+        self.__dict__.update(state)
+
     def params(self) -> list[torch.Tensor]:
         """The parameters in param-group order."""
         return [p for group in self.param_groups for p in group["params"]]

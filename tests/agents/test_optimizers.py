@@ -78,6 +78,8 @@ def test_lookahead_state_round_trip_resumes_exactly():
     for _ in range(5):
         quadratic_step(resumed, q)
     assert torch.equal(p, q)
+    twin = copy.deepcopy(resumed)  # a copy keeps the inner optimizer, slow weights and count
+    assert twin.step_count == 12 and torch.equal(twin.slow[0], resumed.slow[0]) and twin.param_groups[0]["lr"] == 0.05
 
 
 def straight_slow_after(init, spec, steps):

@@ -149,3 +149,25 @@ def test_critic_net_spec_builds_the_critics():
     brns = [m for m in crossq.nets["q1_net"].modules() if isinstance(m, BatchRenorm1d)]
     assert len(brns) == 2 and brns[0].weight.shape == (256,) and brns[0].warmup_steps == 5000
     assert crossq.optims["q1_net"].param_groups[0]["lr"] == 3e-4
+
+
+def test_net_batch_norm_builds_batch_norm_critics_as_slm_lab(tmp_path):
+    """SLM-Lab's roadmap ``crossq_cartpole`` (``net.batch_norm: true``, no critic_net): the critics are MLPNets of
+    agent.net with a BatchNorm1d after each hidden Linear (SLM-Lab v5.3's CrossQ builds them from net_spec), no
+    targets; one critic_preds call records the 2B rows' statistics in train mode, actor_losses switch to eval."""
+    from agents.nets import MLPNet, RowBatchNorm1d
+    algo = make_algo("crossq_cartpole", ["agent.memory.batch_size=8"], num_envs=4,
+                     spec_file=str(SLM_SPECS / "experimental" / "roadmap" / "sac_crossq_cartpole.yaml"))
+    assert set(algo.nets) == {"net", "q1_net", "q2_net", "log_alpha"}
+    critic = algo.nets["q1_net"]
+    assert type(critic) is MLPNet and [type(m) for m in critic.body][1:4] == [
+        torch.nn.Linear, RowBatchNorm1d, torch.nn.ReLU]
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        obs = rng.standard_normal((4, 4)).astype(np.float32)
+        algo.memory.add(obs, rng.integers(0, 2, 4), np.ones(4, np.float32), obs, np.zeros(4, bool), np.zeros(4, bool))
+    batch = sample_batch(algo, Clock(100, 4))
+    _, q_all, _ = algo.critic_preds(batch, algo.alpha)
+    assert int(critic.body[2].num_batches_tracked) == 1 and critic.training
+    algo.actor_losses(batch["obs"], algo.alpha, q_all)
+    assert not critic.training
