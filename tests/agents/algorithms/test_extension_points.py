@@ -45,7 +45,8 @@ def test_declared_optimizer_key_is_checked_and_is_no_schedule(alpha_algo):
     with pytest.raises(SpecError) as err:
         load_spec(SPECS, "reinforce_cartpole", [*alpha_algo, "agent.algorithm.alpha_optim_spec.name=Adamm"])
     assert err.value.problems == ["agent.algorithm.alpha_optim_spec.name: unknown name 'Adamm'; expected one of "
-                                  "['Adam', 'AdamW', 'GlobalAdam', 'GlobalRMSprop', 'RMSprop', 'SGD']"]
+                                  "['Adam', 'AdamW', 'GlobalAdam', 'GlobalRMSprop', 'Lookahead', 'RAdam', 'RMSprop', "
+                                  "'SGD']"]
     load_spec(SPECS, "reinforce_cartpole", alpha_algo)  # a *_spec that is not a schedule: no decay check
 
 
