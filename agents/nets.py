@@ -102,10 +102,11 @@ class NetSpec:
         arc: ``TorchArcNet``: the body as a torcharc 2 spec ``{modules: {...}, graph: {input, modules, output}}``
             (SLM-Lab v5's ``arc``; lazy layers such as ``LazyLinear`` get their input sizes from the observation
             space); None for the other nets, which ignore it.
-        actor_arc / critic_arc: ``TorchArcNet`` of an actor-critic algorithm (ActorCritic, A2C, PPO, SIL, PPOSIL):
-            the actor's and the critic's body in place of ``arc`` (asymmetric policy and value nets; SLM-Lab v5.3's
-            ActorCritic strips the ``actor_`` / ``critic_`` prefix of net keys for each net; ``role_spec``). A
-            shared net is the actor's.
+        actor_arc: ``TorchArcNet`` of an actor-critic algorithm (ActorCritic, PPO, SIL, PPOSIL): the actor's body in
+            place of ``arc``, also a shared net's (SLM-Lab v5.3's ActorCritic strips the ``actor_`` prefix of net
+            keys for its actor; ``role_spec``); refused for other algorithms.
+        critic_arc: as ``actor_arc``, the critic's body (asymmetric policy and value nets); not read by a shared
+            net; with ``use_same_optim: true`` the actor's.
         layer_norm: ``MLPNet`` / ``DuelingMLPNet``: a LayerNorm after each hidden Linear (SLM-Lab v5.3).
         batch_norm: ``MLPNet`` / ``DuelingMLPNet``: a ``RowBatchNorm1d`` after each hidden Linear, before its
             activation, in place of ``layer_norm`` (SLM-Lab v5.3's MLPNet; v4's MLPNet did not read the key);
