@@ -87,7 +87,7 @@ def test_pyarrow_still_probes_pandas_and_the_patch_stops_it():
     """pyarrow's first conversion imports pandas (what the patch exists for) and, after ``skip_pandas_probe``,
     does not; Parquet bytes are the same either way."""
     child = textwrap.dedent("""
-        import sys, io, json
+        import sys, io, json, os
         import pyarrow as pa, pyarrow.parquet as pq
         patched = sys.argv[1] == "1"
         if patched:
@@ -96,7 +96,8 @@ def test_pyarrow_still_probes_pandas_and_the_patch_stops_it():
         buf = io.BytesIO()
         pq.write_table(pa.Table.from_pylist([{"frame": 1, "total_reward": 2.5}]), buf)
         rows = pq.read_table(io.BytesIO(buf.getvalue())).to_pylist()
-        print(json.dumps({"pandas": "pandas" in sys.modules, "rows": rows}))
+        print(json.dumps({"pandas": "pandas" in sys.modules, "rows": rows}), flush=True)
+        os._exit(0)  # the subject is the imports above, not the interpreter's teardown of pyarrow's threads
     """)
     results = {}
     for patched in ("0", "1"):
