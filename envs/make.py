@@ -118,7 +118,9 @@ class EnvSpec:
             Atari (SLM-Lab clips Atari rewards); ``1`` turns Atari clipping off.
         vectorization: ``"sync"`` (one process; pickles, so resume is exact), ``"async"`` (one process per
             sub-env; not picklable, so ``exact: false``) or ``"auto"`` (async when the session has more than
-            one CPU, ``meta.resources.num_cpus`` > 1, and N > 1; resolved by the session, see ``resolve_vec``).
+            one CPU, ``meta.resources.num_cpus`` > 1, and N > 1; resolved by the session, see ``resolve_vec``) or
+            ``"envpool"`` (EnvPool's C++ sub-envs on ``num_cpus`` threads, ``envs.envpool_vec``; not picklable, so
+            ``exact: false``; the default for SLM-Lab's ``playground/...`` ids, which only EnvPool runs).
         frame_op: frame stacking, SLM-Lab v4 names: ``"concat"`` (k frames joined on the first axis:
             (k*D,) for vector obs, (k, 84, 84) for grayscale frames, (k*C, H, W) for channel-first ones),
             ``"stack"`` (a new leading axis, (k, *O); on (84, 84) frames the same (k, 84, 84) as ``"concat"``,
@@ -162,7 +164,7 @@ class EnvSpec:
     max_t: int | None = field(default=None, metadata={"gt": 0})
     normalize_state: bool = False
     reward_scale: float | str | None = None
-    vectorization: str = field(default="sync", metadata={"origin": "lab", "choices": ("sync", "async", "auto")})
+    vectorization: str = field(default="sync", metadata={"origin": "lab", "choices": ("sync", "async", "auto", "envpool")})
     frame_op: str | None = field(default=None, metadata={"choices": ("concat", "stack")})
     frame_op_len: int | None = field(default=None, metadata={"gt": 0})
     life_loss_info: bool | None = field(default=None, metadata={"origin": "ale-py"})
@@ -193,10 +195,12 @@ def is_atari(env_id: str) -> bool:
 
 
 def eval_spec(spec: EnvSpec, num_envs: int) -> EnvSpec:
-    """The env section of an evaluation / enjoy env: ``num_envs`` sync sub-envs, no reward scaling, whole
-    games (no ``life_loss_info``), no reward normalization, ``same_step`` autoreset; everything else (frame ops,
-    sticky actions, limits, observation normalization) as in training."""
-    return dataclasses.replace(spec, num_envs=num_envs, reward_scale=1.0, vectorization="sync",  # 1: unscaled
+    """The env section of an evaluation / enjoy env: ``num_envs`` sync sub-envs (EnvPool ones for an EnvPool
+    session, so evaluation plays the same env), no reward scaling, whole games (no ``life_loss_info``), no reward
+    normalization, ``same_step`` autoreset; everything else (frame ops, sticky actions, limits, observation
+    normalization) as in training."""
+    vec = "envpool" if spec.vectorization == "envpool" else "sync"
+    return dataclasses.replace(spec, num_envs=num_envs, reward_scale=1.0, vectorization=vec,  # 1: unscaled
                                life_loss_info=False, normalize_reward=False, autoreset="same_step")
 
 
@@ -245,7 +249,8 @@ def _clip(values: np.ndarray, bound: float) -> np.ndarray:
 
 
 def make_env(spec: EnvSpec, seed: int | None, render_mode: str | None = None,
-             video_folder: str | None = None, gamma: float = 0.99, seq_len: int | None = None) -> VectorEnv:
+             video_folder: str | None = None, gamma: float = 0.99, seq_len: int | None = None,
+             num_cpus: float = 1.0) -> VectorEnv:
     """Build the session's vector env and reset-seed it.
 
     Args:
@@ -259,6 +264,7 @@ def make_env(spec: EnvSpec, seed: int | None, render_mode: str | None = None,
         seq_len: L, observation windows for a recurrent net (``agents.nets.seq_len_of``): observations become
             (N, L, *O), each sub-env's last L, zero-padded at episode starts (``envs.wrappers.ObsWindow``,
             outermost); None: plain observations.
+        num_cpus: the session's ``meta.resources.num_cpus``: EnvPool's threads (at least 1, at most N).
 
     Returns:
         A ``VectorEnv`` with ``num_envs`` sub-envs. Observations (N, *O) in the sub-env's dtype (uint8
@@ -269,10 +275,17 @@ def make_env(spec: EnvSpec, seed: int | None, render_mode: str | None = None,
         ValueError: unknown env id or vectorization mode, Atari options on a non-Atari env, a
             ``frame_op`` the observation shape does not allow, or ``autoreset: next_step`` with ``seq_len``.
     """
-    env_id = resolve_env_id(spec.name)
     if spec.autoreset == "next_step" and seq_len is not None:
         raise ValueError("env.autoreset: 'next_step' does not work with a RecurrentNet's observation windows "
                          "(they assume 'same_step'); expected env.autoreset: same_step")
+    if spec.vectorization == "envpool":
+        from envs.envpool_vec import make_envpool
+
+        if render_mode is not None or video_folder is not None:
+            raise ValueError("env.vectorization 'envpool' does not render; use 'sync' to render or record video")
+        venv, atari = make_envpool(spec, num_threads=min(spec.num_envs, max(1, int(num_cpus))))
+        return _outer_wrappers(venv, spec, atari, seed, gamma, seq_len, clipped=atari)
+    env_id = resolve_env_id(spec.name)
     atari = is_atari(env_id)
     if not atari and (spec.life_loss_info or spec.repeat_action_probability is not None):
         raise ValueError(f"env '{env_id}': life_loss_info / repeat_action_probability apply to Atari envs only")
@@ -286,7 +299,16 @@ def make_env(spec: EnvSpec, seed: int | None, render_mode: str | None = None,
     venv = gym.wrappers.vector.RecordEpisodeStatistics(venv)
     if atari and (spec.life_loss_info is None or spec.life_loss_info):
         venv = LifeLossTermination(venv)
+    return _outer_wrappers(venv, spec, atari, seed, gamma, seq_len, clipped=False)
+
+
+def _outer_wrappers(venv: VectorEnv, spec: EnvSpec, atari: bool, seed: int | None, gamma: float,
+                    seq_len: int | None, clipped: bool) -> VectorEnv:
+    """Reward scaling (``reward_scale``; ``"sign"`` by default on Atari, unless the env already ``clipped``),
+    ``NormalizeReward`` (+ clip), ``observation_wrappers``; the action space seeded with ``seed``."""
     reward_scale = "sign" if atari and spec.reward_scale is None else spec.reward_scale
+    if clipped and reward_scale == "sign":
+        reward_scale = None
     if reward_scale == "sign":
         venv = gym.wrappers.vector.TransformReward(venv, np.sign)
     elif reward_scale is not None and reward_scale != 1:

@@ -143,8 +143,9 @@ class Session:
         retain_freed_memory()  # process-wide, as seed_globals' FTZ: freed step buffers reused, not page-faulted
         env_spec, meta = self.spec.env, self.spec.meta
         self.cuda_index = select_session_gpu(self.spec.agent.net.gpu, trial, session, meta.max_session)
-        self.env = make_env(resolve_vec(env_spec, float(meta.resources.get("num_cpus", 1))), self.seed,
-                            gamma=self.spec.agent.algorithm.gamma, seq_len=seq_len_of(self.spec.agent.net))
+        num_cpus = float(meta.resources.get("num_cpus", 1))
+        self.env = make_env(resolve_vec(env_spec, num_cpus), self.seed, gamma=self.spec.agent.algorithm.gamma,
+                            seq_len=seq_len_of(self.spec.agent.net), num_cpus=num_cpus)
         self.clock = Clock(env_spec.max_frame, env_spec.num_envs)
         algo_cls = ALGORITHMS[self.spec.agent.algorithm.name]
         self.algorithm: Algorithm = algo_cls(self.spec.agent, self.env.single_observation_space,
