@@ -45,6 +45,7 @@ from gymnasium.vector.utils import batch_space
 VECTORIZATION = "envpool"
 PLAYGROUND_PREFIX = "playground/"
 NOT_PICKLED = "EnvPool cannot save or restore its sub-envs' state (C++ envs behind a thread pool)"
+_announced: set[str] = set()  # Playground ids whose mapping was warned about in this process
 
 
 def _envpool() -> Any:
@@ -83,6 +84,9 @@ def resolve_envpool_id(name: str) -> str:
         task = name[len(PLAYGROUND_PREFIX):]
         for candidate in (f"MuJoCoPlayground/{task}-v1", f"{task}-v1"):
             if candidate in ids:
+                if name in _announced:
+                    return candidate
+                _announced.add(name)
                 warnings.warn(f"env '{name}' (MuJoCo Playground, MJX) runs as EnvPool's CPU task '{candidate}'",
                               stacklevel=2)
                 return candidate
@@ -182,9 +186,11 @@ class EnvPoolVectorEnv(VectorEnv):
         self.autoreset_mode = AutoresetMode.SAME_STEP if autoreset == "same_step" else AutoresetMode.NEXT_STEP
         self.metadata = {"autoreset_mode": self.autoreset_mode}
         spec = _envpool().make_spec(task_id, **self.options)
-        self._raw_space = spec.gymnasium_observation_space
+        with warnings.catch_warnings():  # gymnasium's note on EnvPool's float64 bounds of float32 spaces
+            warnings.simplefilter("ignore", UserWarning)
+            self._raw_space = spec.gymnasium_observation_space
+            self.single_action_space = spec.gymnasium_action_space
         self.single_observation_space = _flat_space(self._raw_space)
-        self.single_action_space = spec.gymnasium_action_space
         if isinstance(self.single_action_space, gym.spaces.Box):
             act = self.single_action_space
             self.single_action_space = gym.spaces.Box(act.low.astype(np.float32), act.high.astype(np.float32),
@@ -322,3 +328,26 @@ def make_envpool(spec: Any, num_threads: int) -> tuple[EnvPoolVectorEnv, bool]:
         options = {} if spec.max_t is None else {"max_episode_steps": int(spec.max_t)}
     env = EnvPoolVectorEnv(task_id, spec.num_envs, num_threads, options, spec.autoreset, atari)
     return env, atari
+
+
+def random_returns(name: str, max_t: int | None, episodes: int, seed: int, max_steps: int) -> list[float]:
+    """Returns of a uniformly random policy on one EnvPool sub-env of ``name`` (an id only EnvPool has, such as
+    ``playground/X``): ``episodes`` episodes, none started after ``max_steps`` steps (at least one runs)."""
+    from envs.make import EnvSpec
+
+    with warnings.catch_warnings():  # the id mapping was announced when the run's spec was checked
+        warnings.simplefilter("ignore")
+        env, _ = make_envpool(EnvSpec(name, max_frame=1, max_t=max_t, vectorization=VECTORIZATION), num_threads=1)
+    env.action_space.seed(seed)
+    returns: list[float] = []
+    steps = 0
+    try:
+        env.reset(seed=[seed])
+        while len(returns) < episodes and not (returns and steps >= max_steps):
+            _, _, _, _, info = env.step(env.action_space.sample())
+            steps += 1
+            if "episode" in info:
+                returns.append(float(info["episode"]["r"][0]))
+    finally:
+        env.close()
+    return returns

@@ -125,8 +125,13 @@ def compute_random_baseline(env_name: str, max_t: int | None, episodes: int = BA
     episodes) from its precomputed ``spec/_random_baseline.json``."""
     import gymnasium as gym
 
+    from envs import envpool_vec
     from envs.make import resolve_env_id
 
+    if env_name.startswith(envpool_vec.PLAYGROUND_PREFIX):  # only EnvPool has these envs
+        returns = envpool_vec.random_returns(env_name, max_t, episodes, seed, max_steps)
+        return {"env": env_name, "max_t": max_t, "episodes": len(returns), "seed": seed,
+                "version": BASELINE_VERSION, "mean": float(np.mean(returns)), "std": float(np.std(returns))}
     env = gym.make(resolve_env_id(env_name), **({} if max_t is None else {"max_episode_steps": max_t}))
     env.action_space.seed(seed)
     returns, steps = [], 0

@@ -32,6 +32,7 @@ import numpy as np
 
 from agents.algorithms import ALGORITHMS
 from agents.memory import transition_bytes
+from envs.envpool_vec import resolve_envpool_id
 from envs.make import EnvSpec, make_env, resolve_env_id
 from orchestrator.errors import SpecError
 from orchestrator.spec.load import build, check, load_spec
@@ -84,8 +85,9 @@ def _build_env(env: dict[str, Any]) -> Any:
     """One sub-env built like the session's (every ``env`` key: max_t, wrappers, gym.make kwargs), sync.
     Raises what gymnasium raises."""
     known = {f.name for f in dataclasses.fields(EnvSpec)}
+    vec = "envpool" if env.get("vectorization") == "envpool" else "sync"  # EnvPool-only ids (Playground) included
     spec = EnvSpec(**{**{k: v for k, v in env.items() if k in known}, "max_frame": 1, "num_envs": 1,
-                      "vectorization": "sync"})
+                      "vectorization": vec})
     return make_env(spec, None)
 
 
@@ -118,7 +120,8 @@ def check_env(env: dict[str, Any]) -> EnvShape:
             the pip command), or its constructor fails.
     """
     try:
-        env_id = resolve_env_id(env["name"])
+        env_id = resolve_envpool_id(env["name"]) if env.get("vectorization") == "envpool" else \
+            resolve_env_id(env["name"])
     except ValueError as err:
         raise SpecError(f"env.name: {err}") from None
     try:

@@ -33,6 +33,8 @@ from agents.memory import MemorySpec
 from agents.nets import (
     NetSpec,
 )
+from envs.envpool_vec import PLAYGROUND_PREFIX
+from envs.envpool_vec import VECTORIZATION as ENVPOOL
 from envs.make import EnvSpec
 from orchestrator.store.checkpoint import DEFAULT_CHECKPOINT_INTERVAL_S
 
@@ -194,6 +196,9 @@ def fill_defaults(spec: dict[str, Any]) -> dict[str, Any]:
         spec["agent"].setdefault("memory", {})
         spec["agent"].setdefault("net", {})
     _resources_from_search_resources(spec.get("meta"))
+    env = spec.get("env")
+    if isinstance(env, dict) and str(env.get("name")).startswith(PLAYGROUND_PREFIX):
+        env.setdefault("vectorization", ENVPOOL)  # SLM-Lab's Playground ids: only EnvPool has them
     algo_cls, memory = registered(ALGORITHMS, value_at(spec, "agent.algorithm.name")), value_at(spec, "agent.memory")
     if algo_cls is not None and isinstance(memory, dict):  # the algorithm's own memory, not always Replay
         memory.setdefault("name", algo_cls.memory_names[0])

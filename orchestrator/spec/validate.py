@@ -27,6 +27,7 @@ from agents.nets import (
     make_optim,
 )
 from agents.schedules import DECAYS, LR_SCHEDULERS, VarSchedule, lr_factor
+from envs import envpool_vec
 from envs.make import is_atari, resolve_env_id
 from orchestrator.spec.schema import (
     AGENT_KEYS,
@@ -170,18 +171,23 @@ def _check_component_names(spec: dict[str, Any], problems: list[str]) -> None:
 
 
 def _check_env_name(spec: dict[str, Any], problems: list[str]) -> None:
-    """The env id resolves to a registered gymnasium env."""
+    """The env id resolves to a registered gymnasium env (an EnvPool task with ``vectorization: envpool``)."""
     env_name = value_at(spec, "env.name")
     if not isinstance(env_name, str):
         problems.append(f"env.name: expected a gymnasium env id string, got {env_name!r}")
         return
+    envpool = value_at(spec, "env.vectorization") == envpool_vec.VECTORIZATION
+    if env_name.startswith(envpool_vec.PLAYGROUND_PREFIX) and not envpool:
+        problems.append(f"env.vectorization: env '{env_name}' (MuJoCo Playground) runs only through EnvPool; "
+                        f"expected 'envpool', got {value_at(spec, 'env.vectorization')!r}")
+        return
     try:
-        env_id = resolve_env_id(env_name)
+        env_id = envpool_vec.resolve_envpool_id(env_name) if envpool else resolve_env_id(env_name)
     except ValueError as err:
         ale = env_name.startswith("ALE/") or "NoFrameskip" in env_name
-        problems.append(f"env.name: {err}" + ("; Atari envs need: pip install ale-py" if ale else ""))
+        problems.append(f"env.name: {err}" + ("; Atari envs need: pip install ale-py" if ale and not envpool else ""))
         return
-    if not is_atari(env_id):
+    if not (envpool_vec.is_envpool_atari(env_id) if envpool else is_atari(env_id)):
         env = spec["env"]
         for key, neutral in (("life_loss_info", (None, False)), ("repeat_action_probability", (None,)),
                              ("noop_max", (30,)), ("frame_skip", (4,))):
