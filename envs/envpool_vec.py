@@ -210,8 +210,11 @@ class EnvPoolVectorEnv(VectorEnv):
         if self._pool is not None:
             self._pool.close()
         extra = {} if seeds is None else {"env_seed": [int(s) % 2**31 for s in seeds]}
-        self._pool = _envpool().make_gymnasium(self.task_id, num_envs=self.num_envs, batch_size=self.num_envs,
-                                               num_threads=self.num_threads, **self.options, **extra)
+        with warnings.catch_warnings():  # as in __init__: EnvPool's float64 bounds of float32 spaces
+            warnings.simplefilter("ignore", UserWarning)
+            self._pool = _envpool().make_gymnasium(self.task_id, num_envs=self.num_envs, batch_size=self.num_envs,
+                                                   num_threads=self.num_threads, **self.options, **extra)
+            _ = self._pool.observation_space, self._pool.action_space  # computed (and cached) on first use
 
     def _obs(self, obs: Any) -> np.ndarray:
         """EnvPool observations -> (n, *O): Dict parts concatenated in key order as float32."""

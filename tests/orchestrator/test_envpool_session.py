@@ -1,0 +1,74 @@
+"""Sessions on ``env.vectorization: envpool``: ``dev`` on CartPole, a MuJoCo env and Atari Pong gives the gymnasium
+path's train_df columns and clock; a 2-session ``train`` killed by SIGKILL resumes with ``train@latest`` to a
+continuous train_df, its checkpoints recording ``exact: false`` with EnvPool's reason (the env is reset on resume and
+the PPO rollout's last stored step truncated)."""
+
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+from lab_helpers import REPO, assert_continuous, kill_driver_when, only_predir, overrides, run_cli, start_driver
+
+from envs.envpool_vec import NOT_PICKLED
+from orchestrator import storage
+from orchestrator.session import Session
+from orchestrator.spec import load_spec
+
+BENCH = REPO / "specs" / "benchmark"
+
+
+@pytest.mark.parametrize("spec_file, name, items", [
+    ("cartpole.json", "ppo_cartpole", ["env.max_frame=1024", "meta.log_frequency=256"]),
+    ("mujoco.json", "ppo_halfcheetah", ["env.max_frame=256", "env.num_envs=2", "agent.algorithm.time_horizon=64",
+                                        "meta.log_frequency=64"]),
+    ("atari.json", "ppo_atari", ["env.max_frame=256", "env.num_envs=4", "agent.algorithm.time_horizon=32",
+                                 "meta.log_frequency=64", "meta.resources.num_cpus=2"]),
+])
+def test_envpool_dev_session(tmp_path, spec_file, name, items):
+    items = items + ["env.vectorization=envpool"]
+    assert run_cli(str(BENCH / spec_file), name, "dev", "--data-dir", str(tmp_path / "data"), *overrides(items)) == 0
+    predir = only_predir(tmp_path / "data")
+    df = pd.read_parquet(predir / "t0/s0/train_df.parquet")
+    spec = load_spec(str(BENCH / spec_file), name, items)
+    log, max_frame = spec["meta"]["log_frequency"], spec["env"]["max_frame"]
+    assert_continuous(df, log, max_frame)
+    gym_spec = load_spec(str(BENCH / spec_file), name, items[:-1] + ["env.vectorization=sync"])
+    gym_session = Session(gym_spec, 0)
+    assert list(df.columns) == list(gym_session.train_columns)  # the same train_df as the gymnasium path
+    gym_session.close()
+    assert (df["opt_step"].iloc[-1] > 0) and np.isfinite(df["loss"].iloc[-1])
+    if name == "ppo_cartpole":  # whole CartPole episodes: true returns, each at least 8 steps long
+        assert df["epi"].iloc[-1] > 0 and (df["total_reward"].dropna() >= 8).all()
+
+
+ITEMS = ["meta.max_session=2", "meta.log_frequency=256", "meta.checkpoint_frequency=256", "meta.random_seed=5",
+         "env.max_frame=3072", "env.vectorization=envpool"]
+
+
+def test_envpool_train_sigkill_driver_then_resume_latest(ray_local, tmp_path):
+    specs = str(REPO / "specs" / "benchmark" / "cartpole.json")
+    driver = start_driver([specs, "ppo_cartpole", "train", *overrides(ITEMS)], tmp_path)
+    kill_driver_when(driver, lambda: {m.parents[2].name for m in tmp_path.glob("data/*/t0/s*/ckpt/0*/MANIFEST.json")}
+                     == {"s0", "s1"}, 180, "a committed checkpoint in both sessions")
+    predir = only_predir(tmp_path / "data")
+    killed_at = {s: max(int(p.name) for p in (predir / f"t0/s{s}/ckpt").glob("0*")) for s in (0, 1)}
+    assert min(killed_at.values()) < 3072, "the driver was killed after the run finished"
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert run_cli(specs, "ppo_cartpole", "train@latest", *overrides(ITEMS)) == 0
+    finally:
+        os.chdir(cwd)
+    run = storage.read_json(str(predir / "run.json"))
+    (resume,) = run["resumes"]
+    assert resume["from_frames"] == {f"t0_s{s}": killed_at[s] for s in (0, 1) if killed_at[s] < 3072}
+    for s in (0, 1):
+        assert run["sessions"][f"t0_s{s}"]["status"] == "done"
+        df = pd.read_parquet(predir / f"t0/s{s}/train_df.parquet")
+        assert_continuous(df, 256, 3072)
+        assert df["total_reward"].notna().all()
+        for ckpt in (predir / f"t0/s{s}/ckpt").glob("0*"):
+            meta = storage.read_json(str(ckpt / "MANIFEST.json"))["meta"]
+            assert meta["exact"] is False and NOT_PICKLED in meta["exact_reason"], ckpt.name
+            assert not (ckpt / "env.pkl").exists()
