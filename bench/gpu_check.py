@@ -30,6 +30,12 @@ Usage:
     python bench/gpu_check.py --mode gpu      # fail unless CUDA is visible
     python bench/gpu_check.py --mode cpu      # the same flow with gpu false / num_gpus 0
     python bench/gpu_check.py --workload atari [--precision bfloat16]   # Atari PPO on Pong (issue 11)
+    python bench/gpu_check.py --workload atari --vectorization spec,envpool --num-cpus 4
+
+``--vectorization`` (comma-separated): run the whole flow once per ``env.vectorization`` (``spec``: the spec's own,
+``auto`` for Atari; ``sync``, ``async``, ``envpool``), each in a fresh data dir, one figures line each (with
+``envpool`` the checkpoints are ``exact: false`` and resumes reset the env). ``--num-cpus`` sets
+``meta.resources.num_cpus`` per session (EnvPool's threads; ``auto`` turns async above 1).
 """
 
 from __future__ import annotations
@@ -230,12 +236,15 @@ def restore_on_cuda(predir: Path) -> float:
 
 
 # ---------------------------------------------------------------- the flow
+ENV_ITEMS: list[str] = []  # env.vectorization / meta.resources.num_cpus of the flow now running (main sets them)
+
+
 def items_for(gpu: bool, num_gpus: float, max_frame: int, log_frequency: int, precision: str) -> list[str]:
     """Spec overrides of a train phase (``agent.net.gpu`` must stay as first run: not resume-editable)."""
     prec = [f"agent.net.precision={precision}"] if precision != "float32" else []
     return [f"agent.net.gpu={'true' if gpu else 'false'}", f"meta.resources.num_gpus={num_gpus}",
             "meta.max_session=2", f"env.max_frame={max_frame}", f"meta.log_frequency={log_frequency}",
-            f"meta.checkpoint_frequency={log_frequency}", *WORKLOAD["items"], *prec]
+            f"meta.checkpoint_frequency={log_frequency}", *WORKLOAD["items"], *prec, *ENV_ITEMS]
 
 
 class GpuMemory:
@@ -313,7 +322,8 @@ def figures_line(fig: dict[str, Any]) -> str:
     killed = ",".join(f"{s}@{f}" for s, f in fig["killed_at"].items())
     mem = f" gpu_mem_peak={fig['gpu_mem_peak_mb']:.0f}MB" if "gpu_mem_peak_mb" in fig else ""
     extra = (fig["frames"] // 2 - fig["max_frame"]) // 2
-    return (f"gpu_check OK mode={fig['mode']} workload={fig['workload']} precision={fig['precision']}{mem} "
+    return (f"gpu_check OK mode={fig['mode']} workload={fig['workload']} vectorization={fig['vectorization']} "
+            f"num_cpus={fig['num_cpus']} precision={fig['precision']}{mem} "
             f"frames={fig['frames']} (2 sessions to {fig['max_frame']}, +{extra} on CPU, +{extra} back on "
             f"{fig['mode'].upper()}) killed_at={killed} resume_fps={fig['resume_fps']:.0f} "
             f"cpu_resume_fps={fig['cpu_resume_fps']:.0f} back_fps={fig['back_fps']:.0f} "
@@ -334,8 +344,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-frequency", type=int, default=None,
                         help="frames between log rows and checkpoints (cartpole 512, atari 1024: one rollout)")
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds per phase before it fails")
+    parser.add_argument("--vectorization", default="spec",
+                        help="comma-separated env.vectorization values, one flow each: spec, sync, async, envpool")
+    parser.add_argument("--num-cpus", type=float, default=None,
+                        help="meta.resources.num_cpus per session (default: the spec's)")
     parser.add_argument("--out", default=None, help="JSON file for the figures (default: none)")
     args = parser.parse_args(argv)
+    vecs = args.vectorization.split(",")
+    if not set(vecs) <= {"spec", "sync", "async", "auto", "envpool"}:
+        parser.error(f"--vectorization: expected spec, sync, async, auto or envpool, got {args.vectorization!r}")
     global WORKLOAD
     WORKLOAD = WORKLOADS[args.workload]
     for key in ("max_frame", "extra_frames", "log_frequency"):
@@ -350,18 +367,23 @@ def main(argv: list[str] | None = None) -> int:
         print("FAIL setup: --mode gpu but torch sees no CUDA device", file=sys.stderr)
         return 1
     gpu = args.mode == "gpu" or (args.mode == "auto" and cuda)
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="gpu_check_") as data:
-        try:
-            fig = run_flow(gpu, args, data)
-        except CheckFailed as err:
-            print(f"FAIL {err}", file=sys.stderr)
-            return 1
-    fig["total_s"] = time.perf_counter() - start
+    figs = []
+    for vec in vecs:
+        ENV_ITEMS[:] = ([] if vec == "spec" else [f"env.vectorization={vec}"]) + \
+            ([] if args.num_cpus is None else [f"meta.resources.num_cpus={args.num_cpus}"])
+        start = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="gpu_check_") as data:
+            try:
+                fig = run_flow(gpu, args, data)
+            except CheckFailed as err:
+                print(f"FAIL {vec}: {err}", file=sys.stderr)
+                return 1
+        fig.update(vectorization=vec, num_cpus=args.num_cpus or "spec", total_s=time.perf_counter() - start)
+        figs.append(fig)
+        print(figures_line(fig), flush=True)
     if args.out:
         from orchestrator.store import storage  # atomic: a kill mid-write leaves the old file
-        storage.write_text(str(args.out), json.dumps(fig, indent=2))
-    print(figures_line(fig))
+        storage.write_text(str(args.out), json.dumps(figs[0] if len(figs) == 1 else figs, indent=2))
     return 0
 
 

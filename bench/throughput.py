@@ -42,6 +42,10 @@ TensorBoard event files (on by default), timed over the whole event stream (trac
 every checkpoint and tracker write, the last write, close); the runner (session, envs, nets) is built before
 the timer starts, as for the other two.
 
+``--vectorization`` sets ours' ``env.vectorization`` (``--num-cpus``: its ``meta.resources.num_cpus``, EnvPool's
+threads); with ``--envpool`` a further run per round, ``ours+envpool``, is ours on EnvPool (``env.vectorization:
+envpool``). The table's vectorization column names each run's vector env as it ran (``envpool/1t``: one thread).
+
 fps = env frames / wall seconds of the loop. Because the box is shared, CPU seconds of this
 process over the loop are recorded too (``frames_per_cpu_s``), which is much less sensitive to
 other load than wall time. For PPO the frame budget is a multiple of 256 (one rollout of 8 x 32), so
@@ -50,6 +54,7 @@ both do the same number of rollouts and gradient steps.
 Usage:
     python bench/throughput.py [--algo ppo|dqn|sac|ppo_atari|sac_hopper] [--frames N] [--rounds 2] [--seed 1]
         [--tracking] [--sb3-ftz] [--sb3-malloc] [--bf16] [--device cpu|cuda] [--same-process]
+        [--vectorization spec|sync|async|auto|envpool] [--num-cpus N] [--envpool]
         [--out bench/results/throughput[_{algo}].json]
 """
 
@@ -131,7 +136,18 @@ def run_ours(algo: str, frames: int, seed: int, extra: tuple[str, ...] = ()) -> 
     final_ma = session.train_rows[-1]["total_reward_ma"]
     session.close()
     return {"frames": frame, "opt_steps": opt_steps, "wall_s": wall, "cpu_s": cpu, "fps": frame / wall,
-            "frames_per_cpu_s": frame / cpu, "final_ma": final_ma}
+            "frames_per_cpu_s": frame / cpu, "final_ma": final_ma, "vectorization": vectorization_of(spec)}
+
+
+def vectorization_of(spec: dict[str, Any]) -> str:
+    """The session's ``env.vectorization`` as it runs (``auto`` resolved) and, for EnvPool, its threads."""
+    from envs.make import resolve_vec
+    from orchestrator.spec.load import build
+
+    run = build(spec)
+    cpus = float(run.meta.resources.get("num_cpus", 1))
+    vec = resolve_vec(run.env, cpus).vectorization
+    return f"envpool/{min(run.env.num_envs, max(1, int(cpus)))}t" if vec == "envpool" else vec
 
 
 def run_ours_tracked(algo: str, frames: int, seed: int) -> dict[str, Any]:
@@ -224,21 +240,27 @@ def run_sb3(algo: str, frames: int, seed: int, algo_ftz: bool = False, device: s
             "final_ma": statistics.fmean(returns[-20:]) if returns else float("nan")}
 
 
-IMPLS = ("ours", "sb3", "ours+tb", "sb3+ftz", "sb3+malloc", "ours+bf16")
+IMPLS = ("ours", "sb3", "ours+tb", "sb3+ftz", "sb3+malloc", "ours+bf16", "ours+envpool")
+VEC_ITEMS: list[str] = []  # --vectorization / --num-cpus overrides of "ours" (main sets them)
 
 
 def impls_of_a_round(args: argparse.Namespace) -> list[str]:
     """Names of the timed runs of one round (``IMPLS``): ours and SB3, then the optional variants."""
     return (["ours", "sb3"] + ["ours+tb"] * args.tracking + ["sb3+ftz"] * args.sb3_ftz
-            + ["sb3+malloc"] * args.sb3_malloc + ["ours+bf16"] * args.bf16)
+            + ["sb3+malloc"] * args.sb3_malloc + ["ours+bf16"] * args.bf16 + ["ours+envpool"] * args.envpool)
 
 
-def run_impl(impl: str, algo: str, frames: int, seed: int, device: str = "cpu") -> dict[str, Any]:
-    """One timed run of ``impl`` (a name of ``IMPLS``) on one torch thread; see the module docstring."""
+def run_impl(impl: str, algo: str, frames: int, seed: int, device: str = "cpu",
+             vec_items: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One timed run of ``impl`` (a name of ``IMPLS``) on one torch thread; see the module docstring.
+    ``vec_items``: ``env.vectorization`` / ``meta.resources.num_cpus`` overrides of ours."""
     torch.set_num_threads(1)
     gpu = ("agent.net.gpu=true",) if device == "cuda" else ()
     if impl == "ours":
-        return run_ours(algo, frames, seed, extra=gpu)
+        return run_ours(algo, frames, seed, extra=(*gpu, *vec_items))
+    if impl == "ours+envpool":
+        cpus = [x for x in vec_items if x.startswith("meta.resources.num_cpus=")]
+        return run_ours(algo, frames, seed, extra=(*gpu, *cpus, "env.vectorization=envpool"))
     if impl == "ours+bf16":
         return run_ours(algo, frames, seed, extra=(*gpu, "agent.net.precision=bfloat16"))
     if impl == "ours+tb":
@@ -260,9 +282,10 @@ def in_fresh_process(fn: Any, *args: Any) -> Any:
         return pool.submit(fn, *args).result()
 
 
-def run_isolated(impl: str, algo: str, frames: int, seed: int, device: str = "cpu") -> dict[str, Any]:
+def run_isolated(impl: str, algo: str, frames: int, seed: int, device: str = "cpu",
+                 vec_items: tuple[str, ...] = ()) -> dict[str, Any]:
     """``run_impl`` in a fresh spawned process (start-up and imports not timed), its record returned."""
-    return in_fresh_process(run_impl, impl, algo, frames, seed, device)
+    return in_fresh_process(run_impl, impl, algo, frames, seed, device, vec_items)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -284,6 +307,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="also time ours with agent.net.precision=bfloat16 (conv nets: ours+bf16)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="where both put their nets (cuda: ours with agent.net.gpu true, SB3 with device cuda)")
+    ap.add_argument("--vectorization", choices=("spec", "sync", "async", "auto", "envpool"), default="spec",
+                    help="env.vectorization of ours (spec: the spec's own; the table's vectorization column)")
+    ap.add_argument("--num-cpus", type=float, default=None,
+                    help="meta.resources.num_cpus of ours (EnvPool's threads; auto turns async above 1)")
+    ap.add_argument("--envpool", action="store_true",
+                    help="also time ours with env.vectorization envpool (ours+envpool)")
     ap.add_argument("--same-process", action="store_true",
                     help="run every timed run in this process (default: each in a fresh process)")
     ap.add_argument("--out", default=None, help="default bench/results/throughput.json (ppo), "
@@ -303,11 +332,13 @@ def main(argv: list[str] | None = None) -> int:
     import stable_baselines3
     torch.set_num_threads(1)
     run = run_impl if args.same_process else run_isolated
+    vec_items = tuple(([] if args.vectorization == "spec" else [f"env.vectorization={args.vectorization}"])
+                      + ([] if args.num_cpus is None else [f"meta.resources.num_cpus={args.num_cpus}"]))
     runs = []
     for r in range(args.rounds):
         for name in impls_of_a_round(args):
             load = os.getloadavg()
-            rec = run(name, args.algo, args.frames, args.seed, args.device)
+            rec = run(name, args.algo, args.frames, args.seed, args.device, vec_items)
             rec.update(impl=name, round=r, load_start=load, load_end=os.getloadavg())
             runs.append(rec)
             print(f"round {r} {name:4s}: {rec['frames']} frames in {rec['wall_s']:.1f} s = "
@@ -333,9 +364,11 @@ def main(argv: list[str] | None = None) -> int:
            "cpu_count": os.cpu_count(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "summary": summary, "runs": runs}
     storage.write_text(str(args.out), json.dumps(out, indent=1) + "\n")
-    print("\n| impl | fps (median) | frames / CPU-s (median) |\n|---|---|---|")
+    vecs = {impl: next((x.get("vectorization", "-") for x in runs if x["impl"] == impl), "-") for impl in IMPLS}
+    vecs["sb3"] = vecs["sb3+ftz"] = vecs["sb3+malloc"] = "SB3 DummyVecEnv"
+    print("\n| impl | vectorization | fps (median) | frames / CPU-s (median) |\n|---|---|---|---|")
     for impl in [x for x in IMPLS if x in summary["fps"]]:
-        print(f"| {impl} | {summary['fps'][impl]:,.0f} | {summary['frames_per_cpu_s'][impl]:,.0f} |")
+        print(f"| {impl} | {vecs[impl]} | {summary['fps'][impl]:,.0f} | {summary['frames_per_cpu_s'][impl]:,.0f} |")
     print(f"\nratio ours/SB3: fps {summary['fps']['ratio']:.2f}x, frames/CPU-s "
           f"{summary['frames_per_cpu_s']['ratio']:.2f}x")
     for key in [k for k in summary["fps"] if k.startswith("ratio_")]:
