@@ -12,8 +12,8 @@ validation). Each entry ends in one outcome:
 * ``crash:{type}``: any other exception (a bug: the CLI would print a traceback).
 
 A file with ``${env}`` / ``${max_frame}`` placeholders is loaded as a user would run it, with
-``-s env=...`` (``ALE/Pong-v5`` for Atari files, ``HalfCheetah-v5`` for MuJoCo ones, else
-``CartPole-v1``) and ``-s max_frame=1e6``. Files named ``_*`` are data, not specs (SLM-Lab skips them too).
+``-s env=...`` (``ALE/Pong-v5`` for Atari files, ``playground/CartpoleBalance`` for Playground ones,
+``HalfCheetah-v5`` for MuJoCo ones, else ``CartPole-v1``) and ``-s max_frame=1e6``. Files named ``_*`` are data, not specs (SLM-Lab skips them too).
 
 With ``--dev N`` every ``ok`` entry whose env is classic control is also run in-process as
 ``lab FILE NAME dev -s env.max_frame=N`` and its exit code tallied (slow: a few seconds per entry).
@@ -117,7 +117,8 @@ def template_fills(path: Path) -> list[str]:
     if "${env}" in text:
         name = str(path).lower()
         env = ("ALE/Pong-v5" if any(k in name for k in ("atari", "pong", "qbert", "breakout")) else
-               "HalfCheetah-v5" if any(k in name for k in ("mujoco", "cheetah", "humanoid", "playground")) else
+               "playground/CartpoleBalance" if "playground" in name else  # the file's own usage line
+               "HalfCheetah-v5" if any(k in name for k in ("mujoco", "cheetah", "humanoid")) else
                "CartPole-v1")
         fills.append(f"env={env}")
     if "${max_frame}" in text:

@@ -60,9 +60,11 @@ def measure(env_id: str, vectorization: str, num_envs: int, threads: int, steps:
             "steps_per_s": steps * num_envs / seconds}
 
 
-def configurations(threads: list[int], num_envs: int) -> list[tuple[str, int]]:
-    """(vectorization, threads) pairs: sync (one thread), async (N processes), envpool per thread count."""
-    return [("sync", 1), ("async", num_envs)] + [("envpool", t) for t in threads]
+def configurations(env_id: str, threads: list[int], num_envs: int) -> list[tuple[str, int]]:
+    """(vectorization, threads) pairs: sync (one thread), async (N processes), envpool per thread count; EnvPool
+    alone for ids only it has (``playground/...``)."""
+    gym_path = [] if env_id.startswith("playground/") else [("sync", 1), ("async", num_envs)]
+    return gym_path + [("envpool", t) for t in threads]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     threads = [int(t) for t in args.threads.split(",")]
     runs: dict[tuple[str, int], list[float]] = {}
     for _ in range(args.rounds):
-        for vec, t in configurations(threads, args.num_envs):
+        for vec, t in configurations(args.env, threads, args.num_envs):
             row = measure(args.env, vec, args.num_envs, t, args.steps, args.warmup)
             runs.setdefault((vec, t), []).append(row["steps_per_s"])
     rows = []
@@ -89,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"vectorization": vec, "threads": t, "steps_per_s": med, "emulator_fps": med * args.frame_skip,
                      "runs": values})
         print(f"{vec:8s} threads={t} steps/s={med:8.0f} emulator frames/s={med * args.frame_skip:8.0f}")
-    best_gym = max(r["steps_per_s"] for r in rows if r["vectorization"] != "envpool")
-    for r in rows:
+    best_gym = max((r["steps_per_s"] for r in rows if r["vectorization"] != "envpool"), default=None)
+    for r in rows if best_gym else ():
         if r["vectorization"] == "envpool":
             r["x_best_gymnasium"] = r["steps_per_s"] / best_gym
             print(f"envpool threads={r['threads']}: {r['x_best_gymnasium']:.2f}x gymnasium's best (sync or async)")

@@ -49,7 +49,8 @@ def read_session_spec(uri: str, spec_name: str) -> tuple[dict[str, Any], dict[st
     session_meta = {k: meta[k] for k in RUNTIME_META_KEYS}
     spec = {**raw, "meta": {k: v for k, v in meta.items() if k not in RUNTIME_META_KEYS}}
     spec["agent"]["net"]["gpu"] = False  # runs on CPU even if the checkpoint came from a GPU
-    spec["env"]["vectorization"] = "sync"
+    if not str(spec["env"].get("name")).startswith("playground/"):  # only EnvPool has those: replayed there
+        spec["env"]["vectorization"] = "sync"
     return check(spec), session_meta
 
 
