@@ -230,7 +230,7 @@ def test_out_of_range():
     assert only(problems_of(["agent.algorithm.lam=-0.1"])) == "agent.algorithm.lam: must be >= 0, got -0.1"
     assert only(problems_of(["meta.log_frequency=0"])) == "meta.log_frequency: must be > 0, got 0"
     assert only(problems_of(['env.vectorization="threads"'])) == \
-        "env.vectorization: expected one of ['sync', 'async', 'auto'], got 'threads'"
+        "env.vectorization: expected one of ['sync', 'async', 'auto', 'envpool'], got 'threads'"
     assert only(problems_of(['agent.memory.obs_dtype="float64"'])) == \
         "agent.memory.obs_dtype: expected one of ['float32', 'float16'], got 'float64'"
     assert only(problems_of(['env.autoreset="next"'])) == \
