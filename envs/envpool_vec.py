@@ -42,6 +42,8 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from envs.ids import ensure_registered, is_atari, resolve_env_id, sticky_probability
+
 VECTORIZATION = "envpool"
 PLAYGROUND_PREFIX = "playground/"
 NOT_PICKLED = "EnvPool cannot save or restore its sub-envs' state (C++ envs behind a thread pool)"
@@ -72,7 +74,7 @@ def resolve_envpool_id(name: str) -> str:
 
     ``playground/X`` (SLM-Lab v5.3's MuJoCo Playground ids) -> ``MuJoCoPlayground/X-v1``, else the DM Control Suite
     task ``X-v1`` (the Playground's DM Control tasks), with a warning naming both ids. A gymnasium id is first
-    resolved as ``envs.make.resolve_env_id`` does (old ids -> successors), then ``ALE/X-v5`` / ``XNoFrameskip-v4`` ->
+    resolved as ``envs.ids.resolve_env_id`` does (old ids -> successors), then ``ALE/X-v5`` / ``XNoFrameskip-v4`` ->
     ``X-v5`` (the v4 ids' semantics, no sticky actions, come from ``atari_options``); other ids are EnvPool's own.
 
     Raises:
@@ -94,8 +96,6 @@ def resolve_envpool_id(name: str) -> str:
                          f"'MuJoCoPlayground/{task}-v1' nor '{task}-v1'), so it cannot run here")
     if name in ids:
         return name
-    from envs.make import is_atari, resolve_env_id
-
     gym_id = resolve_env_id(name)  # ValueError for ids gymnasium does not know either
     if gym_id in ids:
         return gym_id
@@ -125,8 +125,6 @@ def atari_options(spec: Any, gym_id: str, train: bool = True) -> dict[str, Any]:
         ``stack_num``, ``img_height``, ``img_width``, ``gray_scale``, ``use_inter_area_resize``,
         ``use_fire_reset``, ``max_episode_steps`` (agent steps).
     """
-    from envs.make import sticky_probability
-
     reg = gym.registry[gym_id.split(":")[-1]]
     limits = [v for v in (reg.max_episode_steps, reg.kwargs.get("max_num_frames_per_episode")) if v]
     max_steps = spec.max_t if spec.max_t is not None else \
@@ -296,8 +294,6 @@ class EnvPoolVectorEnv(VectorEnv):
 def gym_atari_id(name: str, task_id: str) -> str:
     """The gymnasium id whose registration describes an EnvPool Atari task: ``name`` when gymnasium knows it
     (``ALE/Pong-v5``, ``PongNoFrameskip-v4``), else ``ALE/{game}-v5`` (an EnvPool id such as ``Pong-v5``)."""
-    from envs.make import ensure_registered
-
     ensure_registered(name)
     return name if name in gym.registry else f"ALE/{task_id}"
 
@@ -332,25 +328,3 @@ def make_envpool(spec: Any, num_threads: int) -> tuple[EnvPoolVectorEnv, bool]:
     env = EnvPoolVectorEnv(task_id, spec.num_envs, num_threads, options, spec.autoreset, atari)
     return env, atari
 
-
-def random_returns(name: str, max_t: int | None, episodes: int, seed: int, max_steps: int) -> list[float]:
-    """Returns of a uniformly random policy on one EnvPool sub-env of ``name`` (an id only EnvPool has, such as
-    ``playground/X``): ``episodes`` episodes, none started after ``max_steps`` steps (at least one runs)."""
-    from envs.make import EnvSpec
-
-    with warnings.catch_warnings():  # the id mapping was announced when the run's spec was checked
-        warnings.simplefilter("ignore")
-        env, _ = make_envpool(EnvSpec(name, max_frame=1, max_t=max_t, vectorization=VECTORIZATION), num_threads=1)
-    env.action_space.seed(seed)
-    returns: list[float] = []
-    steps = 0
-    try:
-        env.reset(seed=[seed])
-        while len(returns) < episodes and not (returns and steps >= max_steps):
-            _, _, _, _, info = env.step(env.action_space.sample())
-            steps += 1
-            if "episode" in info:
-                returns.append(float(info["episode"]["r"][0]))
-    finally:
-        env.close()
-    return returns

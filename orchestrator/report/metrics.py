@@ -125,11 +125,11 @@ def compute_random_baseline(env_name: str, max_t: int | None, episodes: int = BA
     episodes) from its precomputed ``spec/_random_baseline.json``."""
     import gymnasium as gym
 
-    from envs import envpool_vec
+    from envs.envpool_vec import PLAYGROUND_PREFIX
     from envs.make import resolve_env_id
 
-    if env_name.startswith(envpool_vec.PLAYGROUND_PREFIX):  # only EnvPool has these envs
-        returns = envpool_vec.random_returns(env_name, max_t, episodes, seed, max_steps)
+    if env_name.startswith(PLAYGROUND_PREFIX):  # only EnvPool has these envs
+        returns = _envpool_random_returns(env_name, max_t, episodes, seed, max_steps)
         return {"env": env_name, "max_t": max_t, "episodes": len(returns), "seed": seed,
                 "version": BASELINE_VERSION, "mean": float(np.mean(returns)), "std": float(np.std(returns))}
     env = gym.make(resolve_env_id(env_name), **({} if max_t is None else {"max_episode_steps": max_t}))
@@ -151,6 +151,30 @@ def compute_random_baseline(env_name: str, max_t: int | None, episodes: int = BA
         env.close()
     return {"env": env_name, "max_t": max_t, "episodes": len(returns), "seed": seed, "version": BASELINE_VERSION,
             "mean": float(np.mean(returns)), "std": float(np.std(returns))}
+
+
+def _envpool_random_returns(env_name: str, max_t: int | None, episodes: int, seed: int,
+                            max_steps: int) -> list[float]:
+    """Returns of a uniformly random policy on one EnvPool sub-env of ``env_name`` (an id only EnvPool has, such as
+    ``playground/X``): ``episodes`` episodes, none started after ``max_steps`` steps (at least one runs)."""
+    import warnings
+
+    from envs.make import EnvSpec, episode_returns, make_env
+
+    with warnings.catch_warnings():  # the id mapping was announced when the run's spec was checked
+        warnings.simplefilter("ignore")
+        env = make_env(EnvSpec(env_name, max_frame=1, max_t=max_t, vectorization="envpool"), seed)
+    returns: list[float] = []
+    steps = 0
+    try:
+        env.reset(seed=[seed])
+        while len(returns) < episodes and not (returns and steps >= max_steps):
+            _, _, _, _, info = env.step(env.action_space.sample())
+            steps += 1
+            returns.extend(episode_returns(info).tolist())
+    finally:
+        env.close()
+    return returns
 
 
 def default_cache_dir() -> str:

@@ -13,7 +13,8 @@ import pytest
 from envs import envpool_vec
 from envs.envpool_vec import atari_options, resolve_envpool_id
 from envs.make import EnvSpec, episode_returns, eval_spec, final_obs, make_env, make_sub_env, sub_env_seeds
-from orchestrator.spec import SpecError, load_spec
+from orchestrator.errors import SpecError
+from orchestrator.spec.load import load_spec
 
 SPECS = "specs/benchmark/cartpole.json"
 

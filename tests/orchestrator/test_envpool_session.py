@@ -11,9 +11,9 @@ import pytest
 from lab_helpers import REPO, assert_continuous, kill_driver_when, only_predir, overrides, run_cli, start_driver
 
 from envs.envpool_vec import NOT_PICKLED
-from orchestrator import storage
-from orchestrator.session import Session
-from orchestrator.spec import load_spec
+from orchestrator.session.loop import Session
+from orchestrator.spec.load import load_spec
+from orchestrator.store import storage
 
 BENCH = REPO / "specs" / "benchmark"
 
