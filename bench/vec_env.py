@@ -60,6 +60,17 @@ def measure(env_id: str, vectorization: str, num_envs: int, threads: int, steps:
             "steps_per_s": steps * num_envs / seconds}
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else ``platform.processor()`` or the machine type."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def configurations(env_id: str, threads: list[int], num_envs: int) -> list[tuple[str, int]]:
     """(vectorization, threads) pairs: sync (one thread), async (N processes), envpool per thread count; EnvPool
     alone for ids only it has (``playground/...``)."""
@@ -97,8 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             r["x_best_gymnasium"] = r["steps_per_s"] / best_gym
             print(f"envpool threads={r['threads']}: {r['x_best_gymnasium']:.2f}x gymnasium's best (sync or async)")
     out = {"env": args.env, "num_envs": args.num_envs, "steps": args.steps, "rounds": args.rounds,
-           "machine": f"{platform.machine()} {os.cpu_count()} CPUs ({platform.processor() or platform.node()})",
-           "rows": rows}
+           "machine": f"{cpu_model()}, {os.cpu_count()} CPUs", "load1": os.getloadavg()[0],
+           "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "rows": rows}
     if args.out:
         Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     return 0
