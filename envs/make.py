@@ -108,7 +108,8 @@ class EnvSpec:
     max_t: int | None = field(default=None, metadata={"gt": 0})
     normalize_state: bool = False
     reward_scale: float | str | None = None
-    vectorization: str = field(default="sync", metadata={"origin": "lab", "choices": ("sync", "async", "auto", "envpool")})
+    vectorization: str = field(default="sync",
+                               metadata={"origin": "lab", "choices": ("sync", "async", "auto", "envpool")})
     frame_op: str | None = field(default=None, metadata={"choices": ("concat", "stack")})
     frame_op_len: int | None = field(default=None, metadata={"gt": 0})
     life_loss_info: bool | None = field(default=None, metadata={"origin": "ale-py"})
