@@ -13,7 +13,8 @@ validation). Each entry ends in one outcome:
 
 A file with ``${env}`` / ``${max_frame}`` placeholders is loaded as a user would run it, with
 ``-s env=...`` (``ALE/Pong-v5`` for Atari files, ``playground/CartpoleBalance`` for Playground ones,
-``HalfCheetah-v5`` for MuJoCo ones, else ``CartPole-v1``) and ``-s max_frame=1e6``. Files named ``_*`` are data, not specs (SLM-Lab skips them too).
+``HalfCheetah-v5`` for MuJoCo ones, else ``CartPole-v1``) and ``-s max_frame=1e6``. Files named ``_*`` are data,
+not specs (SLM-Lab skips them too).
 
 With ``--dev N`` every ``ok`` entry whose env is classic control is also run in-process as
 ``lab FILE NAME dev -s env.max_frame=N`` and its exit code tallied (slow: a few seconds per entry).

@@ -91,7 +91,31 @@ def _build_env(env: dict[str, Any]) -> Any:
     return make_env(spec, None)
 
 
+def _resident_bytes() -> int:
+    """This process's resident memory (bytes, ``/proc/self/statm``; 0 where there is none)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def _traced_build(env: dict[str, Any]) -> tuple[Any, int]:
+    """A reset sub-env and the peak bytes Python allocated building it (0 if tracemalloc is in use). An EnvPool
+    sub-env allocates in C++, which tracing does not see: its bytes are the resident memory a second sub-env adds
+    while the first is still open (so freed memory of an earlier build is not reused), when that is more."""
+    if env.get("vectorization") == "envpool":
+        first = _build_env(env)
+        first.reset(seed=0)
+        before = _resident_bytes()
+        venv, traced = _python_traced_build(env)
+        added = _resident_bytes() - before
+        first.close()
+        return venv, max(traced, added)
+    return _python_traced_build(env)
+
+
+def _python_traced_build(env: dict[str, Any]) -> tuple[Any, int]:
     """A reset sub-env and the peak bytes Python allocated building it (0 if tracemalloc is in use)."""
     if tracemalloc.is_tracing():  # someone else traces: do not stop their trace
         venv = _build_env(env)

@@ -72,3 +72,22 @@ def test_envpool_train_sigkill_driver_then_resume_latest(ray_local, tmp_path):
             meta = storage.read_json(str(ckpt / "MANIFEST.json"))["meta"]
             assert meta["exact"] is False and NOT_PICKLED in meta["exact_reason"], ckpt.name
             assert not (ckpt / "env.pkl").exists()
+
+
+def test_preflight_counts_envpool_sub_envs_c_memory():
+    """EnvPool allocates its sub-envs in C++ (about 13 MB each for playground/CartpoleBalance), which tracemalloc
+    does not see; preflight measures them, so SLM-Lab's 2048 sub-envs are refused where they cannot fit."""
+    import warnings
+
+    from orchestrator.errors import SpecError
+    from orchestrator.spec import preflight
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = load_spec(str(BENCH / "cartpole.json"), "ppo_cartpole",
+                         ["env.name=playground/CartpoleBalance", "env.num_envs=2048", "env.max_frame=100000"])
+        shape = preflight.check_env(spec["env"])
+    assert shape.env_bytes > 5_000_000
+    with pytest.raises(SpecError, match=r"env.num_envs: 2048 sub-envs x \d+ bytes needs"):
+        preflight.check_memory(spec, shape, available=8 * 2**30)
+    preflight.check_memory({**spec, "env": {**spec["env"], "num_envs": 64}}, shape, available=8 * 2**30)
