@@ -50,6 +50,7 @@ FAMILY_SAMPLE = [
     ("v5.3.0/benchmark/a2c/a2c_gae_pong.json", "a2c_gae_pong"),  # Atari: ConvNet, 16 -> 4 sub-envs
     ("v5.3.0/benchmark/a2c/a2c_gae_lunar.json", "a2c_gae_lunar_continuous"),  # Box2D, continuous actions
     ("v5.3.0/benchmark/a2c/a2c_nstep_mujoco.json", "a2c_nstep_humanoid"),  # MuJoCo
+    ("v5.3.0/benchmark_arc/ppo/ppo_playground.yaml", "ppo_playground"),  # MuJoCo Playground through EnvPool
 ]
 
 
