@@ -7,7 +7,8 @@ phi move toward them and the fast weights restart from there:
     phi <- phi + alpha * (theta - phi);   theta <- phi
 
 phi starts as a copy of the parameters at the first step (SLM-Lab v4 copies them when the optimizer is built; the
-first step also sees weights loaded after that, e.g. by ``agent.net.init_from``). As in SLM-Lab v4, a parameter without a
+first step also sees weights loaded after that, e.g. by ``agent.net.init_from``). As in SLM-Lab v4, a parameter
+without a
 gradient at a synchronizing step is left out of it. The spec shape is SLM-Lab v4's: ``{"name": "Lookahead",
 "optimizer": "RAdam", "alpha": 0.5, "k": 5, **inner keyword arguments}`` (``agents.nets.make_optim`` builds it).
 """
@@ -26,7 +27,8 @@ class Lookahead(torch.optim.Optimizer):
     """Lookahead around an inner optimizer (module docstring).
 
     Its ``param_groups`` and ``state`` are the inner optimizer's (an lr scheduler on this optimizer drives the inner
-    one, also after ``load_state_dict``); ``state_dict`` holds the inner optimizer's state dict, the slow weights (one tensor per parameter,
+    one, also after ``load_state_dict``); ``state_dict`` holds the inner optimizer's state dict, the slow weights
+    (one tensor per parameter,
     param-group order) and the step count, so a checkpoint resumes the synchronization schedule exactly.
 
     Args:
@@ -114,7 +116,8 @@ class Lookahead(torch.optim.Optimizer):
             raise ValueError(f"Lookahead state has {len(slow)} slow weights that do not match the "
                              f"{len(params)} parameters")
         self.inner.load_state_dict(state_dict["inner"])
-        self.slow = None if slow is None else [s.detach().to(p.device, p.dtype, copy=True) for s, p in zip(slow, params)]
+        self.slow = None if slow is None else [
+            s.detach().to(p.device, p.dtype, copy=True) for s, p in zip(slow, params)]
         self.step_count = int(state_dict["step_count"])
 
 

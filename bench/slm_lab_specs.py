@@ -94,8 +94,8 @@ def spec_files(root: Path) -> list[tuple[str, Path]]:
 
 def entry_names(path: Path) -> list[str] | str:
     """The spec names of one file (as the lab reads it), or the read error's message."""
-    from orchestrator.spec.files import spec_names
     from orchestrator.errors import SpecError
+    from orchestrator.spec.files import spec_names
     try:
         return spec_names(str(path))
     except SpecError as err:
@@ -129,8 +129,8 @@ def template_fills(path: Path) -> list[str]:
 
 def validate_entry(path: Path, name: str, overrides: list[str]) -> tuple[str, str]:
     """``(outcome, message)`` of loading one entry: ok / refused / crash:{type}."""
-    from orchestrator.spec.load import load_spec
     from orchestrator.errors import SpecError
+    from orchestrator.spec.load import load_spec
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -37,8 +37,8 @@ import torch  # noqa: E402
 
 from orchestrator.session.loop import Session  # noqa: E402
 from orchestrator.spec.load import load_spec  # noqa: E402
-from orchestrator.store.predir import session_seed  # noqa: E402
 from orchestrator.store import storage  # noqa: E402
+from orchestrator.store.predir import session_seed  # noqa: E402
 
 DEFAULT_SPECS = ("ppo_cartpole", "dqn_cartpole", "ddqn_cartpole", "reinforce_cartpole")
 GOALS = {"ppo_cartpole": 100_000, "dqn_cartpole": 100_000, "ddqn_cartpole": 100_000,

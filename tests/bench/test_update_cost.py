@@ -1,5 +1,6 @@
 """``bench/update_cost.py`` (docs/BENCHMARKS.md "Throughput vs Stable-Baselines3", the allocator setting): a short
-run of both variants writes its JSON, and the allocator's effect shows in the page faults (the variant with glibc's defaults faults far more), so
+run of both variants writes its JSON, and the allocator's effect shows in the page faults (the variant with glibc's
+defaults faults far more), so
 the script cannot silently compare a process with itself."""
 
 from __future__ import annotations

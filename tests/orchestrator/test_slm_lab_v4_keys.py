@@ -162,8 +162,9 @@ def test_arc_keys_are_checked_by_role(tmp_path):
 def test_slm_lab_ppo_playground_entry_runs_in_dev(tmp_path):
     """SLM-Lab's ppo_playground (actor_arc 2x64 SiLU, critic_arc 3x256 SiLU, LinearToMin) on Pendulum-v1 for
     600 frames (num_envs and minibatch scaled down from 2048 sub-envs)."""
-    from orchestrator import cli
     import pandas as pd
+
+    from orchestrator import cli
     data = tmp_path / "data"
     argv = [str(PLAYGROUND), "ppo_playground", "dev", "-s", "env=Pendulum-v1", "-s", "max_frame=600", "-s",
             "env.num_envs=4", "-s", "agent.algorithm.minibatch_size=60", "-s", "agent.algorithm.training_epoch=2",

@@ -201,8 +201,8 @@ def test_slm_lab_sil_specs_run_unmodified(tmp_path, rel, name, max_frame):
 
 
 def test_bad_sil_keys_are_spec_errors_naming_the_key():
-    from orchestrator.spec.load import build
     from orchestrator.errors import SpecError
+    from orchestrator.spec.load import build
 
     with pytest.raises(SpecError) as err:
         build(load_spec(SIL_SPECS, "ppo_sil_cartpole", ['agent.memory.sil_replay_name="SeqReplay"',
@@ -215,8 +215,8 @@ def test_bad_sil_keys_are_spec_errors_naming_the_key():
 
 
 def test_sil_training_start_step_must_fit_in_the_replay():
-    from orchestrator.spec.load import build
     from orchestrator.errors import SpecError
+    from orchestrator.spec.load import build
 
     with pytest.raises(SpecError, match="agent.algorithm.training_start_step: 2000 transitions can never be stored"):
         build(load_spec(SIL_SPECS, "sil_cartpole", ["agent.algorithm.training_start_step=2000",
