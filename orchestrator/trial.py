@@ -3,6 +3,8 @@
 The driver plans the sessions, starts their actors in parallel, watches their event streams with
 ``ray.wait`` (timeout in seconds), keeps ``run.json`` up to date, restarts an actor that died (its
 process or node was lost) from the session's newest checkpoint up to ``meta.max_restarts`` times,
+moves the sessions of a node Ray drains (a preemption notice) or whose actor got SIGTERM: they commit a checkpoint
+at once and restart elsewhere from it (``cause: preempted`` in run.json; not counted against ``max_restarts``),
 marks a session whose code raised as ``failed`` (siblings continue), and at the end aggregates
 ``info/trial_df.parquet`` (mean and std of returns across sessions per frame).
 
@@ -32,6 +34,7 @@ from ray.exceptions import OutOfMemoryError, RayActorError, RayTaskError
 
 from orchestrator.global_params import GlobalParamsActor, distributed
 from orchestrator.report.progress import SessionProgress
+from orchestrator.runtime import ray_drain
 from orchestrator.session_hosts import SessionHosts, empty_session_actor, host_key
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
@@ -117,6 +120,7 @@ class Trial:
     """
 
     WATCH_BATCH_S = 0.1  # seconds the watch loop gathers events before acting on them
+    DRAIN_POLL_S = 2.0  # seconds between the watch loop's asks for draining nodes (one GCS RPC each)
 
     def __init__(self, spec: dict[str, Any], predir: str, plans: list[SessionPlan], record: RunRecord,
                  quiet: bool = False,
@@ -136,6 +140,9 @@ class Trial:
         self.preload: threading.Thread | None = None  # the analysis' imports, from the first log row on
         self.progress = SessionProgress(disable=True)  # the live display, once run() starts
         self.globals: dict[int, Any] = {}  # trial index -> GlobalParamsActor (meta.distributed)
+        self.node_of: dict[str, str] = {}  # key -> node id (hex) the session's current actor runs on
+        self.preempting: dict[str, dict[str, Any]] = {}  # key -> {node_id, deadline} of sessions asked to leave
+        self.drain_polled = 0.0  # monotonic time of the last draining-node poll
 
     def start_globals(self) -> None:
         """With ``meta.distributed``, start one ``GlobalParamsActor`` per trial of the plans (no CPU reserved: it
@@ -156,7 +163,9 @@ class Trial:
     def start(self, plan: SessionPlan) -> None:
         """Start (or restart) the actor of a session and its event stream: in a warm actor of ``hosts``
         when one is idle, else in a new one."""
-        actor = self.hosts.take(self.host_key()) if self.hosts is not None else None
+        moved = bool(plan.restarts) and plan.restarts[-1].get("cause") == "preempted"
+        # a warm host may sit on the draining node; a new actor is placed by Ray, which skips draining nodes
+        actor = self.hosts.take(self.host_key()) if self.hosts is not None and not moved else None
         if actor is None:
             actor = self.new_actor(plan)
         num_cpus = self.host_key()[0]
@@ -233,6 +242,7 @@ class Trial:
             if self.stopping_since is None and (self.stop_requested or (self.lease is not None and self.lease.lost)):
                 self.request_stop()
             self.restart_due(by_key)
+            self.leave_draining_nodes()
             if self.stopping_since is not None and \
                     time.monotonic() - self.stopping_since > float(self.meta["shutdown_grace_s"]):
                 break
@@ -246,6 +256,7 @@ class Trial:
         resources for sessions still waiting; with ``hosts``, the actor of a session whose stream
         ``ended`` after ``done`` is kept there instead (``SessionHosts``)."""
         self.streams.pop(plan.key, None)
+        self.node_of.pop(plan.key, None)
         actor = self.actors.pop(plan.key, None)
         if actor is None:
             return
@@ -340,7 +351,13 @@ class Trial:
             self.record.update(plan, checkpoint=plan.frame, defer=True)
         elif kind == "started":
             self.on_started(plan, event)
+        elif kind == "interrupted" and self.stopping_since is None and not self.stop_requested:
+            # not asked by the driver: its node drains (leave_draining_nodes) or its process got SIGTERM
+            plan.frame = int(event["frame"])
+            self.release(plan)
+            self.schedule_restart(plan, "node draining" if plan.key in self.preempting else "SIGTERM", True)
         elif kind in ("done", "interrupted"):
+            self.preempting.pop(plan.key, None)
             plan.status, plan.frame = kind, int(event["frame"])
             if not event["checkpoint"]:
                 plan.error = f"no checkpoint could be committed at frame {plan.frame} (see log.txt)"
@@ -366,6 +383,8 @@ class Trial:
         for key in ("node_id", "hostname"):  # where the actor runs (a restart records where it died)
             if event.get(key):
                 entry[key] = event[key]
+        if event.get("node_id"):
+            self.node_of[plan.key] = event["node_id"]
         if event.get("tracking"):  # the session's W&B/MLflow run (also in t{T}/s{S}/tracking.json)
             entry["tracking"] = event["tracking"]
         restored = event.get("restored_frame")
@@ -384,20 +403,49 @@ class Trial:
             plan.frame = restored
         self.record.update(plan)
 
-    def on_actor_died(self, plan: SessionPlan, err: Exception) -> None:
-        """Schedule a replacement actor with back-off, or mark the session failed.
+    def leave_draining_nodes(self) -> None:
+        """Every ``DRAIN_POLL_S``: ask the sessions on a node Ray drains (a preemption notice: ``ray_drain``) to commit
+        a checkpoint now and stop; their ``interrupted`` event restarts them elsewhere (``schedule_restart``)."""
+        now = time.monotonic()
+        if self.stopping_since is not None or not self.streams or now - self.drain_polled < self.DRAIN_POLL_S:
+            return
+        self.drain_polled = now
+        draining = ray_drain.draining_nodes()
+        for key, node in list(self.node_of.items()):
+            if node in draining and key not in self.preempting and key in self.streams:
+                deadline = draining[node]
+                self.preempting[key] = {"node_id": node, "deadline": deadline}
+                self.actors[key].stop.remote()
+                self.progress.status(key, "preempted")
+                notice = f"in {max(0.0, deadline - time.time()):.0f} s" if deadline else "with no deadline"
+                print(f"session {key}: its node {node} is draining (ends {notice}): committing a checkpoint, "
+                      "then restarting the session on another node", file=sys.stderr)
 
-        The session's checkpoints are verified here (the dead actor writes no more): the restart
-        records the frame of the newest valid one (``frame_restored``) and what was set aside.
-        """
+    def on_actor_died(self, plan: SessionPlan, err: Exception) -> None:
+        """Schedule a replacement actor with back-off, or mark the session failed (died more than
+        ``meta.max_restarts`` times, not counting deaths of a preempted node: Ray's ``preempted``, or a drain
+        noticed by ``leave_draining_nodes``)."""
         max_restarts = int(self.meta["max_restarts"])
-        if self.stopping_since is not None or len(plan.restarts) >= max_restarts:
+        preempted = bool(getattr(err, "preempted", False)) or plan.key in self.preempting
+        crashes = sum(1 for r in plan.restarts if r.get("cause") != "preempted")
+        if self.stopping_since is not None or (not preempted and crashes >= max_restarts):
             plan.status = "failed"
-            plan.error = f"session actor died {len(plan.restarts) + 1} times (max_restarts={max_restarts}): " \
+            plan.error = f"session actor died {crashes + 1} times (max_restarts={max_restarts}): " \
                          f"{type(err).__name__}"
             self.progress.status(plan.key, "failed")
             self.record.update(plan)
             return
+        self.schedule_restart(plan, type(err).__name__, preempted)
+
+    def schedule_restart(self, plan: SessionPlan, reason: str, preempted: bool) -> None:
+        """Schedule a replacement actor for a session whose actor ended (at once after a preemption, else with
+        back-off), or mark it failed when its checkpoints cannot be read.
+
+        The session's checkpoints are verified here (the old actor writes no more): the restart
+        records the frame of the newest valid one (``frame_restored``), what was set aside, the node it left,
+        and ``cause: preempted`` with the drain's ``deadline`` (seconds since the epoch) when there was one.
+        """
+        notice = self.preempting.pop(plan.key, {})
         before = len(plan.set_aside)
         try:
             selection = check_session(self.predir, plan)
@@ -409,10 +457,14 @@ class Trial:
         plan.resume = selection.frame is not None
         restored = selection.frame or 0
         restart = {"at": now_iso(), "frame_restored": restored, "frames_lost": max(0, plan.frame - restored),
-                   "reason": type(err).__name__}
-        died_on = self.record.data["sessions"].get(plan.key, {}).get("node_id")
-        if died_on:  # the node the dead actor ran on
+                   "reason": reason}
+        died_on = notice.get("node_id") or self.record.data["sessions"].get(plan.key, {}).get("node_id")
+        if died_on:  # the node the ended actor ran on
             restart["node_id"] = died_on
+        if preempted:
+            restart["cause"] = "preempted"
+        if notice.get("deadline"):
+            restart["deadline"] = notice["deadline"]
         if len(plan.set_aside) > before:
             restart["set_aside"] = plan.set_aside[before:]
         plan.restarts.append(restart)
@@ -420,7 +472,8 @@ class Trial:
         plan.status = "restarting"
         self.progress.status(plan.key, f"restart {len(plan.restarts)}")
         self.record.update(plan)
-        self.pending_restart[plan.key] = time.monotonic() + min(2.0 ** (len(plan.restarts) - 1), 30.0)
+        crashes = sum(1 for r in plan.restarts if r.get("cause") != "preempted")
+        self.pending_restart[plan.key] = time.monotonic() + (0.0 if preempted else min(2.0 ** (crashes - 1), 30.0))
 
     def restart_due(self, by_key: dict[str, SessionPlan]) -> None:
         """Start replacement actors whose back-off has passed."""

@@ -1,6 +1,8 @@
 """Test-only envs for fault injection, made by gymnasium's ``"tests.fault_envs:Id-v0"`` syntax so
 Ray workers import and register them too."""
 
+import time
+
 import gymnasium as gym
 from gymnasium.envs.classic_control import CartPoleEnv
 
@@ -31,3 +33,17 @@ class FailingCartPole(CartPoleEnv):
 
 
 gym.register("FailingCartPole-v0", entry_point=FailingCartPole, max_episode_steps=500)
+
+
+class SlowCartPole(CartPoleEnv):
+    """CartPole whose every step sleeps ``delay_s`` seconds, so a session trains at a known, slow pace (about
+    ``1 / delay_s`` frames per second per sub-env) without using the CPU: a test can act between two checkpoints."""
+
+    delay_s = 0.001
+
+    def step(self, action):
+        time.sleep(self.delay_s)
+        return super().step(action)
+
+
+gym.register("SlowCartPole-v0", entry_point=SlowCartPole, max_episode_steps=500)

@@ -77,9 +77,10 @@ def test_orchestrator_modules_are_short_or_say_why_they_are_kept_whole():
 def test_every_private_api_patch_applies_to_the_pinned_library():
     """Each patch in orchestrator/runtime/ recognizes the library it was checked on; a new torch or Ray that changes
     the patched names fails here (the patch then falls back to the public API: re-measure, re-check or remove)."""
-    from orchestrator.runtime import ray_params, torch_optim
+    from orchestrator.runtime import ray_drain, ray_params, torch_optim
 
     assert ray_params.applies(), f"Ray changed under orchestrator/runtime/ray_params.py ({ray_params.CHECKED_ON})"
+    assert ray_drain.applies(), f"Ray changed under orchestrator/runtime/ray_drain.py ({ray_drain.CHECKED_ON})"
     assert torch_optim.applies(), f"torch changed under orchestrator/runtime/torch_optim.py ({torch_optim.CHECKED_ON})"
 
 

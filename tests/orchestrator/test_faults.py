@@ -283,3 +283,30 @@ def test_sigterm_to_a_session_actor_commits_a_final_checkpoint_and_ends_an_empty
     finally:
         ray.kill(actor)
         ray.kill(empty)
+
+
+def test_sigterm_to_a_session_actor_moves_the_session_from_a_checkpoint_taken_after_it(ray_local, tmp_path):
+    """SIGTERM to a running session's actor (a node's processes ended as a pod's are): the session commits a
+    checkpoint at once and the driver restarts it in a new actor from that checkpoint (run.json: ``cause:
+    preempted``, ``reason: SIGTERM``, nothing lost), not counted against ``meta.max_restarts`` (0 here); the run
+    completes with every log row once. ``SlowCartPole`` trains at most ~1,000 frames/s, so the signal lands between
+    the periodic checkpoints (every 2,048 frames)."""
+    data = tmp_path / "data"
+    items = ["meta.max_session=1", "env.num_envs=4", "env.name=tests.fault_envs:SlowCartPole-v0", "env.max_frame=6144",
+             "meta.log_frequency=512", "meta.checkpoint_frequency=2048", "meta.max_restarts=0", "meta.random_seed=3"]
+    thread, result = run_in_thread(SPECS, "ppo_cartpole", "train", "--data-dir", str(data), "--quiet",
+                                   *overrides(items))
+    entry = wait_for(lambda: (e := session_entry(data, "t0_s0")) and e.get("pid") and e.get("checkpoint", 0) >= 2048
+                     and e, what="t0_s0 to checkpoint frame 2048")
+    time.sleep(0.3)  # into the next checkpoint interval
+    periodic = checkpoint.CheckpointStore(str(only_predir(data) / "t0/s0")).frames()
+    os.kill(entry["pid"], signal.SIGTERM)
+    thread.join(timeout=300)
+    assert result == [0]
+    predir = only_predir(data)
+    s0 = storage.read_json(str(predir / "run.json"))["sessions"]["t0_s0"]
+    assert s0["status"] == "done" and s0["frame"] == 6144 and s0["pid"] != entry["pid"]
+    (restart,) = s0["restarts"]
+    assert restart["cause"] == "preempted" and restart["reason"] == "SIGTERM" and restart["frames_lost"] == 0
+    assert restart["frame_restored"] > max(periodic)  # committed after the signal, mid-interval
+    assert_rows(pd.read_parquet(predir / "t0/s0/train_df.parquet"), 512, 6144)
