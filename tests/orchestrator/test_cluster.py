@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from lab_helpers import DRIVER_ENV, SPECS, assert_continuous, descendants, kill_pids, overrides, uninterrupted_df
+from lab_helpers import DRIVER_ENV, REPO, SPECS, assert_continuous, descendants, kill_pids, overrides, uninterrupted_df
 
 from orchestrator import errors as errors_mod
 from orchestrator.runtime import ray_start as ray_start_mod
@@ -305,3 +305,75 @@ def test_dashboard_flag_needs_the_dashboards_packages(monkeypatch, capsys):
     ray_start_mod.init_ray(None)
     assert [(kw["address"], kw["include_dashboard"]) for kw in started] == [("127.0.0.1:1", False),
                                                                           ("local", False)]
+
+
+def committed_frames(session_dir: Path) -> list[int]:
+    """Frames of the checkpoints committed in a session directory (its ``ckpt/{frame:012d}`` names)."""
+    return [int(n) for n in storage.listdir(str(session_dir / "ckpt")) if n.isdigit()]
+
+
+@pytest.fixture
+def spot_cluster(tmp_path_factory):
+    """A head and a second node (2 CPUs each) whose workers can import ``tests.fault_envs`` (PYTHONPATH)."""
+    env = {**os.environ, **DRIVER_ENV, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
+                                                                                     os.environ.get("PYTHONPATH")]))}
+    c = Cluster(Path(tmp_path_factory.mktemp("ray")), env)  # short: Ray's socket paths must fit 107 bytes
+    try:
+        c.start_head()
+        c.add_node({"spot": 2})
+        yield c
+    finally:
+        c.kill_all()
+
+
+def test_drained_node_hands_its_sessions_over_from_a_checkpoint_taken_after_the_notice(spot_cluster, tmp_path):
+    """``ray drain-node --reason DRAIN_NODE_REASON_PREEMPTION --deadline-remaining-seconds 30`` of the second node
+    while its sessions train: each commits a checkpoint at once (later than its last periodic one) and restarts
+    on the head from it (``cause: preempted`` in run.json, nothing lost); the run completes with every log row.
+
+    3 one-CPU sessions on two 2-CPU nodes: each node hosts one at least. ``SlowCartPole`` trains at most ~1,000
+    frames/s, so the notice lands between periodic checkpoints (every 8,192 frames)."""
+    head, spot = spot_cluster.nodes
+    data = tmp_path / "data"
+    items = TINY + ["meta.max_session=3", "env.name=tests.fault_envs:SlowCartPole-v0", "env.max_frame=16384",
+                    "meta.log_frequency=1024", "meta.checkpoint_frequency=8192", "meta.max_restarts=0"]
+    proc = subprocess.Popen([LAB, SPECS, "ppo_cartpole", "train", "--data-dir", str(data), "--address",
+                             spot_cluster.address, "--quiet", *overrides(items)], env=spot_cluster.env,
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline, periodic = time.time() + 120, None
+        while periodic is None:
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
+            time.sleep(0.2)
+            try:
+                (predir,) = data.glob("ppo_cartpole_*")
+                sessions = storage.read_json(str(predir / "run.json"))["sessions"]
+            except (ValueError, FileNotFoundError):
+                continue
+            on_spot = {k for k, s in sessions.items() if s.get("node_id") == spot.node_id}
+            # the checkpoints themselves: a commit reaches run.json only with the next one (one write in flight)
+            committed = {k: committed_frames(predir / k.replace("_", "/")) for k in on_spot}
+            if len(sessions) == 3 and on_spot and all(max(committed[k], default=0) >= 8192 for k in on_spot):
+                periodic = {k: max(committed_frames(predir / k.replace("_", "/"))) for k in on_spot}
+                subprocess.run([RAY, "drain-node", "--address", spot_cluster.address, "--node-id", spot.node_id,
+                                "--reason", "DRAIN_NODE_REASON_PREEMPTION", "--reason-message", "spot notice",
+                                "--deadline-remaining-seconds", "30"], env=spot_cluster.env, check=True, timeout=60)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        kill_pids([proc.pid, *descendants(proc.pid)])
+    assert proc.returncode == 0, err[-3000:]
+    sessions = storage.read_json(str(predir / "run.json"))["sessions"]
+    assert 0 < len(periodic) < 3  # both nodes were used
+    for key, entry in sessions.items():
+        assert entry["status"] == "done" and entry["frame"] == 16384 and entry["node_id"] == head.node_id
+        if key in periodic:  # moved from the drained node
+            (restart,) = entry["restarts"]
+            assert restart["cause"] == "preempted" and restart["reason"] == "node draining"
+            assert restart["node_id"] == spot.node_id and restart["frames_lost"] == 0
+            assert restart["frame_restored"] > periodic[key]  # committed after the notice
+            assert f"session {key}: its node {spot.node_id} is draining" in err
+        else:
+            assert entry["restarts"] == []
+        t, s = key.split("_")
+        assert_continuous(pd.read_parquet(predir / t / s / "train_df.parquet"), 1024, 16384)
