@@ -62,9 +62,9 @@ def spec_name_of(predir: str) -> str:
     m = re.match(rf"^(.+)_({TS_RE})$", storage.basename(predir))
     if m:
         return m.group(1)
-    names = sorted({n[:-len("_spec.json")] for n in storage.listdir(predir) if n.endswith("_spec.json")})
-    names = [n for n in names if not re.search(r"_t\d+(_s\d+)?$", n)]
-    if len(names) != 1:
+    names = sorted({n[:-len("_spec.json")] for n in storage.listdir(predir) if n.endswith("_spec.json")}, key=len)
+    # the others are that spec's trial, session and best-trial files: {spec_name}_t0_spec.json, ...
+    if not names or not all(n.startswith(f"{names[0]}_") for n in names[1:]):
         raise ValueError(f"'{predir}' is not a run directory named {{spec_name}}_{{YYYY_MM_DD_HHMMSS}} "
                          "and holds no single {spec_name}_spec.json")
     return names[0]

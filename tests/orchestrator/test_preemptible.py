@@ -200,3 +200,25 @@ def test_two_live_copies_never_both_hold_the_lease(tmp_path, fast_lease, capsys)
         assert json.loads((tmp_path / "lease.json").read_text())["driver_id"] == first.driver_id
         assert first.lost is None
     assert "waiting up to 2.6 s" in capsys.readouterr().err
+
+
+SEARCH = ["meta.max_session=1", "meta.log_frequency=800", "meta.checkpoint_frequency=800", "meta.random_seed=11",
+          'meta.resources={"num_cpus": 0.5, "num_gpus": 0}', "env.max_frame=4000",
+          'search={"agent": {"algorithm": {"gamma__grid_search": [0.9, 0.99]}}}']
+
+
+def test_search_name_sigterm_then_same_command_completes(ray_local, tmp_path):
+    """``search --name``: SIGTERM gives exit 75, the same command finishes the search, and once more it leaves
+    the finished trials untouched."""
+    data = tmp_path / "data"
+    command = [SPECS, "ppo_cartpole", "search", "--name", "sweep", "--data-dir", str(data), *overrides(SEARCH)]
+    predir = data / "sweep"
+    code, out, err = sigterm_when(start_driver(command, tmp_path, capture=True),
+                                  lambda: list(predir.glob("t*/s0/ckpt/0*/MANIFEST.json")))
+    assert code == EXIT_RESUMABLE, err
+    assert run_cli(*command) == 0
+    for t in (0, 1):
+        assert pd.read_parquet(predir / f"t{t}/s0/train_df.parquet")["frame"].iloc[-1] == 4000
+    trials = {t: files_digest(predir / f"t{t}") for t in (0, 1)}
+    assert run_cli(*command) == 0
+    assert {t: files_digest(predir / f"t{t}") for t in (0, 1)} == trials
