@@ -15,7 +15,7 @@ import sys
 import threading
 from typing import Any, Callable
 
-from orchestrator.errors import EXIT_RESUMABLE, UsageError
+from orchestrator.errors import UsageError
 from orchestrator.modes import spec_check
 from orchestrator.runtime.ray_start import check_resources, init_ray
 from orchestrator.store import predir as predir_mod

@@ -204,9 +204,9 @@ class Lease:
         deadline, told = time.monotonic() + wait_limit_s(), False
         while current is not None and staleness(current, stale_after_s()) is None and time.monotonic() < deadline:
             if not told:
-                print(f"waiting up to {wait_limit_s():g} s for the lease of {self.predir}, held by {describe(current)}: "
-                      f"taken over once that driver is gone (another host: no heartbeat for {stale_after_s():g} s, "
-                      "LAB_LEASE_STALE_S)", file=sys.stderr, flush=True)
+                print(f"waiting up to {wait_limit_s():g} s for the lease of {self.predir}, held by "
+                      f"{describe(current)}: taken over once that driver is gone (another host: no heartbeat "
+                      f"for {stale_after_s():g} s, LAB_LEASE_STALE_S)", file=sys.stderr, flush=True)
                 told = True
             time.sleep(min(1.0, heartbeat_s()))
             current = self.read()

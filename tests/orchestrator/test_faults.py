@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 from lab_helpers import DRIVER_ENV, REPO, SPECS, descendants, kill_pids, only_predir, overrides, run_cli, start_driver
 
-from orchestrator.errors import EXIT_RESUMABLE
 from orchestrator import session_actor
+from orchestrator.errors import EXIT_RESUMABLE
 from orchestrator.session_actor import SessionRunner
 from orchestrator.spec.load import load_spec
 from orchestrator.store import checkpoint, storage

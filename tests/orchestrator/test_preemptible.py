@@ -83,8 +83,8 @@ def test_train_name_restart_loop_is_exact(ray_local, tmp_path):
     after_term = committed(predir)[-1]
     assert after_term < 9600
     # 3: SIGKILL at a later checkpoint
-    kill_driver_when(start_driver(command, tmp_path),
-                     lambda: committed(predir) and committed(predir)[-1] >= after_term + 1600, 120, "a later checkpoint")
+    later = lambda: committed(predir) and committed(predir)[-1] >= after_term + 1600  # noqa: E731
+    kill_driver_when(start_driver(command, tmp_path), later, 120, "a later checkpoint")
     killed_at = committed(predir)[-1]
     assert after_term < killed_at < 9600
     # 4: to the end
