@@ -24,7 +24,7 @@ Other commands (handled before the SPEC_FILE SPEC_NAME MODE form):
 
 Exit codes: 0 success (or nothing left to do); 1 a session failed or could not be checkpointed; 2 bad input
 (spec, paths, arguments): one clear message, no traceback, nothing existing is changed; 75 (EX_TEMPFAIL)
-interrupted, resumable (SIGTERM, SIGINT, SIGUSR1): run the same command again to continue. A resume
+interrupted, resumable (SIGTERM, SIGINT; train also SIGUSR1): run the same command again to continue. A resume
 (``train@``, ``search@``, ``--name``) applies the ``-s`` overrides the run was started with before new ones.
 """
 

@@ -29,7 +29,7 @@ from orchestrator.store import storage
 from orchestrator.store.lease import Lease, LeaseHeldError
 
 ITEMS = ["meta.max_session=1", "meta.log_frequency=800", "meta.checkpoint_frequency=800", "meta.random_seed=5",
-         "env.max_frame=9600"]
+         "env.max_frame=12000"]
 COMPARED = lambda df: df.drop(columns=["wall_t", "fps"]).reset_index(drop=True)  # noqa: E731
 
 
@@ -45,8 +45,8 @@ def newest_manifest(predir, session=0):
     return json.loads(path.read_text())
 
 
-def sigterm_when(driver, ready, timeout=120):
-    """SIGTERM a driver once ``ready()`` holds; returns its (exit code, stdout, stderr)."""
+def sigterm_when(driver, ready, timeout=120, signum=signal.SIGTERM):
+    """Signal (SIGTERM) a driver once ``ready()`` holds; returns its (exit code, stdout, stderr)."""
     tree = []
     try:
         deadline = time.time() + timeout
@@ -55,7 +55,7 @@ def sigterm_when(driver, ready, timeout=120):
             assert time.time() < deadline, "not ready in time"
             time.sleep(0.1)
         tree = descendants(driver.pid)
-        driver.send_signal(signal.SIGTERM)
+        driver.send_signal(signum)
         out, err = driver.communicate(timeout=90)
     finally:
         kill_pids(tree + descendants(driver.pid))
@@ -63,8 +63,8 @@ def sigterm_when(driver, ready, timeout=120):
 
 
 def test_train_name_restart_loop_is_exact(ray_local, tmp_path):
-    """The same ``train --name`` command, re-run after a SIGKILL before the first checkpoint, a SIGTERM and a
-    SIGKILL at later checkpoints, ends with the train_df and weights of an uninterrupted run."""
+    """The same ``train --name`` command, re-run after a SIGKILL before the first checkpoint, a SIGTERM, a SIGKILL
+    and a SIGUSR1 at later checkpoints, ends with the train_df and weights of an uninterrupted run."""
     from orchestrator.session.loop import Session
     from orchestrator.spec.load import load_spec
 
@@ -81,17 +81,23 @@ def test_train_name_restart_loop_is_exact(ray_local, tmp_path):
     assert code == EXIT_RESUMABLE, err
     assert "Traceback" not in err
     after_term = committed(predir)[-1]
-    assert after_term < 9600
+    assert after_term < 12000
     # 3: SIGKILL at a later checkpoint
     later = lambda: committed(predir) and committed(predir)[-1] >= after_term + 1600  # noqa: E731
     kill_driver_when(start_driver(command, tmp_path), later, 120, "a later checkpoint")
     killed_at = committed(predir)[-1]
-    assert after_term < killed_at < 9600
-    # 4: to the end
+    assert after_term < killed_at < 12000
+    # 4: SIGUSR1 (SLURM's warning before the time limit), like SIGTERM
+    code, out, err = sigterm_when(start_driver(command, tmp_path, capture=True),
+                                  lambda: committed(predir)[-1] >= killed_at + 1600, signum=signal.SIGUSR1)
+    assert code == EXIT_RESUMABLE and "SIGUSR1: committing final checkpoints" in err, err
+    after_usr1 = committed(predir)[-1]
+    assert after_usr1 < 12000
+    # 5: to the end
     assert run_cli(*command) == 0
     run = storage.read_json(str(predir / "run.json"))
     assert run["sessions"]["t0_s0"]["status"] == "done"
-    assert [r["from_frames"]["t0_s0"] for r in run["resumes"]] == [0, after_term, killed_at]
+    assert [r["from_frames"]["t0_s0"] for r in run["resumes"]] == [0, after_term, killed_at, after_usr1]
     torch.set_num_threads(1)
     spec = load_spec(SPECS, "ppo_cartpole", ITEMS)
     straight = Session(spec, 5)
@@ -99,7 +105,7 @@ def test_train_name_restart_loop_is_exact(ray_local, tmp_path):
     resumed = pd.read_parquet(predir / "t0/s0/train_df.parquet")
     pd.testing.assert_frame_equal(COMPARED(resumed), COMPARED(straight.train_df))
     assert newest_manifest(predir)["meta"]["weights_sha256"] == straight.weights_sha256()
-    # 5: the finished command again: exit 0, no file changed
+    # 6: the finished command again: exit 0, no file changed
     before = files_digest(predir)
     assert run_cli(*command) == 0
     assert files_digest(predir) == before
