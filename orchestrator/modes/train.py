@@ -284,16 +284,19 @@ def run_named(args: argparse.Namespace) -> int:
         UsageError / SpecError: bad input (exit 2), see ``check_named``.
     """
     predir = predir_mod.named_predir(args.data_dir, args.name)
-    check_named(args, predir, search=False)
+    spec = None
+    if not check_named(args, predir, search=False):  # a new run: its spec is checked before anything is written
+        checked = spec_check.start(spec_check.request_of(args))  # a child process checks while Ray starts
+        init_ray(args.address, getattr(args, "dashboard", False))
+        spec = checked()["spec"]
+        check_resources(spec["meta"])
     storage.makedirs(predir)
     with Lease(predir, f"train --name {args.name}", wait=True) as lease:
         if check_named(args, predir, search=False):  # under the lease: a predecessor may have just started it
             args.allow_fresh = True
             return resume_train(args, predir, lease, complete_unchanged=True)
-        checked = spec_check.start(spec_check.request_of(args))
-        init_ray(args.address, getattr(args, "dashboard", False))
-        spec = checked()["spec"]
-        check_resources(spec["meta"])
+        if spec is None:  # the run was there, and is gone now
+            spec = spec_check.start(spec_check.request_of(args))()["spec"]
         _, plans = plan_fresh(spec, args.data_dir, predir)
         if args.overrides:
             predir_mod.save_overrides(predir, args.overrides)
