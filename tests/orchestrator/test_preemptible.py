@@ -148,7 +148,8 @@ def test_name_bad_input_exits_2_and_changes_nothing(tmp_path, capsys):
     for bad in ("../up", "a/b", ".hidden", "", "x" * 201):
         assert run_cli(SPECS, "ppo_cartpole", "train", "--name", bad, "--data-dir", str(data)) == 2
         assert "expected a plain directory name" in capsys.readouterr().err
-    assert run_cli(SPECS, "ppo_cartpole", "train", "--name", "new", "--data-dir", str(data), "-s", "env.max_frame=-1") == 2
+    assert run_cli(SPECS, "ppo_cartpole", "train", "--name", "new", "--data-dir", str(data),
+                   "-s", "env.max_frame=-1") == 2
     assert "env.max_frame" in capsys.readouterr().err
     assert run_cli(SPECS, "ppo_cartpole", "dev", "--name", "x", "--data-dir", str(data)) == 2
     assert "--name applies to the modes train and search" in capsys.readouterr().err
