@@ -62,7 +62,7 @@ def sigterm_when(driver, ready, timeout=120, signum=signal.SIGTERM):
     return driver.returncode, out, err
 
 
-def test_train_name_restart_loop_is_exact(ray_local, tmp_path):
+def test_train_name_restart_loop_is_exact(ray_local, tmp_path, capsys):
     """The same ``train --name`` command, re-run after a SIGKILL before the first checkpoint, a SIGTERM, a SIGKILL
     and a SIGUSR1 at later checkpoints, ends with the train_df and weights of an uninterrupted run."""
     from orchestrator.session.loop import Session
@@ -107,8 +107,12 @@ def test_train_name_restart_loop_is_exact(ray_local, tmp_path):
     assert newest_manifest(predir)["meta"]["weights_sha256"] == straight.weights_sha256()
     # 6: the finished command again: exit 0, no file changed
     before = files_digest(predir)
+    capsys.readouterr()
     assert run_cli(*command) == 0
+    assert "is already complete; nothing to do" in capsys.readouterr().out
     assert files_digest(predir) == before
+    assert run_cli("ls", "--data-dir", str(data)) == 0
+    assert "job-42  spec=ppo_cartpole  max_frame=12000" in capsys.readouterr().out
 
 
 def test_resume_keeps_the_runs_own_overrides(ray_local, tmp_path, capsys):
