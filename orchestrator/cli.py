@@ -4,11 +4,14 @@ Modes:
   dev                 one session in-process with live progress, outputs (with metrics, graphs and
                       a run.json saying "mode": "dev") in a new predir; never resumable
   train               ``meta.max_session`` sessions as Ray actors, checkpointed
+  train --name RUN    the same in ``{data_dir}/RUN``; run again, it resumes that run (a complete run: exit 0,
+                      nothing changed), so a scheduler can re-run the same command after any interruption
   train@latest        resume the newest run of SPEC_NAME in ``--data-dir``
   train@{predir}      resume that run (path or URI)
   search              Ray Tune search over the spec's ``search`` section: ``meta.max_trial`` samples,
                       each a trial of ``meta.max_session`` sessions (see orchestrator/modes/search.py)
   search@latest       resume the newest search of SPEC_NAME; search@{predir}: resume that search
+  search --name RUN   a search in ``{data_dir}/RUN``, resumed when run again
   enjoy@{session_spec_file}[@latest]
                       replay a session's best (or newest) checkpoint: --episodes, --seed, --ckpt,
                       --render, --record; outputs only under {predir}/enjoy/
@@ -19,8 +22,10 @@ Other commands (handled before the SPEC_FILE SPEC_NAME MODE form):
   lab compare PREDIR_OR_TRIAL ... [--out PATH]
                               one graph (PNG + HTML) of several runs or trials: IQM and 95% CI
 
-Exit codes: 0 success; 1 a session failed or could not be checkpointed; 2 bad input (spec, paths,
-arguments): one clear message, no traceback, nothing existing is changed.
+Exit codes: 0 success (or nothing left to do); 1 a session failed or could not be checkpointed; 2 bad input
+(spec, paths, arguments): one clear message, no traceback, nothing existing is changed; 75 (EX_TEMPFAIL)
+interrupted, resumable (SIGTERM, SIGINT; train also SIGUSR1): run the same command again to continue. A resume
+(``train@``, ``search@``, ``--name``) applies the ``-s`` overrides the run was started with before new ones.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ MODES = ("dev", "train", "train@latest", "train@{predir}", "search", "search@lat
 COMMANDS_HELP = """modes:
   dev                  one session in-process with live progress, outputs in a new predir
   train                meta.max_session sessions as Ray actors, checkpointed
+                       (--name RUN: in DATA_DIR/RUN, resumed by the same command)
   train@latest         resume the newest run of SPEC_NAME in --data-dir
   train@PREDIR         resume that run (path or URI)
   search               Ray Tune search over the spec's search section
@@ -101,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--search-alg", choices=("auto", "basic", "optuna"), default="auto",
                         help="search: Tune's built-in generator (basic), Optuna, or auto (Optuna when "
                              "installed and the space has no grid_search/normal)")
+    parser.add_argument("--name", default=None, metavar="RUN",
+                        help="train/search: run in DATA_DIR/RUN; if it holds a run of this spec, resume it "
+                             "(a complete run: exit 0, unchanged), so the same command continues after any "
+                             "interruption")
     parser.add_argument("--allow-fresh", action="store_true",
                         help="on train@, start sessions that have no committed checkpoint from frame 0")
     parser.add_argument("--quiet", action="store_true", help="no live progress display")
@@ -137,7 +147,7 @@ def run_train_mode(args: argparse.Namespace) -> int:
     """``train`` / ``train@...`` (imports Ray only when needed; ``train`` checks its spec, preflight and
     ``agent.net.init_from`` included, in ``orchestrator.modes.spec_check`` while Ray starts)."""
     checked = None
-    if args.mode == "train":  # the check's child process starts before this process imports Ray
+    if args.mode == "train" and not args.name:  # the check's child process starts before this process imports Ray
         from orchestrator.modes import spec_check
         checked = spec_check.start(spec_check.request_of(args))
     from orchestrator.modes.train import run_train
@@ -197,6 +207,11 @@ def dispatch(args: argparse.Namespace) -> int:
     if handler is None or (args.mode == "dev@" or args.mode.startswith("dev@")):
         raise UsageError(f"unknown mode '{args.mode}'; expected one of: {', '.join(MODES)}"
                          + order_hint(args))
+    if args.name is not None:
+        if args.mode not in ("train", "search"):
+            raise UsageError(f"--name applies to the modes train and search, not '{args.mode}'")
+        from orchestrator.store.predir import named_predir
+        named_predir(args.data_dir, args.name)  # a bad name exits 2 before anything starts
     if args.mode.split("@", 1)[0] != "train":  # train, train@: in orchestrator.modes.spec_check, while Ray starts
         from orchestrator.spec.preflight import preflight
         preflight(args)  # env dependencies and memory sizes, before any run dir or actor exists

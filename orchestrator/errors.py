@@ -11,3 +11,8 @@ class SpecError(Exception):
     def __init__(self, problems: list[str] | str) -> None:
         self.problems = [problems] if isinstance(problems, str) else list(problems)
         super().__init__("\n".join(self.problems))
+
+
+EXIT_RESUMABLE = 75
+"""Exit code of a command that stopped early but can be resumed by running it again (BSD sysexits
+``EX_TEMPFAIL``): after SIGTERM, SIGINT, SIGUSR1 or a storage fault. A scheduler should retry it."""

@@ -32,6 +32,7 @@ from typing import Any, Callable
 import ray
 from ray.exceptions import OutOfMemoryError, RayActorError, RayTaskError
 
+from orchestrator.errors import EXIT_RESUMABLE
 from orchestrator.global_params import GlobalParamsActor, distributed
 from orchestrator.report.progress import SessionProgress
 from orchestrator.runtime import ray_drain
@@ -492,7 +493,8 @@ class Trial:
         """Mark unfinished sessions, aggregate trial_df, analyze, print the summary.
 
         Returns:
-            The exit code: 0 done (or cleanly interrupted), 1 a session failed or could not commit.
+            The exit code: 0 done, ``EXIT_RESUMABLE`` (75) cleanly interrupted, 1 a session failed or could not
+            commit.
         """
         self.mark_unfinished()
         out = None
@@ -506,7 +508,7 @@ class Trial:
         if self.stopping_since is not None:
             self.print_interrupted()
             clean = all(p.status in ("interrupted", "done", "not started") and not p.error for p in self.plans)
-            return 0 if clean else 1
+            return EXIT_RESUMABLE if clean else 1
         if self.analyze:
             from orchestrator.report.analysis import summary_lines
             print("\n".join([f"trial done: {self.predir}", *(summary_lines(self.predir, out) if out else [])]),

@@ -54,8 +54,8 @@ from typing import Any
 
 from ray import tune
 
-from orchestrator.errors import UsageError
-from orchestrator.modes.train import missing_spec_message, resolve_predir
+from orchestrator.errors import EXIT_RESUMABLE, UsageError
+from orchestrator.modes.train import check_named, missing_spec_message, resolve_predir, with_saved_overrides
 from orchestrator.runtime.ray_start import check_resources, init_ray
 from orchestrator.search.report import analyze, report_summary
 from orchestrator.search.trials import ANALYZER, lab_trials, mark_ended
@@ -144,13 +144,23 @@ def run_search(args: argparse.Namespace) -> int:
     """``search`` and ``search@{predir|latest}`` (see module docstring); returns the exit code."""
     from orchestrator.spec.load import load_spec  # the driver's check torch; Tune's trial actors import none
 
-    new_spec = load_spec(args.spec_file, args.spec_name, args.overrides)
     args.data_dir = storage.absolute(args.data_dir)
+    target = args.mode.split("@", 1)[1] if "@" in args.mode else None
+    named = predir_mod.named_predir(args.data_dir, args.name) if getattr(args, "name", None) else None
+    if named is not None and check_named(args, named, search=True):
+        target = named
+    given: list[str] = []
+    if target is not None:  # the run's saved -s overrides go first
+        try:
+            given = with_saved_overrides(args, resolve_predir(target, args.data_dir, args.spec_name))
+        except UsageError:
+            pass  # resume_search names the problem once the spec is known to be good
+    new_spec = load_spec(args.spec_file, args.spec_name, args.overrides)
     with SearchLease(args) as lease:
-        if "@" in args.mode:
-            predir, spec, settings, tuner = resume_search(args, new_spec, args.mode.split("@", 1)[1], lease)
+        if target is not None:
+            predir, spec, settings, tuner = resume_search(args, new_spec, target, lease, given)
         else:
-            predir, spec, settings, tuner = start_search(args, new_spec, lease)
+            predir, spec, settings, tuner = start_search(args, new_spec, lease, named)
         print(f"{args.mode}: {predir} (max_trial={spec['meta']['max_trial']}, {spec['meta']['max_session']} "
               f"session(s) per trial, search algorithm {settings['search_alg']})")
         ANALYZER.start(predir)
@@ -206,8 +216,8 @@ def fit_with_signals(tuner: Any) -> tuple[Any, bool]:
 
 def finish_search(predir: str, spec: dict[str, Any], results: Any, signalled: bool = False) -> int:
     """After ``fit``: mark ended trials, analyze, print the summary; returns the exit code: 1 for a failed trial or
-    a search Tune ended early for another reason, 0 when every trial ended or a signal (``signalled``) stopped it
-    cleanly (its unfinished trials stay ``running`` for ``search@``)."""
+    a search Tune ended early for another reason, 0 when every trial ended, ``EXIT_RESUMABLE`` when a signal
+    (``signalled``) stopped it cleanly (its unfinished trials stay ``running`` for ``search@``)."""
     errors, interrupted = mark_ended(predir, spec, results, signalled)
     df = analyze(predir, spec)
     report_summary(predir, spec, df, interrupted)
@@ -217,7 +227,9 @@ def finish_search(predir: str, spec: dict[str, Any], results: Any, signalled: bo
         from orchestrator.commandline import lab_command
         print("interrupted; resume with:\n  "
               + lab_command(predir_mod.spec_file(predir, spec["name"]), spec["name"], f"search@{predir}"))
-    return 1 if errors or (interrupted and not signalled) else 0
+    if errors or (interrupted and not signalled):
+        return 1
+    return EXIT_RESUMABLE if interrupted else 0
 
 
 class SearchLease:
@@ -225,7 +237,7 @@ class SearchLease:
     on exit. ``args`` is kept for the mode shown to a second driver."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        self.mode, self.lease = args.mode, None
+        self.mode, self.lease, self.wait = args.mode, None, bool(getattr(args, "name", None))
 
     def take(self, predir: str) -> None:
         """Acquire the lease of ``predir``.
@@ -233,7 +245,7 @@ class SearchLease:
         Raises:
             LeaseHeldError: another live driver holds it (exit 2).
         """
-        self.lease = Lease(predir, self.mode)
+        self.lease = Lease(predir, self.mode, wait=self.wait)
         self.lease.acquire()
 
     def __enter__(self) -> "SearchLease":
@@ -244,10 +256,10 @@ class SearchLease:
             self.lease.release()
 
 
-def start_search(args: argparse.Namespace, spec: dict[str, Any],
-                 lease: SearchLease) -> tuple[str, dict, dict, tune.Tuner]:
-    """A new search: checks, then the predir (its lease taken) with its spec and ``search.json``, and a
-    new Tuner.
+def start_search(args: argparse.Namespace, spec: dict[str, Any], lease: SearchLease,
+                 named: str | None = None) -> tuple[str, dict, dict, tune.Tuner]:
+    """A new search: checks, then the predir (``named``, of ``--name``, or a new timestamped one; its lease
+    taken) with its spec, ``search.json`` and ``-s`` overrides, and a new Tuner.
 
     Returns:
         (predir, spec as run, settings, tuner).
@@ -260,17 +272,21 @@ def start_search(args: argparse.Namespace, spec: dict[str, Any],
                 "max_concurrent_trials": args.max_concurrent_trials}
     init_ray(args.address, getattr(args, "dashboard", False), prestart=False)
     check_resources(spec["meta"], together=True)
-    predir = predir_mod.new_predir(args.data_dir, spec["name"])
+    if named is not None:
+        storage.makedirs(named)
+    predir = named or predir_mod.new_predir(args.data_dir, spec["name"])
     lease.take(predir)
+    if args.overrides:
+        predir_mod.save_overrides(predir, args.overrides)
     storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)
     storage.write_json(storage.join(predir, "search.json"), settings)
     return predir, spec, settings, make_tuner(spec, predir, settings, args.quiet)
 
 
-def resume_search(args: argparse.Namespace, new_spec: dict[str, Any], target: str,
-                  lease: SearchLease) -> tuple[str, dict, dict, tune.Tuner]:
+def resume_search(args: argparse.Namespace, new_spec: dict[str, Any], target: str, lease: SearchLease,
+                  given: list[str] | None = None) -> tuple[str, dict, dict, tune.Tuner]:
     """``search@{target}``: the lease of the run, the saved spec plus edits, and the restored (or a new)
-    Tuner.
+    Tuner. ``given``: the ``-s`` overrides given now (recorded with the saved ones when they edit the spec).
 
     Returns:
         (predir, spec as run, settings, tuner).
@@ -286,6 +302,8 @@ def resume_search(args: argparse.Namespace, new_spec: dict[str, Any], target: st
     check_resources(spec["meta"], together=True)
     if applied:
         storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)
+        if given:
+            predir_mod.save_overrides(predir, args.overrides)
     for line in applied:
         print(f"applied spec edit: {line}")
     lab_trials(predir)  # rebuilds a damaged trial.json before Tune's trials read it

@@ -1,5 +1,10 @@
 """The ``train`` and ``train@{predir|latest}`` modes: plan a new run or verify and resume a saved one, hold its lease,
-run its trial."""
+run its trial.
+
+``train --name RUN`` runs in ``{data_dir}/{RUN}``: a new run there, or, when it holds a run of the same spec, a
+resume of it as ``train@`` would (sessions without a committed checkpoint start fresh with their seeds; a
+complete run is left unchanged, exit 0), so a scheduler can re-run the same command after any interruption.
+Every resume applies the run's saved ``-s`` overrides (``overrides.json``) before the ones given now."""
 
 from __future__ import annotations
 
@@ -23,14 +28,15 @@ from orchestrator.trial import Trial, aggregate_trial
 from orchestrator.verify import export_committed, session_done
 
 
-def plan_fresh(spec: dict[str, Any], data_dir: str) -> tuple[str, list[SessionPlan]]:
-    """A new predir with its spec files, and one fresh plan per session of trial 0."""
+def plan_fresh(spec: dict[str, Any], data_dir: str, predir: str | None = None) -> tuple[str, list[SessionPlan]]:
+    """A new predir (``predir`` when given, e.g. of ``--name``) with its spec files, and one fresh plan per session
+    of trial 0."""
     if spec["meta"]["random_seed"] is None:
         import secrets
         spec["meta"]["random_seed"] = secrets.randbelow(2**31 - 1)
     base = spec["meta"]["random_seed"]
     seeds = [session_seed(base, 0, s) for s in range(spec["meta"]["max_session"])]
-    predir = predir_mod.new_predir(data_dir, spec["name"])
+    predir = predir or predir_mod.new_predir(data_dir, spec["name"])
     predir_mod.save_specs(predir, spec, 0, seeds)
     return predir, [SessionPlan(0, s, seed, resume=False) for s, seed in enumerate(seeds)]
 
@@ -44,7 +50,8 @@ def resolve_predir(target: str, data_dir: str, spec_name: str) -> str:
     if target == "latest":
         predir = predir_mod.latest_predir(data_dir, spec_name)
         if predir is None:
-            raise UsageError(f"train@latest: no run of '{spec_name}' in data dir '{data_dir}'")
+            raise UsageError(f"train@latest: no run of '{spec_name}' in data dir '{data_dir}'; to start a run that "
+                             "the same command resumes after an interruption, use 'train --name RUN'")
         return predir
     predir = storage.absolute(target.rstrip("/"))
     if not storage.is_dir(predir):
@@ -77,8 +84,8 @@ def missing_spec_message(mode: str, predir: str, spec_name: str) -> str:
     return text + f"Write the spec '{spec_name}' the run was started with to {missing}, then resume again"
 
 
-def plan_resume(predir: str, merged: dict[str, Any], saved_sessions: int,
-                allow_fresh: bool) -> tuple[list[SessionPlan], list[SessionPlan]]:
+def plan_resume(predir: str, merged: dict[str, Any], saved_sessions: int, allow_fresh: bool,
+                export: bool = True) -> tuple[list[SessionPlan], list[SessionPlan]]:
     """Plan one resumed actor per unfinished session of ``predir``, run with ``merged`` (``spec.resume_spec``: the
     saved spec with the edits given now); sessions from ``saved_sessions`` (the saved ``meta.max_session``) on
     are new ones.
@@ -114,7 +121,7 @@ def plan_resume(predir: str, merged: dict[str, Any], saved_sessions: int,
     if missing:
         raise UsageError(f"train@{predir}: no committed checkpoint for session(s) {', '.join(missing)}; "
                          "pass --allow-fresh to start them from frame 0")
-    for plan, selection in done:
+    for plan, selection in done if export else ():
         export_committed(predir, plan, selection)
     return plans, [plan for plan, _ in done]
 
@@ -151,11 +158,12 @@ def record_resume(predir: str, spec: dict[str, Any], plans: list[SessionPlan], a
 
 
 def run_with_signals(trial: Trial, spec: dict[str, Any]) -> int:
-    """Run a trial; SIGINT/SIGTERM ask for final checkpoints, a second one exits at once.
+    """Run a trial; SIGINT/SIGTERM/SIGUSR1 (SLURM's ``--signal=B:USR1@N``) ask for final checkpoints, a second
+    one exits at once. A trial stopped so, cleanly, returns ``EXIT_RESUMABLE`` (``Trial.finish``).
 
     Handlers are installed only from the main thread (elsewhere Python forbids it).
     """
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
 
     def on_signal(signum: int, frame: Any) -> None:
         if trial.stop_requested:  # second signal: leave at once
@@ -210,12 +218,16 @@ def run_train(args: argparse.Namespace, checked: Callable[[], dict[str, Any]] | 
         UsageError / SpecError: bad input (exit 2), including a run held by another live driver.
     """
     args.data_dir = storage.absolute(args.data_dir)  # actors may run in another working directory
+    if getattr(args, "name", None):
+        return run_named(args)
     if args.mode == "train":
         checked = checked or spec_check.start(spec_check.request_of(args))  # a child process checks while Ray starts
         init_ray(args.address, getattr(args, "dashboard", False))
         new_spec = checked()["spec"]
         check_resources(new_spec["meta"])
         predir, plans = plan_fresh(new_spec, args.data_dir)
+        if args.overrides:
+            predir_mod.save_overrides(predir, args.overrides)
         with Lease(predir, args.mode) as lease:
             record = RunRecord.load_or_new(predir, new_spec["name"])
             print(f"{args.mode}: {predir} ({len(plans)} session(s))")
@@ -228,25 +240,94 @@ def run_train(args: argparse.Namespace, checked: Callable[[], dict[str, Any]] | 
     except UsageError:
         spec_check.start(spec_check.request_of(args))()  # a bad spec is named first (e.g. an env not installed)
         raise
-    # the given spec's check and its merge into the saved spec, in a child process while Ray starts
-    checked = spec_check.start(spec_check.request_of(args, resume=predir))
     with Lease(predir, args.mode) as lease:
-        return resume_train(args, predir, checked, lease)
+        return resume_train(args, predir, lease)
 
 
-def resume_train(args: argparse.Namespace, predir: str, checked: Callable[[], dict[str, Any]], lease: Lease) -> int:
-    """``train@{predir}`` once the lease is held: start Ray, take the merged spec from ``checked``
-    (``spec_check.start``), verify and plan the sessions, record, run; returns the exit code.
+def check_named(args: argparse.Namespace, predir: str, search: bool) -> bool:
+    """Whether ``predir`` (of ``--name``) holds a run to resume (False: absent or empty, start one).
+
+    Raises:
+        UsageError: it holds a run of another spec, a search where a train run is asked for (or the reverse), or
+            a dev run.
+    """
+    if not predir_mod.has_run(predir):
+        return False
+    mode = f"{args.mode} --name {args.name}"
+    try:
+        name = predir_mod.spec_name_of(predir)
+    except ValueError as err:
+        raise UsageError(f"{mode}: {err}") from None
+    if name != args.spec_name:
+        raise UsageError(f"{mode}: '{predir}' holds a run of '{name}', not of '{args.spec_name}'; "
+                         "choose another --name")
+    is_search = storage.exists(storage.join(predir, "search.json"))
+    if is_search != search:
+        raise UsageError(f"{mode}: '{predir}' holds a {'search' if is_search else 'train run'}; resume it with "
+                         f"'{'search' if is_search else 'train'} --name {args.name}'")
+    refuse_dev_run(predir, mode)
+    return True
+
+
+def with_saved_overrides(args: argparse.Namespace, predir: str) -> list[str]:
+    """Put the run's saved ``-s`` overrides before the ones given now in ``args.overrides``; returns those given now."""
+    given = list(args.overrides)
+    args.overrides = predir_mod.saved_overrides(predir) + given
+    return given
+
+
+def run_named(args: argparse.Namespace) -> int:
+    """``train --name RUN`` (see the module docstring): the lease of ``{data_dir}/{RUN}`` (waiting for a
+    predecessor's lease to go stale, ``Lease(wait=True)``), then a fresh run or a resume; returns the exit code.
+
+    Raises:
+        UsageError / SpecError: bad input (exit 2), see ``check_named``.
+    """
+    predir = predir_mod.named_predir(args.data_dir, args.name)
+    spec = None
+    if not check_named(args, predir, search=False):  # a new run: its spec is checked before anything is written
+        checked = spec_check.start(spec_check.request_of(args))  # a child process checks while Ray starts
+        init_ray(args.address, getattr(args, "dashboard", False))
+        spec = checked()["spec"]
+        check_resources(spec["meta"])
+    storage.makedirs(predir)
+    with Lease(predir, f"train --name {args.name}", wait=True) as lease:
+        if check_named(args, predir, search=False):  # under the lease: a predecessor may have just started it
+            args.allow_fresh = True
+            return resume_train(args, predir, lease, complete_unchanged=True)
+        if spec is None:  # the run was there, and is gone now
+            spec = spec_check.start(spec_check.request_of(args))()["spec"]
+        _, plans = plan_fresh(spec, args.data_dir, predir)
+        if args.overrides:
+            predir_mod.save_overrides(predir, args.overrides)
+        record = RunRecord.load_or_new(predir, spec["name"])
+        print(f"train --name {args.name}: {predir} ({len(plans)} session(s))")
+        return run_with_signals(Trial(spec, predir, plans, record, quiet=args.quiet, lease=lease), spec)
+
+
+def resume_train(args: argparse.Namespace, predir: str, lease: Lease, complete_unchanged: bool = False) -> int:
+    """``train@{predir}`` once the lease is held: check the given spec (its saved ``-s`` overrides first) and merge
+    it into the saved one in a child process while Ray starts, verify and plan the sessions, record, run; returns
+    the exit code. ``complete_unchanged``: a run whose sessions are all done, with no edit given, is left as it
+    is (``--name``).
 
     Raises:
         UsageError / SpecError: a bad spec or an edit that contradicts the run's past (``spec.resume_spec``),
             and see ``plan_resume``; nothing in the run is changed then.
     """
+    given = with_saved_overrides(args, predir)
+    checked = spec_check.start(spec_check.request_of(args, resume=predir))
     init_ray(args.address, getattr(args, "dashboard", False))
     answer = checked()
     spec, applied = answer["spec"], answer["applied"]
-    plans, done = plan_resume(predir, spec, answer["saved_sessions"], args.allow_fresh)
+    plans, done = plan_resume(predir, spec, answer["saved_sessions"], args.allow_fresh,
+                              export=not (complete_unchanged and not applied))
     check_resources(spec["meta"])
+    if complete_unchanged and not plans and not applied and not any(p.set_aside for p in done):
+        print(f"{args.mode} --name {args.name}: the run {predir} is already complete; nothing to do")
+        return 0
+    if given and applied:
+        predir_mod.save_overrides(predir, args.overrides)
     record = record_resume(predir, spec, plans, applied, done)
     if not plans:
         print(f"nothing to resume: every session of {predir} is at max_frame")

@@ -120,9 +120,13 @@ def _key_order(key: str) -> tuple[int, ...]:
 
 
 def list_runs(data_dir: str) -> list[RunInfo]:
-    """Every run directory directly under ``data_dir``, oldest first (by the timestamp in the name)."""
-    names = [n for n in storage.listdir(data_dir) if re.search(rf"_{predir_mod.TS_RE}$", n)]
+    """Every run directory directly under ``data_dir``: the timestamped ones oldest first (by the timestamp in the
+    name), then those started with ``--name``, by name."""
+    entries = storage.listdir(data_dir)
+    names = [n for n in entries if re.search(rf"_{predir_mod.TS_RE}$", n)]
     names.sort(key=lambda n: (n[-17:], n))
+    names += sorted(n for n in entries if n not in names and predir_mod.RUN_NAME_RE.match(n)
+                    and predir_mod.has_run(storage.join(data_dir, n)))
     infos = (run_info(storage.join(data_dir, n)) for n in names)
     return [info for info in infos if info is not None]
 

@@ -13,7 +13,7 @@ import ray
 from ray import tune
 from ray.exceptions import RayTaskError
 
-from orchestrator.errors import SpecError
+from orchestrator.errors import EXIT_RESUMABLE, SpecError
 from orchestrator.session_hosts import HOSTS, host_key
 from orchestrator.spec.search_space import apply_values, parse_search, plain
 from orchestrator.store import predir as predir_mod
@@ -263,7 +263,7 @@ def run_lab_trial(predir: str, spec: dict[str, Any], t: int) -> None:
         history[plan.session] = {f: v for f, v in kept if f <= plan.frame}
     reporter = TrialReporter(t, plans, history, tune.report)
     code = Trial(spec, predir, plans, record, quiet=True, on_log=reporter, analyze=False, hosts=HOSTS).run()
-    if code != 0:
+    if code not in (0, EXIT_RESUMABLE):  # EXIT_RESUMABLE: stopped cleanly (a signal, or Tune stopping the trial)
         failed = [f"{p.key}: {(p.error or '').strip().splitlines()[-1:]}"
                   for p in plans if p.status == "failed"]
         raise RuntimeError(f"trial t{t}: session(s) failed: {failed}")

@@ -20,6 +20,11 @@ record first; a holder that finds another driver's record stops refreshing, prin
 ``lost`` (the trial then asks its sessions to stop at their next checkpoint), so such an overlap lasts
 at most one heartbeat period (``LEASE_HEARTBEAT_S``), not the whole run.
 
+A driver started with ``wait=True`` (``--name``: a scheduler's restart of the same command) that finds a
+live-looking lease waits, with a message, until the lease is released or goes stale (at once when its holder
+was on this host and is gone; after ``LEASE_STALE_S`` without a heartbeat when it was on another host), at most
+``wait_limit_s()``; a holder still heartbeating then is live, and the driver exits 2 as above.
+
 Settings: ``LEASE_STALE_S`` (default 30 s, environment ``LAB_LEASE_STALE_S``), ``LEASE_HEARTBEAT_S``
 (default 5 s, environment ``LAB_LEASE_HEARTBEAT_S``); keep the heartbeat well under the stale time.
 """
@@ -57,6 +62,11 @@ def stale_after_s() -> float:
 def heartbeat_s() -> float:
     """Seconds between heartbeats (``LAB_LEASE_HEARTBEAT_S`` or ``LEASE_HEARTBEAT_S``)."""
     return float(os.environ.get("LAB_LEASE_HEARTBEAT_S", LEASE_HEARTBEAT_S))
+
+
+def wait_limit_s() -> float:
+    """Longest wait of ``Lease(wait=True)`` for a lease to go stale: the stale time plus two heartbeats."""
+    return stale_after_s() + 2 * heartbeat_s()
 
 
 def _proc_start(pid: int) -> str | None:
@@ -112,10 +122,12 @@ class Lease:
     Args:
         predir: run directory URI (local path, ``file://``, ``s3://``, ``gs://``).
         mode: what the driver runs (``train``, ``train@...``, ``search@...``), shown to a second driver.
+        wait: wait (at most ``wait_limit_s()``) for a live-looking lease to be released or go stale, instead of
+            exiting 2 at once.
     """
 
-    def __init__(self, predir: str, mode: str) -> None:
-        self.predir, self.mode = predir, mode
+    def __init__(self, predir: str, mode: str, wait: bool = False) -> None:
+        self.predir, self.mode, self.wait = predir, mode, wait
         self.uri = storage.join(predir, LEASE_NAME)
         self.driver_id = uuid.uuid4().hex
         self.since = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -175,6 +187,8 @@ class Lease:
         local_first = current is None and not storage.is_remote(self.uri)
         if not (local_first and self._create_exclusive()):
             current = self.read() if local_first else current  # another driver created it first
+            if current is not None and self.wait:
+                current = self._wait_stale(current)
             if current is not None:
                 self._check_stale(current)
             storage.write_json(self.uri, self.record())
@@ -184,6 +198,19 @@ class Lease:
                 raise LeaseHeldError(self._held_message(confirmed or {}))
         self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
         self._thread.start()
+
+    def _wait_stale(self, current: dict[str, Any]) -> dict[str, Any] | None:
+        """Poll the record until it is released (None), stale, or ``wait_limit_s()`` passed; returns the last read."""
+        deadline, told = time.monotonic() + wait_limit_s(), False
+        while current is not None and staleness(current, stale_after_s()) is None and time.monotonic() < deadline:
+            if not told:
+                print(f"waiting up to {wait_limit_s():g} s for the lease of {self.predir}, held by "
+                      f"{describe(current)}: taken over once that driver is gone (another host: no heartbeat "
+                      f"for {stale_after_s():g} s, LAB_LEASE_STALE_S)", file=sys.stderr, flush=True)
+                told = True
+            time.sleep(min(1.0, heartbeat_s()))
+            current = self.read()
+        return current
 
     def _check_stale(self, current: dict[str, Any]) -> None:
         """Raise if ``current`` is a live lease; else say that it is taken over."""

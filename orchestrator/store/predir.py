@@ -3,6 +3,8 @@
 ``{data_dir}/{spec_name}_{YYYY_MM_DD_HHMMSS}/`` holds ``{spec_name}_spec.json`` (the spec as run),
 ``{spec_name}_t{T}_spec.json`` per trial, ``{spec_name}_t{T}_s{S}_spec.json`` per session (the
 ``enjoy@`` target), and ``t{T}/s{S}/`` per session. Paths stored in a run are predir-relative.
+A run started with ``--name RUN`` lives in ``{data_dir}/{RUN}`` instead. ``overrides.json`` holds the ``-s``
+overrides the run was started with (``{"overrides": ["key=value", ...]}``); resumes apply them again.
 """
 
 from __future__ import annotations
@@ -51,15 +53,74 @@ def latest_predir(data_dir: str, spec_name: str) -> str | None:
 
 
 def spec_name_of(predir: str) -> str:
-    """The spec name part of a predir's basename (``{spec_name}_{ts}``).
+    """The spec name of a run: the part of its basename before the timestamp (``{spec_name}_{ts}``), or for a
+    run named with ``--name``, the name of its one ``{spec_name}_spec.json``.
 
     Raises:
-        ValueError: the name does not end in a timestamp.
+        ValueError: the name does not end in a timestamp and the directory holds no single experiment spec.
     """
     m = re.match(rf"^(.+)_({TS_RE})$", storage.basename(predir))
-    if not m:
-        raise ValueError(f"'{predir}' is not a run directory named {{spec_name}}_{{YYYY_MM_DD_HHMMSS}}")
-    return m.group(1)
+    if m:
+        return m.group(1)
+    names = sorted({n[:-len("_spec.json")] for n in storage.listdir(predir) if n.endswith("_spec.json")}, key=len)
+    # the others are that spec's trial, session and best-trial files: {spec_name}_t0_spec.json, ...
+    if not names or not all(n.startswith(f"{names[0]}_") for n in names[1:]):
+        raise ValueError(f"'{predir}' is not a run directory named {{spec_name}}_{{YYYY_MM_DD_HHMMSS}} "
+                         "and holds no single {spec_name}_spec.json")
+    return names[0]
+
+
+RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+
+
+def named_predir(data_dir: str, name: str) -> str:
+    """The predir ``{data_dir}/{name}`` of ``--name name``.
+
+    Raises:
+        UsageError: ``name`` is not a plain directory name (letters, digits, ``.``, ``_``, ``-``; not starting
+            with ``.``, ``_`` or ``-``; at most 200 characters).
+    """
+    if not RUN_NAME_RE.match(name):
+        raise UsageError(f"--name '{name}': expected a plain directory name (letters, digits, '.', '_', '-', "
+                         "starting with a letter or digit, at most 200 characters), e.g. --name $SLURM_JOB_ID")
+    return storage.join(data_dir, name)
+
+
+def has_run(predir: str) -> bool:
+    """True if ``predir`` holds a started run (an experiment spec file), False if it is absent or empty."""
+    return storage.is_dir(predir) and any(n.endswith("_spec.json") for n in storage.listdir(predir))
+
+
+OVERRIDES_NAME = "overrides.json"
+
+
+def save_overrides(predir: str, overrides: list[str]) -> None:
+    """Record the ``-s`` overrides a run was started with (``{predir}/overrides.json``).
+
+    Raises:
+        storage.StorageError: the write failed.
+    """
+    storage.write_json(storage.join(predir, OVERRIDES_NAME), {"overrides": list(overrides)})
+
+
+def saved_overrides(predir: str) -> list[str]:
+    """The ``-s`` overrides ``predir`` was started with ([] for a run started before they were recorded).
+
+    Raises:
+        UsageError: ``overrides.json`` is damaged (names the file and the fix).
+    """
+    uri = storage.join(predir, OVERRIDES_NAME)
+    try:
+        data = storage.read_json(uri)
+    except FileNotFoundError:
+        return []
+    except (ValueError, UnicodeDecodeError) as err:
+        data = err
+    if not (isinstance(data, dict) and isinstance(data.get("overrides"), list)
+            and all(isinstance(x, str) for x in data["overrides"])):
+        raise UsageError(f"{uri} is damaged: expected {{\"overrides\": [\"key=value\", ...]}}, the -s overrides "
+                         "the run was started with; fix it (or delete it to apply none)")
+    return list(data["overrides"])
 
 
 def session_dir(predir: str, trial: int, session: int) -> str:

@@ -16,6 +16,7 @@ import pytest
 from lab_helpers import DRIVER_ENV, REPO, SPECS, descendants, kill_pids, only_predir, overrides, run_cli, start_driver
 
 from orchestrator import session_actor
+from orchestrator.errors import EXIT_RESUMABLE
 from orchestrator.session_actor import SessionRunner
 from orchestrator.spec.load import load_spec
 from orchestrator.store import checkpoint, storage
@@ -125,7 +126,7 @@ def test_sigterm_to_driver_interrupts_then_train_latest_completes(ray_local, tmp
         out, err = driver.communicate(timeout=90)
     finally:
         kill_pids(tree + descendants(driver.pid))
-    assert driver.returncode == 0, err
+    assert driver.returncode == EXIT_RESUMABLE, err
     assert f"train@{predir}" in out
     run = storage.read_json(str(predir / "run.json"))
     for s in (0, 1):
@@ -161,7 +162,7 @@ def test_signal_while_the_driver_handles_a_batch_stops_cleanly(ray_local, tmp_pa
     code = run_cli(SPECS, "ppo_cartpole", "train", "--data-dir", str(data), *overrides(PPO + ["env.max_frame=200000"]))
     out, err = capsys.readouterr()
     assert sent and "SIGTERM: committing final checkpoints" in err and "Traceback" not in err
-    assert code == 0, err
+    assert code == EXIT_RESUMABLE, err
     predir = only_predir(data)
     assert f"train@{predir}" in out
     run = storage.read_json(str(predir / "run.json"))

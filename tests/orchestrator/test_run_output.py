@@ -12,6 +12,7 @@ from lab_helpers import SPECS, files_digest, only_predir, overrides, run_cli
 
 from orchestrator import cli
 from orchestrator import commandline as commandline_mod
+from orchestrator.errors import EXIT_RESUMABLE
 from orchestrator.report.progress import SessionProgress
 from orchestrator.spec.load import load_spec
 from orchestrator.store.record import RunRecord, SessionPlan
@@ -78,7 +79,7 @@ def test_stop_while_a_session_waits_for_resources(ray_local, tmp_path, monkeypat
     record = RunRecord.load_or_new(predir, spec["name"])
     trial = Trial(spec, predir, plans, record, quiet=True, analyze=False,
                   on_log=lambda plan, row: trial.request_stop())
-    assert trial.run() == 0
+    assert trial.run() == EXIT_RESUMABLE
     run = json.loads((Path(predir) / "run.json").read_text())
     first, waiting = (0, 1) if run["sessions"]["t0_s0"]["status"] == "interrupted" else (1, 0)
     s0, s1 = run["sessions"][f"t0_s{first}"], run["sessions"][f"t0_s{waiting}"]

@@ -26,7 +26,7 @@ from lab_helpers import (
     start_driver,
 )
 
-from orchestrator.errors import SpecError, UsageError
+from orchestrator.errors import EXIT_RESUMABLE, SpecError, UsageError
 from orchestrator.search.trials import TrialReporter, trial_index
 from orchestrator.search.tune import TrialNamer, param_space, search_alg_name
 from orchestrator.spec.load import load_spec
@@ -249,7 +249,7 @@ def test_signal_stops_the_search_and_search_latest_finishes_it(ray_local, tmp_pa
     sender.join(timeout=5)
     out, err = capsys.readouterr()
     assert f"{signal.Signals(sig).name}: stopping the search" in err and "Traceback" not in err
-    assert code == 0 and "search interrupted:" in out and "search@" in out
+    assert code == EXIT_RESUMABLE and "search interrupted:" in out and "search@" in out
     (predir,) = (tmp_path / "data").iterdir()
     statuses = {p.parent.name: storage.read_json(str(p))["status"] for p in predir.glob("t*/trial.json")}
     assert "stopped" not in statuses.values() and statuses.get("t0") in ("running", "done"), statuses
