@@ -33,6 +33,7 @@ from typing import Any, NoReturn
 
 from orchestrator.errors import SpecError, UsageError
 from orchestrator.modes.dev import run_dev
+from orchestrator.runtime.console import install_warning_format
 from orchestrator.store import storage
 
 # orchestrator.spec (and with it torch and gymnasium) is imported only by the modes that check in this
@@ -264,6 +265,7 @@ SUBCOMMANDS = {"analyze": run_analyze, "ls": run_ls, "compare": run_compare}
 def run_subcommand(argv: list[str]) -> int:
     """Run ``lab analyze ...`` / ``lab ls ...``; bad input exits 2 with one message."""
     warnings.filterwarnings("ignore", category=DeprecationWarning)
+    install_warning_format()
     try:
         return SUBCOMMANDS[argv[0]](argv[1:])
     except (UsageError, storage.StorageError) as err:
@@ -277,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_subcommand(argv)
     args = parse_args(argv)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
+    install_warning_format()
     try:
         return dispatch(args)
     except SpecError as err:
