@@ -26,11 +26,14 @@ arguments): one clear message, no traceback, nothing existing is changed.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import shlex
 import sys
 import warnings
 from typing import Any, NoReturn
 
+from orchestrator.commandline import typed_options
 from orchestrator.errors import SpecError, UsageError
 from orchestrator.modes.dev import run_dev
 from orchestrator.runtime.console import install_warning_format
@@ -179,8 +182,16 @@ def order_hint(args: argparse.Namespace) -> str:
         return ""
     mode = next(w for w in words if is_mode_word(w))
     rest = [w for w in words if w != mode]
+    options = typed_options(args.overrides, args.data_dir)
     return (f"; arguments go in the order SPEC_FILE SPEC_NAME MODE: did you mean "
-            f"'lab {' '.join(rest)} {mode}'?")
+            f"'{shlex.join(['lab', *rest, mode, *options])}'?")
+
+
+def mode_hint(mode: str) -> str:
+    """``"; did you mean 'train'?"`` for a mistyped mode (``trian``, ``trian@latest``; ``difflib``), else ''."""
+    head, at, target = mode.partition("@")
+    close = difflib.get_close_matches(head, list(MODE_HANDLERS), n=1)
+    return f"; did you mean '{close[0]}{at}{target}'?" if close else ""
 
 
 def dispatch(args: argparse.Namespace) -> int:
@@ -197,7 +208,7 @@ def dispatch(args: argparse.Namespace) -> int:
     handler = MODE_HANDLERS.get(args.mode.split("@", 1)[0])
     if handler is None or (args.mode == "dev@" or args.mode.startswith("dev@")):
         raise UsageError(f"unknown mode '{args.mode}'; expected one of: {', '.join(MODES)}"
-                         + order_hint(args))
+                         + (order_hint(args) or mode_hint(args.mode)))
     if args.mode.split("@", 1)[0] != "train":  # train, train@: in orchestrator.modes.spec_check, while Ray starts
         from orchestrator.spec.preflight import preflight
         preflight(args)  # env dependencies and memory sizes, before any run dir or actor exists
@@ -272,11 +283,30 @@ def run_subcommand(argv: list[str]) -> int:
         fail(str(err))
 
 
+def list_specs(spec_file: str) -> int:
+    """``lab SPEC_FILE``: print the spec names in the file, one a line, and how to run one.
+
+    Returns:
+        0; a file that cannot be read exits 2 with one message (a near file name suggested).
+    """
+    from orchestrator.spec.files import spec_names
+    try:
+        names = spec_names(spec_file)
+    except SpecError as err:
+        fail("; ".join(err.problems))
+    print(f"specs in {spec_file}:")
+    print("\n".join(f"  {name}" for name in names))
+    print(f"run one: lab {shlex.quote(spec_file)} SPEC_NAME MODE (e.g. dev, train; lab --help lists the modes)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``lab`` and ``run_lab.py``; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SUBCOMMANDS:
         return run_subcommand(argv)
+    if len(argv) == 1 and not argv[0].startswith("-"):
+        return list_specs(argv[0])
     args = parse_args(argv)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     install_warning_format()
