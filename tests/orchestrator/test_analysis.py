@@ -202,7 +202,15 @@ def test_graphs_after_train_resume_and_lab_analyze(ray_local, tmp_path, capsys):
     assert assert_png(session_graph) and assert_png(trial_graph)
     assert json.loads((predir / "t0/s0/session_metrics.json").read_text()) == resumed
     assert json.loads((predir / "info/t0_trial_metrics.json").read_text()) == trial_resumed
-    assert f"t0: final_return_ma={trial_resumed['final_return_ma']:.4g}" in out and str(session_graph) in out
+    # the same final figures as the end-of-run summary, then the other metrics named for what they are
+    lines = out.splitlines()
+    assert lines[0] == f"analysis: {predir}"
+    assert lines[1:] == [*analysis.summary_lines(str(predir), analysis.analyze_predir(str(predir))),
+                         *(line for line in lines if " metrics: " in line)]
+    assert f"  t0_s0: frame=3200 total_reward_ma={resumed['total_reward_ma']:.4g} " in out
+    assert (f"  t0 metrics: total_reward_mean_last_100_rows={trial_resumed['final_return_ma']:.4g} "
+            f"strength={trial_resumed['strength']:.4g} ") in out
+    assert "final_return_ma" not in out and f"  graph: {session_graph}" in lines
 
     assert run_cli("ls", "--data-dir", str(data)) == 0
     out = capsys.readouterr().out
