@@ -177,8 +177,9 @@ def _analyze_trial(predir: str, spec: dict[str, Any], t: int, sessions: dict[int
     dfs = {s: df for s, (df, _) in sessions.items()}
     stem = storage.join(predir, "graph", f"{spec['name']}_t{t}_trial_graph")
     title = f"{spec['name']} t{t}"
-    storage.write_bytes(stem + ".png", plot_trial(dfs, points, title, rand))
-    compare.write_html(stem + ".html", compare.trial_traces(dfs, title, rand, points), title)
+    threshold = reward_threshold(spec["env"]["name"])
+    storage.write_bytes(stem + ".png", plot_trial(dfs, points, title, rand, threshold))
+    compare.write_html(stem + ".html", compare.trial_traces(dfs, title, rand, points, threshold), title)
     out["graphs"] += [stem + ".png", stem + ".html"]
     storage.write_json(storage.join(predir, "info", f"t{t}_trial_metrics.json"), record)
     out["trials"][f"t{t}"] = record

@@ -146,6 +146,28 @@ def test_one_marker_per_resume_across_sessions():
     assert sorted(line.get_xdata()[0] for line in vlines) == [800, 1600, 2400, 4000]
 
 
+def test_trial_graph_draws_the_reward_threshold_and_no_band_for_one_session():
+    from orchestrator.report import compare
+
+    df = pd.DataFrame({"frame": range(400, 4001, 400), "total_reward_ma": range(10, 101, 10)})
+    (ax,) = graphs_mod.trial_figure({0: df}, [], "t0", rand_return=22.0, threshold=475.0).axes
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["total_reward_ma (1 session)", "random policy",
+                                                                    "reward_threshold 475"]
+    assert not ax.collections  # no band drawn
+    hlines = [line for line in ax.get_lines() if line.get_ydata()[0] == line.get_ydata()[-1]]
+    assert sorted(line.get_ydata()[0] for line in hlines) == [22.0, 475.0]
+    two = {0: df, 1: df.assign(total_reward_ma=df["total_reward_ma"] + 5)}
+    (ax,) = graphs_mod.trial_figure(two, [], "t0", threshold=475.0).axes
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "+-1 std across sessions", "mean total_reward_ma (2 sessions)", "95% bootstrap CI of the IQM",
+        "IQM across sessions", "reward_threshold 475"]
+    html = compare.trial_traces({0: df}, "t0", 22.0, [], 475.0)
+    assert [t["name"] for t in html["data"]] == ["s0"]
+    assert [(n["text"], n["y"]) for n in html["layout"]["annotations"]] == [("random policy", 22.0),
+                                                                             ("reward_threshold 475", 475.0)]
+    assert analysis.reward_threshold("CartPole-v1") == 475.0
+
+
 def test_constant_lr_panel_is_not_scaled_to_float_noise():
     frames = list(range(400, 4001, 400))
     noise = [0.0, 1e-19, -1e-19, 0.0, 2e-19, 0.0, -1e-19, 0.0, 1e-19, 0.0]
