@@ -56,6 +56,7 @@ COMMANDS_HELP = """modes:
   enjoy@SESSION_SPEC   replay a session's best checkpoint (SESSION_SPEC@latest: its newest)
 
 other commands (no spec):
+  lab SPEC_FILE             list the spec names in a spec file
   lab ls [--data-dir URI]   list runs: status per session, frames, best return, resumable
   lab analyze PREDIR        recompute a run's metrics and graphs from its committed data
   lab compare PREDIR_OR_TRIAL ... [--out PATH]
