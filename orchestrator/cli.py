@@ -63,7 +63,7 @@ other commands (no spec):
                             one graph of runs/trials: IQM of total_reward_ma and its 95% CI
 
 example:
-  lab specs/demo.json dqn_cartpole dev
+  lab specs/demo.json ppo_cartpole dev
 """
 
 
