@@ -10,7 +10,7 @@ import sys
 import threading
 from typing import Any, Callable
 
-from orchestrator.commandline import mode_header
+from orchestrator.commandline import lab_command, mode_header, typed_options
 from orchestrator.errors import UsageError
 from orchestrator.modes import spec_check
 from orchestrator.runtime.ray_start import check_resources, init_ray
@@ -178,7 +178,8 @@ def run_with_signals(trial: Trial, spec: dict[str, Any]) -> int:
 def refuse_dev_run(predir: str, mode: str, args: argparse.Namespace | None = None) -> None:
     """Refuse to resume a ``dev`` run: its run.json says ``"mode": "dev"`` (or, written before that
     marker, it has a train_df but no run.json). It has no checkpoints; resuming it would turn it
-    into a train run in place.
+    into a train run in place. The message suggests a ``train`` of ``args``' spec file, name, ``-s`` overrides
+    and data dir (as the user typed them), or of the run's saved spec without ``args``.
 
     Raises:
         UsageError: ``predir`` is a dev run (nothing is written).
@@ -192,8 +193,6 @@ def refuse_dev_run(predir: str, mode: str, args: argparse.Namespace | None = Non
     except (ValueError, UnicodeDecodeError):  # damaged: RunRecord.load_or_new rebuilds it with a warning
         dev = False
     if dev:
-        from orchestrator.commandline import lab_command
-        from orchestrator.commandline import typed_options
         name = predir_mod.spec_name_of(predir)
         # the user's spec file and overrides (the dev run's saved spec has meta.max_session rewritten to 1)
         typed = ([args.spec_file, args.spec_name, "train", *typed_options(args.overrides, args.data_dir)] if args

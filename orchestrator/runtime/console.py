@@ -1,9 +1,10 @@
 """What the lab's processes print for a Python warning: one ``warning: MESSAGE`` line on stderr, the
 message stripped of ANSI escape codes (gymnasium colours its deprecation notes), instead of Python's
 ``FILE:LINE: CATEGORY: MESSAGE`` plus the source line, and each distinct line once per process (the spec
-check, the preflight and the session each resolve an old env id, for one warning the user needs once). The ``lab`` command installs it
-(``orchestrator.cli.main``), and so do the processes whose stderr ends in logs (the spec-check child, the
-session actors), so a log file never holds escape codes from a warning.
+check, the preflight and the session each resolve an old env id: one warning the user needs once).
+
+The ``lab`` command installs it (``orchestrator.cli.main``), and so do the processes whose stderr ends in
+logs (the spec-check child, the session actors), so a log file never holds escape codes from a warning.
 """
 
 from __future__ import annotations

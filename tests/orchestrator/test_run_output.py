@@ -247,7 +247,8 @@ def test_version_help_and_argument_order_hint(capsys):
     assert run_cli(SPECS, "train", "ppo_cartpole") == 2
     assert f"did you mean 'lab {SPECS} ppo_cartpole train'?" in capsys.readouterr().err
     # the overrides the user typed stay in the suggested command (without them it would be a full-length run)
-    assert run_cli("train", SPECS, "ppo_cartpole", "-s", "env.max_frame=400", "-s", 'meta.resources={"num_cpus": 1}') == 2
+    assert run_cli("train", SPECS, "ppo_cartpole", "-s", "env.max_frame=400",
+                   "-s", 'meta.resources={"num_cpus": 1}') == 2
     assert (f"did you mean 'lab {SPECS} ppo_cartpole train -s env.max_frame=400 "
             """-s 'meta.resources={"num_cpus": 1}''?""") in capsys.readouterr().err
 
