@@ -26,8 +26,8 @@ def strip_ansi(text: str) -> str:
 
 def warning_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
                  line: str | None = None) -> str:
-    """``warnings.formatwarning`` replacement: ``'warning: MESSAGE\\n'``, ANSI escapes removed, one line
-    (newlines inside the message become spaces). The location and category are not shown."""
+    """A warning as ``'warning: MESSAGE\\n'`` (``warnings.formatwarning``'s signature), ANSI escapes removed,
+    one line (newlines inside the message become spaces). The location and category are not shown."""
     text = " ".join(strip_ansi(str(message)).split())
     return f"warning: {text}\n"
 
@@ -51,6 +51,5 @@ def install_warning_format() -> None:
     """Make every later warning of this process print as one ``warning: ...`` line, each distinct line once
     (counted from this call)."""
     SHOWN.clear()
-    warnings.showwarning = show_warning
-    warnings.formatwarning = warning_line
+    warnings.showwarning = show_warning  # (formatwarning stays Python's: a caller's own formatting is theirs)
 

@@ -19,7 +19,6 @@ def test_warning_line_is_one_line_without_location_category_or_colour():
 
 def test_installed_format_prints_one_line_for_warnings_warn(capsys, monkeypatch):
     monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)
-    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)
     install_warning_format()
     with warnings.catch_warnings():
         warnings.simplefilter("always")
@@ -34,7 +33,6 @@ def test_a_spec_warning_from_the_cli_is_one_warning_line(tmp_path, capsys, monke
     """An old env id the spec maps to its successor: the CLI prints one ``warning:`` line, no
     ``UserWarning`` and no source line."""
     monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)
-    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)
     code = run_cli(SPECS, "ppo_cartpole", "dev", "--data-dir", str(tmp_path), "-s", "env.name=Acrobot-v0",
                    "-s", "env.max_frame=200", "-s", "meta.log_frequency=200")
     err = capsys.readouterr().err
