@@ -5,6 +5,7 @@ re-exports every name."""
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import warnings
 from typing import Any
@@ -107,7 +108,9 @@ def resolve_env_id(name: str) -> str:
         return new
     if _ale_missing(name):
         raise ValueError(f"env '{name}' needs ale-py, which is not installed: pip install ale-py")
-    raise ValueError(f"unknown env id '{name}': gymnasium has no such environment registered")
+    close = difflib.get_close_matches(name, list(gym.registry), n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    raise ValueError(f"unknown env id '{name}': gymnasium has no such environment registered{hint}")
 
 
 def sticky_probability(env_id: str, spec: Any) -> float:

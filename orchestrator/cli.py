@@ -31,13 +31,17 @@ interrupted, resumable (SIGTERM, SIGINT; train also SIGUSR1): run the same comma
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import shlex
 import sys
 import warnings
 from typing import Any, NoReturn
 
+from orchestrator.commandline import typed_options
 from orchestrator.errors import SpecError, UsageError
 from orchestrator.modes.dev import run_dev
+from orchestrator.runtime.console import install_warning_format
 from orchestrator.store import storage
 
 # orchestrator.spec (and with it torch and gymnasium) is imported only by the modes that check in this
@@ -58,13 +62,14 @@ COMMANDS_HELP = """modes:
   enjoy@SESSION_SPEC   replay a session's best checkpoint (SESSION_SPEC@latest: its newest)
 
 other commands (no spec):
+  lab SPEC_FILE             list the spec names in a spec file
   lab ls [--data-dir URI]   list runs: status per session, frames, best return, resumable
   lab analyze PREDIR        recompute a run's metrics and graphs from its committed data
   lab compare PREDIR_OR_TRIAL ... [--out PATH]
                             one graph of runs/trials: IQM of total_reward_ma and its 95% CI
 
 example:
-  lab specs/demo.json dqn_cartpole dev
+  lab specs/demo.json ppo_cartpole dev
 """
 
 
@@ -188,8 +193,16 @@ def order_hint(args: argparse.Namespace) -> str:
         return ""
     mode = next(w for w in words if is_mode_word(w))
     rest = [w for w in words if w != mode]
+    options = typed_options(args.overrides, args.data_dir)
     return (f"; arguments go in the order SPEC_FILE SPEC_NAME MODE: did you mean "
-            f"'lab {' '.join(rest)} {mode}'?")
+            f"'{shlex.join(['lab', *rest, mode, *options])}'?")
+
+
+def mode_hint(mode: str) -> str:
+    """``"; did you mean 'train'?"`` for a mistyped mode (``trian``, ``trian@latest``; ``difflib``), else ''."""
+    head, at, target = mode.partition("@")
+    close = difflib.get_close_matches(head, list(MODE_HANDLERS), n=1)
+    return f"; did you mean '{close[0]}{at}{target}'?" if close else ""
 
 
 def dispatch(args: argparse.Namespace) -> int:
@@ -206,7 +219,7 @@ def dispatch(args: argparse.Namespace) -> int:
     handler = MODE_HANDLERS.get(args.mode.split("@", 1)[0])
     if handler is None or (args.mode == "dev@" or args.mode.startswith("dev@")):
         raise UsageError(f"unknown mode '{args.mode}'; expected one of: {', '.join(MODES)}"
-                         + order_hint(args))
+                         + (order_hint(args) or mode_hint(args.mode)))
     if args.name is not None:
         if args.mode not in ("train", "search"):
             raise UsageError(f"--name applies to the modes train and search, not '{args.mode}'")
@@ -279,10 +292,28 @@ SUBCOMMANDS = {"analyze": run_analyze, "ls": run_ls, "compare": run_compare}
 def run_subcommand(argv: list[str]) -> int:
     """Run ``lab analyze ...`` / ``lab ls ...``; bad input exits 2 with one message."""
     warnings.filterwarnings("ignore", category=DeprecationWarning)
+    install_warning_format()
     try:
         return SUBCOMMANDS[argv[0]](argv[1:])
     except (UsageError, storage.StorageError) as err:
         fail(str(err))
+
+
+def list_specs(spec_file: str) -> int:
+    """``lab SPEC_FILE``: print the spec names in the file, one a line, and how to run one.
+
+    Returns:
+        0; a file that cannot be read exits 2 with one message (a near file name suggested).
+    """
+    from orchestrator.spec.files import spec_names
+    try:
+        names = spec_names(spec_file)
+    except SpecError as err:
+        fail("; ".join(err.problems))
+    print(f"specs in {spec_file}:")
+    print("\n".join(f"  {name}" for name in names))
+    print(f"run one: lab {shlex.quote(spec_file)} SPEC_NAME MODE (e.g. dev, train; lab --help lists the modes)")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -290,8 +321,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SUBCOMMANDS:
         return run_subcommand(argv)
+    if len(argv) == 1 and not argv[0].startswith("-"):
+        return list_specs(argv[0])
     args = parse_args(argv)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
+    install_warning_format()
     try:
         return dispatch(args)
     except SpecError as err:

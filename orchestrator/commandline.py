@@ -44,3 +44,22 @@ def lab_command(spec_file: str, spec_name: str, mode: str, *extra: str) -> str:
     return " ".join([entry_command(), *(shlex.quote(w) for w in words)])
 
 
+
+
+def mode_header(mode: str, predir: str) -> str:
+    """The first line's label of a run, naming the run dir once: ``train: PREDIR`` (a new run),
+    ``train@latest: PREDIR`` (the run ``latest`` found), ``train@PREDIR`` (the run the user named)."""
+    head, _, target = mode.partition("@")
+    if target and target != "latest":
+        return f"{head}@{predir}"
+    return f"{mode}: {predir}"
+
+
+def typed_options(overrides: list[str], data_dir: str | None = None) -> list[str]:
+    """The words of the ``-s KEY.PATH=VALUE`` overrides the user typed, in order, and ``--data-dir DIR``
+    when ``data_dir`` is given and is not the default (``data`` in the working directory), for a printed
+    command that keeps what the user typed."""
+    words = [w for item in overrides for w in ("-s", item)]
+    if data_dir is not None and storage.absolute(data_dir) != storage.absolute("data"):
+        words += ["--data-dir", storage.absolute(data_dir)]
+    return words

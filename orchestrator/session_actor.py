@@ -30,6 +30,7 @@ import ray
 from orchestrator.global_params import EXACT_REASON, GlobalExchange
 from orchestrator.report.tracking import SessionTracker
 from orchestrator.runtime import pyarrow_probe as pyarrow_probe_mod
+from orchestrator.runtime.console import install_warning_format
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
 from orchestrator.store.checkpoint import DEFAULT_CHECKPOINT_INTERVAL_S, CheckpointError, CheckpointStore
@@ -339,6 +340,7 @@ class SessionActor:
 
     def __init__(self) -> None:
         skip_ray_pydantic_serializers()
+        install_warning_format()  # one 'warning: ...' line, no ANSI codes, in the worker's log
         import torch  # noqa: F401  (imported while a search trial checks its spec: see above)
 
         from orchestrator.report import tracking

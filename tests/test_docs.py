@@ -180,3 +180,18 @@ def test_doc_references_resolve():
                 broken.append(f"{where}: no such heading")
     assert count > 20  # the scan sees the references (a broken pattern would find none)
     assert not broken, "\n".join(broken)
+
+
+def test_readme_install_story_matches_the_torch_pin():
+    """The README's CPU-build command installs the version pyproject.toml pins, from PyTorch's CPU wheel index,
+    and the two set-up commands are unchanged by it (``pip install -e .`` first)."""
+    import tomllib
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    (pin,) = [d for d in deps if d.startswith("torch==")]
+    readme = (ROOT / "README.md").read_text()
+    assert f'pip install "{pin}" --index-url https://download.pytorch.org/whl/cpu' in readme
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in readme
+    commands = [line for line in readme.splitlines() if line.startswith("pip install -e")][:2]
+    assert [c.split(" && ")[0] for c in commands] == ["pip install -e .", 'pip install -e ".[test]"']
+    assert commands[0].endswith("python run_lab.py specs/demo.json ppo_cartpole dev")

@@ -54,6 +54,7 @@ from typing import Any
 
 from ray import tune
 
+from orchestrator.commandline import mode_header
 from orchestrator.errors import EXIT_RESUMABLE, UsageError
 from orchestrator.modes.train import check_named, missing_spec_message, resolve_predir, with_saved_overrides
 from orchestrator.runtime.ray_start import check_resources, init_ray
@@ -161,7 +162,7 @@ def run_search(args: argparse.Namespace) -> int:
             predir, spec, settings, tuner = resume_search(args, new_spec, target, lease, given)
         else:
             predir, spec, settings, tuner = start_search(args, new_spec, lease, named)
-        print(f"{args.mode}: {predir} (max_trial={spec['meta']['max_trial']}, {spec['meta']['max_session']} "
+        print(f"{mode_header(args.mode, predir)} (max_trial={spec['meta']['max_trial']}, {spec['meta']['max_session']} "
               f"session(s) per trial, search algorithm {settings['search_alg']})")
         ANALYZER.start(predir)
         try:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from orchestrator.errors import SpecError, UsageError
+from orchestrator.runtime.console import install_warning_format
 from orchestrator.store import storage
 
 ROOT = str(Path(__file__).resolve().parents[1])  # the directory holding the orchestrator package
@@ -113,6 +114,7 @@ def main() -> None:
     out, sys.stdout = sys.stdout, sys.stderr  # whatever the check prints goes to stderr
     import warnings
     warnings.filterwarnings("ignore", category=DeprecationWarning)  # as orchestrator.cli.main
+    install_warning_format()
     try:
         answer: dict[str, Any] = check_request(json.loads(sys.argv[1]))
     except SpecError as err:

@@ -15,6 +15,7 @@ import sys
 import threading
 from typing import Any, Callable
 
+from orchestrator.commandline import lab_command, mode_header, typed_options
 from orchestrator.errors import UsageError
 from orchestrator.modes import spec_check
 from orchestrator.runtime.ray_start import check_resources, init_ray
@@ -182,10 +183,11 @@ def run_with_signals(trial: Trial, spec: dict[str, Any]) -> int:
             signal.signal(sig, handler)
 
 
-def refuse_dev_run(predir: str, mode: str) -> None:
+def refuse_dev_run(predir: str, mode: str, args: argparse.Namespace | None = None) -> None:
     """Refuse to resume a ``dev`` run: its run.json says ``"mode": "dev"`` (or, written before that
     marker, it has a train_df but no run.json). It has no checkpoints; resuming it would turn it
-    into a train run in place.
+    into a train run in place. The message suggests a ``train`` of ``args``' spec file, name, ``-s`` overrides
+    and data dir (as the user typed them), or of the run's saved spec without ``args``.
 
     Raises:
         UsageError: ``predir`` is a dev run (nothing is written).
@@ -199,10 +201,12 @@ def refuse_dev_run(predir: str, mode: str) -> None:
     except (ValueError, UnicodeDecodeError):  # damaged: RunRecord.load_or_new rebuilds it with a warning
         dev = False
     if dev:
-        from orchestrator.commandline import lab_command
         name = predir_mod.spec_name_of(predir)
+        # the user's spec file and overrides (the dev run's saved spec has meta.max_session rewritten to 1)
+        typed = ([args.spec_file, args.spec_name, "train", *typed_options(args.overrides, args.data_dir)] if args
+                 else [predir_mod.spec_file(predir, name), name, "train"])
         raise UsageError(f"{mode}: '{predir}' is a dev run, which has no checkpoints and cannot be resumed; "
-                         f"start a train run instead: {lab_command(predir_mod.spec_file(predir, name), name, 'train')}")
+                         f"start a train run instead: {lab_command(*typed)}")
 
 
 def run_train(args: argparse.Namespace, checked: Callable[[], dict[str, Any]] | None = None) -> int:
@@ -230,13 +234,13 @@ def run_train(args: argparse.Namespace, checked: Callable[[], dict[str, Any]] | 
             predir_mod.save_overrides(predir, args.overrides)
         with Lease(predir, args.mode) as lease:
             record = RunRecord.load_or_new(predir, new_spec["name"])
-            print(f"{args.mode}: {predir} ({len(plans)} session(s))")
+            print(f"{mode_header(args.mode, predir)} ({len(plans)} session(s))")
             return run_with_signals(Trial(new_spec, predir, plans, record, quiet=args.quiet, lease=lease), new_spec)
     try:
         predir = resolve_predir(args.mode.split("@", 1)[1], args.data_dir, args.spec_name)
         if storage.exists(storage.join(predir, "search.json")):
             raise UsageError(f"{args.mode}: '{predir}' is a search; resume it with search@{predir}")
-        refuse_dev_run(predir, args.mode)  # before the lease: a dev run stays byte-identical
+        refuse_dev_run(predir, args.mode, args)  # before the lease: a dev run stays byte-identical
     except UsageError:
         spec_check.start(spec_check.request_of(args))()  # a bad spec is named first (e.g. an env not installed)
         raise
@@ -336,7 +340,7 @@ def resume_train(args: argparse.Namespace, predir: str, lease: Lease, complete_u
             aggregate_trial(predir, spec, [0])
         return 0
     total = int(spec["meta"]["max_session"])
-    print(f"{args.mode}: {predir} ({len(plans)} of {total} sessions to resume, {total - len(plans)} done)")
+    print(f"{mode_header(args.mode, predir)} ({len(plans)} of {total} sessions to resume, {total - len(plans)} done)")
     return run_with_signals(Trial(spec, predir, plans, record, quiet=args.quiet, lease=lease), spec)
 
 

@@ -177,8 +177,9 @@ def _analyze_trial(predir: str, spec: dict[str, Any], t: int, sessions: dict[int
     dfs = {s: df for s, (df, _) in sessions.items()}
     stem = storage.join(predir, "graph", f"{spec['name']}_t{t}_trial_graph")
     title = f"{spec['name']} t{t}"
-    storage.write_bytes(stem + ".png", plot_trial(dfs, points, title, rand))
-    compare.write_html(stem + ".html", compare.trial_traces(dfs, title, rand, points), title)
+    threshold = reward_threshold(spec["env"]["name"])
+    storage.write_bytes(stem + ".png", plot_trial(dfs, points, title, rand, threshold))
+    compare.write_html(stem + ".html", compare.trial_traces(dfs, title, rand, points, threshold), title)
     out["graphs"] += [stem + ".png", stem + ".html"]
     storage.write_json(storage.join(predir, "info", f"t{t}_trial_metrics.json"), record)
     out["trials"][f"t{t}"] = record
@@ -308,7 +309,10 @@ def summary_lines(predir: str, out: dict[str, Any]) -> list[str]:
 
 
 def analyze_command(predir: str) -> int:
-    """``lab analyze PREDIR``: recompute, print the metrics and the graphs written; returns 0.
+    """``lab analyze PREDIR``: recompute, then print what the end-of-run summary prints (``summary_lines``:
+    the final ``total_reward_ma`` per session and trial, the IQM across sessions, the reward threshold, the
+    graphs) and a ``metrics`` line per trial and session with SLM-Lab's metrics under the names of
+    ``METRIC_LABELS``; returns 0.
 
     Raises:
         UsageError: not a run directory.
@@ -320,12 +324,16 @@ def analyze_command(predir: str) -> int:
     if not out["sessions"]:
         print(f"{predir}: no session has a logged return yet; nothing to analyze")
         return 0
+    print(f"analysis: {predir}")
+    print("\n".join(summary_lines(predir, out)))
     for key, record in {**out["trials"], **{k: v["train"] for k, v in out["sessions"].items()}}.items():
-        values = " ".join(f"{m}={_fmt(record.get(m))}" for m in TRIAL_METRICS if m in record)
-        print(f"{key}: {values}")
-    for uri in out["graphs"]:
-        print(f"graph: {uri}")
+        values = " ".join(f"{METRIC_LABELS.get(m, m)}={_fmt(record.get(m))}" for m in TRIAL_METRICS if m in record)
+        print(f"  {key} metrics: {values}")
     return 0
+
+
+# metric names as printed: final_return_ma (its JSON key, kept) is not the total_reward_ma the summary shows
+METRIC_LABELS = {"final_return_ma": "total_reward_mean_last_100_rows"}
 
 
 def _fmt(value: Any) -> str:

@@ -147,9 +147,10 @@ def compare_figure(curves: list[Curve], thresholds: dict[str, float], title: str
 
 
 def trial_traces(dfs: dict[int, pd.DataFrame], title: str, rand_return: float | None,
-                 points: list[Any]) -> dict[str, Any]:
+                 points: list[Any], threshold: float | None = None) -> dict[str, Any]:
     """Plotly figure (dict) of a trial: per-session ``total_reward_ma`` (thin), the mean with a +-1 std
-    band, the IQM with its 95% bootstrap CI, the random policy's return and the resume/restart lines.
+    band and the IQM with its 95% bootstrap CI (two sessions or more; one session: its curve alone), the
+    random policy's return, the env's reward threshold and the resume/restart lines.
 
     Args:
         dfs: session -> train_df; points: ``analysis.Marker`` list (frames, label).
@@ -161,9 +162,9 @@ def trial_traces(dfs: dict[int, pd.DataFrame], title: str, rand_return: float | 
     traces = [{"type": "scatter", "x": [int(f) for f in stacked.index], "y": list(stacked[s]), "mode": "lines",
                "line": {"width": 1, "color": "#aec7e8"}, "name": f"s{s}", "legendgroup": "sessions"}
               for s in stacked.columns]
-    mean_band = pd.DataFrame({"iqm": mean, "low": mean - std, "high": mean + std})
-    traces += _band_traces(mean_band, TAB10[0], f"mean +-1 std ({len(dfs)} sessions)", "mean")
     if len(dfs) > 1:
+        mean_band = pd.DataFrame({"iqm": mean, "low": mean - std, "high": mean + std})
+        traces += _band_traces(mean_band, TAB10[0], f"mean +-1 std ({len(dfs)} sessions)", "mean")
         traces += _band_traces(iqm_band(stacked), TAB10[1], "IQM, 95% bootstrap CI", "iqm")
     shapes = [{"type": "line", "yref": "paper", "y0": 0, "y1": 1, "x0": f, "x1": f,
                "line": {"dash": "dash", "color": "red", "width": 1}} for m in points for f in m.frames]
@@ -174,6 +175,11 @@ def trial_traces(dfs: dict[int, pd.DataFrame], title: str, rand_return: float | 
                        "line": {"dash": "dot", "color": "gray", "width": 1}})
         notes.append({"xref": "paper", "x": 1, "y": rand_return, "text": "random policy", "showarrow": False,
                       "xanchor": "right", "yanchor": "bottom"})
+    if threshold is not None:
+        shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": threshold, "y1": threshold,
+                       "line": {"dash": "dot", "color": "black", "width": 1}})
+        notes.append({"xref": "paper", "x": 0, "y": threshold, "text": f"reward_threshold {threshold:g}",
+                      "showarrow": False, "xanchor": "left", "yanchor": "bottom"})
     return {"data": traces, "layout": {"title": {"text": title}, "xaxis": {"title": {"text": "frame"}},
                                        "yaxis": {"title": {"text": "return (moving average)"}},
                                        "shapes": shapes, "annotations": notes, "hovermode": "x unified"}}

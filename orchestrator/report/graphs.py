@@ -149,9 +149,11 @@ def plot_session(df: pd.DataFrame, points: list[Marker], title: str) -> bytes:
 
 
 def trial_figure(dfs: dict[int, pd.DataFrame], points: list[Marker], title: str,
-                 rand_return: float | None = None) -> Any:
-    """Figure of a trial: mean total_reward_ma across sessions vs frame with a +-1 std band (ddof=1),
-    and the random-policy return as a dotted line when given.
+                 rand_return: float | None = None, threshold: float | None = None) -> Any:
+    """Figure of a trial: mean total_reward_ma across sessions vs frame with a +-1 std band (ddof=1) and the
+    IQM with its 95% bootstrap CI (two sessions or more; one session is its own curve, with no band and no
+    band in the legend), the random-policy return (gray) and the env's reward threshold (black) as dotted
+    lines when given.
 
     Returns:
         The matplotlib Figure (one axis).
@@ -159,18 +161,21 @@ def trial_figure(dfs: dict[int, pd.DataFrame], points: list[Marker], title: str,
     stacked = stack_sessions(dfs)
     mean, std = stacked.mean(axis=1), stacked.std(axis=1).fillna(0.0)
     fig, (ax,) = figure(1)
-    ax.fill_between(mean.index, mean - std, mean + std, color="tab:blue", alpha=0.2, linewidth=0,
-                    label="+-1 std across sessions")
-    ax.plot(mean.index, mean, color="tab:blue", linewidth=2,
-            label=f"mean total_reward_ma ({len(dfs)} sessions)")
     if len(dfs) > 1:
+        ax.fill_between(mean.index, mean - std, mean + std, color="tab:blue", alpha=0.2, linewidth=0,
+                        label="+-1 std across sessions")
+        ax.plot(mean.index, mean, color="tab:blue", linewidth=2, label=f"mean total_reward_ma ({len(dfs)} sessions)")
         band = iqm_band(stacked)
         ax.fill_between(band.index, band["low"], band["high"], color="tab:orange", alpha=0.2, linewidth=0,
                         label="95% bootstrap CI of the IQM")
         ax.plot(band.index, band["iqm"], color="tab:orange", linewidth=1.5, linestyle="--",
                 label="IQM across sessions")
+    else:
+        ax.plot(mean.index, mean, color="tab:blue", linewidth=2, label="total_reward_ma (1 session)")
     if rand_return is not None:
         ax.axhline(rand_return, color="gray", linestyle=":", linewidth=1, label="random policy")
+    if threshold is not None:
+        ax.axhline(threshold, color="black", linestyle=":", linewidth=1, label=f"reward_threshold {threshold:g}")
     ax.set_xlabel("frame")
     ax.set_ylabel("return (moving average)")
     ax.set_title(title)
@@ -201,8 +206,8 @@ def iqm_band(stacked: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_trial(dfs: dict[int, pd.DataFrame], points: list[Marker], title: str,
-               rand_return: float | None = None) -> bytes:
+               rand_return: float | None = None, threshold: float | None = None) -> bytes:
     """PNG bytes of ``trial_figure``."""
-    return png(trial_figure(dfs, points, title, rand_return))
+    return png(trial_figure(dfs, points, title, rand_return, threshold))
 
 

@@ -2,8 +2,9 @@
 is false) and, with ``meta.tracking``, one W&B or MLflow run per session; all of it survives resume.
 
 TensorBoard: ``t{T}/s{S}/tb/`` holds the session's event files (``tensorboard --logdir {predir}``):
-each train_df column but ``frame`` as scalar ``train/{column}`` and each eval_df column as
-``eval/{column}``, at step = ``frame`` (env frames); non-finite values (a NaN loss before the first
+each train_df metric column as scalar ``train/{column}`` and each eval_df metric column as
+``eval/{column}``, at step = ``frame`` (env frames; the bookkeeping columns ``BOOKKEEPING``: ``frame``,
+``epi``, ``t``, ``wall_t``, ``fps``, ``refill`` are not scalars); non-finite values (a NaN loss before the first
 update) are not written. A fresh session also writes its spec as hyperparameters (HParams plugin,
 metric ``train/total_reward_ma``) and as text ``spec``. Rows are written and flushed at log rows only
 (the actor calls ``SessionTracker.log`` once per checkpoint chunk, before it submits the chunk's
@@ -61,6 +62,8 @@ from orchestrator.store import storage
 TRACKING_FILE = "tracking.json"
 TB_DIR = "tb"
 HPARAM_METRIC = "train/total_reward_ma"
+# log-row columns that are bookkeeping (the step, counters, timing, memory state), not metrics to plot
+BOOKKEEPING = frozenset({"frame", "epi", "t", "wall_t", "fps", "refill"})
 
 
 
@@ -84,10 +87,11 @@ def flat_spec(spec: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def scalars(row: dict[str, Any], prefix: str) -> dict[str, float]:
-    """``{prefix/column: float}`` of a log row's finite numeric values (``frame`` is the step)."""
+    """``{prefix/column: float}`` of a log row's finite numeric metric values (``BOOKKEEPING`` columns left
+    out; ``frame`` is the step)."""
     out = {}
     for key, value in row.items():
-        if key == "frame" or not isinstance(value, (bool, int, float)) or value is None:
+        if key in BOOKKEEPING or not isinstance(value, (bool, int, float)) or value is None:
             continue
         value = float(value)
         if math.isfinite(value):
@@ -284,8 +288,8 @@ class MlflowRun:
             return self.client.get_experiment_by_name(name).experiment_id
 
     def last_frame(self) -> int | None:
-        """The last frame (step) of ``train/epi`` (finite in every row) this run holds; None if none."""
-        steps = [m.step for m in self.client.get_metric_history(self.run_id, "train/epi")]
+        """The last frame (step) of ``train/opt_step`` (finite in every row) this run holds; None if none."""
+        steps = [m.step for m in self.client.get_metric_history(self.run_id, "train/opt_step")]
         return max(steps) if steps else None
 
     def log(self, rows: list[tuple[int, dict[str, float]]]) -> None:

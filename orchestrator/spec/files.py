@@ -4,6 +4,7 @@ to one."""
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 import math
 import re
@@ -99,7 +100,7 @@ def read_spec_file(uri: str, variables: dict[str, str] | None = None) -> dict[st
     try:
         text = storage.read_text(uri)
     except FileNotFoundError:
-        raise SpecError(f"spec file '{uri}' does not exist") from None
+        raise SpecError(f"spec file '{uri}' does not exist{similar_file_hint(uri)}") from None
     except (storage.StorageError, UnicodeDecodeError) as err:
         raise SpecError(f"spec file '{uri}' cannot be read: {err}") from None
     text = fill_templates(text, variables or {})
@@ -122,6 +123,19 @@ def read_spec_file(uri: str, variables: dict[str, str] | None = None) -> dict[st
                                              if not is_anchor_entry(uri, k)):
         raise SpecError(f"spec file '{uri}' must map spec names to spec objects")
     return data
+
+
+def similar_file_hint(uri: str) -> str:
+    """``". Did you mean 'DIR/NAME'?"`` naming the spec file (``.json``, ``.yml``, ``.yaml``) in ``uri``'s
+    directory whose name is closest to ``uri``'s (``difflib``); ``""`` when none is close or the directory
+    cannot be listed."""
+    folder = storage.dirname(uri)
+    try:
+        names = [n for n in storage.listdir(folder or ".") if n.endswith((".json", ".yml", ".yaml"))]
+    except (OSError, storage.StorageError):
+        return ""
+    close = difflib.get_close_matches(storage.basename(uri), names, n=1)
+    return f". Did you mean '{storage.join(folder, close[0]) if folder else close[0]}'?" if close else ""
 
 
 def spec_names(uri: str) -> list[str]:

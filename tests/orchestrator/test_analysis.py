@@ -146,6 +146,28 @@ def test_one_marker_per_resume_across_sessions():
     assert sorted(line.get_xdata()[0] for line in vlines) == [800, 1600, 2400, 4000]
 
 
+def test_trial_graph_draws_the_reward_threshold_and_no_band_for_one_session():
+    from orchestrator.report import compare
+
+    df = pd.DataFrame({"frame": range(400, 4001, 400), "total_reward_ma": range(10, 101, 10)})
+    (ax,) = graphs_mod.trial_figure({0: df}, [], "t0", rand_return=22.0, threshold=475.0).axes
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["total_reward_ma (1 session)", "random policy",
+                                                                    "reward_threshold 475"]
+    assert not ax.collections  # no band drawn
+    hlines = [line for line in ax.get_lines() if line.get_ydata()[0] == line.get_ydata()[-1]]
+    assert sorted(line.get_ydata()[0] for line in hlines) == [22.0, 475.0]
+    two = {0: df, 1: df.assign(total_reward_ma=df["total_reward_ma"] + 5)}
+    (ax,) = graphs_mod.trial_figure(two, [], "t0", threshold=475.0).axes
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "+-1 std across sessions", "mean total_reward_ma (2 sessions)", "95% bootstrap CI of the IQM",
+        "IQM across sessions", "reward_threshold 475"]
+    html = compare.trial_traces({0: df}, "t0", 22.0, [], 475.0)
+    assert [t["name"] for t in html["data"]] == ["s0"]
+    assert [(n["text"], n["y"]) for n in html["layout"]["annotations"]] == [("random policy", 22.0),
+                                                                             ("reward_threshold 475", 475.0)]
+    assert analysis.reward_threshold("CartPole-v1") == 475.0
+
+
 def test_constant_lr_panel_is_not_scaled_to_float_noise():
     frames = list(range(400, 4001, 400))
     noise = [0.0, 1e-19, -1e-19, 0.0, 2e-19, 0.0, -1e-19, 0.0, 1e-19, 0.0]
@@ -202,7 +224,15 @@ def test_graphs_after_train_resume_and_lab_analyze(ray_local, tmp_path, capsys):
     assert assert_png(session_graph) and assert_png(trial_graph)
     assert json.loads((predir / "t0/s0/session_metrics.json").read_text()) == resumed
     assert json.loads((predir / "info/t0_trial_metrics.json").read_text()) == trial_resumed
-    assert f"t0: final_return_ma={trial_resumed['final_return_ma']:.4g}" in out and str(session_graph) in out
+    # the same final figures as the end-of-run summary, then the other metrics named for what they are
+    lines = out.splitlines()
+    assert lines[0] == f"analysis: {predir}"
+    assert lines[1:] == [*analysis.summary_lines(str(predir), analysis.analyze_predir(str(predir))),
+                         *(line for line in lines if " metrics: " in line)]
+    assert f"  t0_s0: frame=3200 total_reward_ma={resumed['total_reward_ma']:.4g} " in out
+    assert (f"  t0 metrics: total_reward_mean_last_100_rows={trial_resumed['final_return_ma']:.4g} "
+            f"strength={trial_resumed['strength']:.4g} ") in out
+    assert "final_return_ma" not in out and f"  graph: {session_graph}" in lines
 
     assert run_cli("ls", "--data-dir", str(data)) == 0
     out = capsys.readouterr().out

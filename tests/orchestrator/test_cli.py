@@ -30,7 +30,11 @@ def lab(cwd, *args, timeout=300):
 COMMANDS = {
     "unknown_algorithm": [DEMO, "dqn_cartpole", "dev", "-s", "agent.algorithm.name=DQNN"],
     "name_not_in_file": [DEMO, "dqn_cartpol", "dev"],
-    "missing_name_arg": [DEMO],
+    "missing_name_arg": [DEMO, "dqn_cartpole"],
+    "spec_file_alone": [DEMO],
+    "spec_file_typo": [str(REPO / "specs" / "dmeo.json"), "dqn_cartpole", "dev"],
+    "mode_typo": [DEMO, "dqn_cartpole", "trian", "-s", "env.max_frame=100"],
+    "env_typo": [DEMO, "dqn_cartpole", "dev", "-s", "env.name=CartPole-v2"],
     "bad_env_id": [DEMO, "dqn_cartpole", "dev", "-s", "env.name=CartPole-v99"],
     "non_json": ["notes.json", "x", "dev"],
     "algo_env_mismatch": [DEMO, "dqn_cartpole", "dev", "-s", "env.name=Pendulum-v1"],
@@ -78,7 +82,23 @@ def test_spec_name_not_in_file(runs):
 def test_missing_spec_name_argument(runs):
     result = runs["missing_name_arg"][1]
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert "the following arguments are required: spec_name, mode" in result.stderr
+    assert "the following arguments are required: mode" in result.stderr
+
+
+def test_spec_file_alone_lists_its_spec_names(runs):
+    result = runs["spec_file_alone"][1]
+    names = list(json.loads(Path(DEMO).read_text()))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"specs in {DEMO}:", *(f"  {n}" for n in names),
+                                          f"run one: lab {DEMO} SPEC_NAME MODE (e.g. dev, train; lab --help "
+                                          "lists the modes)"]
+
+
+def test_typos_get_a_suggestion(runs):
+    assert_usage_error(runs["spec_file_typo"][1], f"spec file '{REPO}/specs/dmeo.json' does not exist. "
+                       f"Did you mean '{DEMO}'?")
+    assert_usage_error(runs["mode_typo"][1], "unknown mode 'trian'", "; did you mean 'train'?")
+    assert_usage_error(runs["env_typo"][1], "unknown env id 'CartPole-v2'", "did you mean 'CartPole-v1'?")
 
 
 def test_bad_env_id(runs):

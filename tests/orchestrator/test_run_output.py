@@ -94,7 +94,7 @@ def test_stop_while_a_session_waits_for_resources(ray_local, tmp_path, monkeypat
 
 # ---------------------------------------------------------------- dev
 
-def test_dev_writes_metrics_graphs_and_summary_and_cannot_be_resumed(tmp_path, capsys):
+def test_dev_writes_metrics_graphs_and_summary_and_cannot_be_resumed(tmp_path, capsys, monkeypatch):
     data = tmp_path / "data"
     assert run_cli(DEMO, "dqn_cartpole", "dev", "--data-dir", str(data),
                    *overrides(["env.max_frame=400", "meta.log_frequency=200", "meta.random_seed=3"])) == 0
@@ -120,12 +120,32 @@ def test_dev_writes_metrics_graphs_and_summary_and_cannot_be_resumed(tmp_path, c
     assert listed[1].split()[:3] == ["t0_s0", "done", "400/400"]
 
     before = files_digest(predir)
+    monkeypatch.setattr(sys, "argv", ["/usr/bin/lab"])
     assert run_cli(DEMO, "dqn_cartpole", f"train@{predir}", "--allow-fresh", "--data-dir", str(data),
                    *overrides(["env.max_frame=400", "meta.log_frequency=200", "meta.random_seed=3"])) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "is a dev run" in err and "cannot be resumed" in err
+    # the user's spec file and overrides, not the dev run's saved spec (meta.max_session rewritten to 1)
+    assert err.rstrip().endswith(f"start a train run instead: lab {DEMO} dqn_cartpole train -s env.max_frame=400 "
+                                 f"-s meta.log_frequency=200 -s meta.random_seed=3 --data-dir {data}")
     assert "Traceback" not in err
     assert files_digest(predir) == before, "a refused resume changed the dev run"
+
+
+def test_readme_demo_reaches_the_reward_threshold(tmp_path, capsys):
+    """README command 1 (its spec and name, the saved seed) ends at CartPole's 500, above the threshold 475,
+    and shows the threshold in its summary (about 10 s on one core)."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    command = next(line for line in readme.splitlines() if "python run_lab.py" in line and line.startswith("pip"))
+    spec_file, spec_name, mode = command.split("python run_lab.py ")[1].split()
+    assert (spec_file, mode) == ("specs/demo.json", "dev")
+    path = str(Path(__file__).resolve().parents[2] / spec_file)
+    assert run_cli(path, spec_name, mode, "--data-dir", str(tmp_path)) == 0
+    out = capsys.readouterr().out
+    metrics = json.loads((only_predir(tmp_path) / "t0/s0/session_metrics.json").read_text())
+    assert metrics["frame"] == 50000 and metrics["total_reward_ma"] == 500.0
+    assert f"  t0_s0: frame=50000 total_reward_ma=500 strength={metrics['train']['strength']:.4g}" in out
+    assert "  CartPole-v1: reward_threshold=475, random policy=" in out
 
 
 # ---------------------------------------------------------------- train / train@
@@ -154,8 +174,9 @@ def test_train_summary_resume_header_and_nothing_to_resume(ray_local, tmp_path, 
     assert json.loads((predir / "run.json").read_text())["resumes"] == []
 
     more = [i.replace("max_session=2", "max_session=3") for i in items]
-    assert run_cli(SPECS, "ppo_cartpole", "train@latest", "--data-dir", data, *overrides(more)) == 0
-    assert f"train@latest: {predir} (1 of 3 sessions to resume, 2 done)" in capsys.readouterr().out
+    assert run_cli(SPECS, "ppo_cartpole", f"train@{predir}", "--data-dir", data, *overrides(more)) == 0
+    header = [line for line in capsys.readouterr().out.splitlines() if "sessions to resume" in line]
+    assert header == [f"train@{predir} (1 of 3 sessions to resume, 2 done)"]  # the run dir once
     assert [r["from_frames"] for r in json.loads((predir / "run.json").read_text())["resumes"]] == [{"t0_s2": 0}]
 
 
@@ -226,3 +247,15 @@ def test_version_help_and_argument_order_hint(capsys):
     assert f"did you mean 'lab {SPECS} ppo_cartpole train'?" in err
     assert run_cli(SPECS, "train", "ppo_cartpole") == 2
     assert f"did you mean 'lab {SPECS} ppo_cartpole train'?" in capsys.readouterr().err
+    # the overrides the user typed stay in the suggested command (without them it would be a full-length run)
+    assert run_cli("train", SPECS, "ppo_cartpole", "-s", "env.max_frame=400",
+                   "-s", 'meta.resources={"num_cpus": 1}') == 2
+    assert (f"did you mean 'lab {SPECS} ppo_cartpole train -s env.max_frame=400 "
+            """-s 'meta.resources={"num_cpus": 1}''?""") in capsys.readouterr().err
+
+
+def test_mode_header_names_the_run_dir_once():
+    assert commandline_mod.mode_header("train@/d/ppo_1", "/d/ppo_1") == "train@/d/ppo_1"
+    assert commandline_mod.mode_header("train@ppo_1", "/d/ppo_1") == "train@/d/ppo_1"
+    assert commandline_mod.mode_header("train@latest", "/d/ppo_1") == "train@latest: /d/ppo_1"
+    assert commandline_mod.mode_header("search", "/d/ppo_1") == "search: /d/ppo_1"

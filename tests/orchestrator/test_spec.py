@@ -311,7 +311,10 @@ def test_non_string_names_are_reported_not_crashing(override, path):
 
 def test_unknown_env_id():
     assert only(problems_of(["env.name=CartPole-v99"])) == \
-        "env.name: unknown env id 'CartPole-v99': gymnasium has no such environment registered"
+        "env.name: unknown env id 'CartPole-v99': gymnasium has no such environment registered; did you mean " \
+        "'CartPole-v1'?"
+    assert only(problems_of(["env.name=CartPole-v2"])).endswith("registered; did you mean 'CartPole-v1'?")
+    assert only(problems_of(["env.name=NoSuchEnv-v0"])).endswith("no such environment registered")
 
 
 def test_missing_required_key():

@@ -3,6 +3,7 @@ checkpoint, object-store runs upload their events, W&B (offline) and MLflow (fil
 run across a resume. All in-process (``SessionRunner``), a few hundred frames each."""
 
 import json
+import math
 import os
 import re
 
@@ -12,7 +13,7 @@ import torch
 from lab_helpers import assert_tb_matches, run_cli
 
 from orchestrator.errors import SpecError
-from orchestrator.report.tracking import TensorBoardLog, flat_spec
+from orchestrator.report.tracking import TensorBoardLog, flat_spec, scalars
 from orchestrator.session_actor import SessionRunner
 from orchestrator.spec.load import load_spec
 from orchestrator.store import storage
@@ -44,6 +45,7 @@ def test_tensorboard_events_hold_train_df_and_hparams(tmp_path):
     acc = EventAccumulator(str(tb_dir))
     acc.Reload()
     assert acc.Tags()["tensors"] == ["spec/text_summary"]
+    assert {"train/wall_t", "train/t", "train/epi", "train/refill", "train/fps"}.isdisjoint(acc.Tags()["scalars"])
     assert "_hparams_/experiment" in acc.PluginTagToContent("hparams")
     tracker = runner.tracker
     print(f"tracking cost: {1000 * tracker.seconds / tracker.rows:.2f} ms per log row ({tracker.rows} rows), "
@@ -195,10 +197,10 @@ def test_mlflow_resume_logs_the_rows_a_killed_process_had_not_sent(tmp_path, mon
     events.close()  # the process dies here: no tracker.close
     run_id = json.loads((tmp_path / PREDIR / "t0/s0/tracking.json").read_text())["run_id"]
     client = MlflowClient(uri)
-    assert [m.step for m in client.get_metric_history(run_id, "train/epi")] == [400]
+    assert [m.step for m in client.get_metric_history(run_id, "train/opt_step")] == [400]
     resumed = run(spec, predir, resume=True)
     assert resumed.restored_frame == 800
-    history = client.get_metric_history(run_id, "train/epi")
+    history = client.get_metric_history(run_id, "train/opt_step")
     assert [m.step for m in history] == resumed.session.train_df["frame"].tolist()
 
 
@@ -234,3 +236,10 @@ def test_without_modules_blocks_only_inside_the_block_and_only_modules_not_yet_i
             importlib.import_module(name)
         assert importlib.import_module("json") is sys.modules["json"]  # already imported: untouched
     assert importlib.import_module(name).__name__ == name and sys.modules[name] is not None
+
+
+def test_scalars_are_the_metrics_not_the_bookkeeping_columns():
+    row = {"frame": 400, "epi": 3, "t": 20, "opt_step": 12, "wall_t": 1.5, "fps": 800.0, "total_reward": 21.0,
+           "total_reward_ma": 19.5, "loss": math.nan, "lr": 0.001, "refill": False}
+    assert scalars(row, "train") == {"train/opt_step": 12.0, "train/total_reward": 21.0,
+                                     "train/total_reward_ma": 19.5, "train/lr": 0.001}
