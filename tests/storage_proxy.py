@@ -36,15 +36,15 @@ class FaultProxy:
     """Proxy on ``127.0.0.1`` in front of ``upstream`` (``http://host:port``); ``endpoint`` is its own URL.
 
     Attributes:
-        faults: list of (method or None for any, fault); each request takes the first entry whose method matches
-            (``remove=True``: the entry is consumed; else it stays: a persistent fault).
+        faults: list of (method or None for any, path piece or None for any, fault, remove); each request takes
+            the first entry it matches (``remove=True``: the entry is consumed; else it stays: a persistent fault).
         served: (method, path, fault or None) of every request, in order.
     """
 
     def __init__(self, upstream: str, timeout_s: float = 12.0) -> None:
         self.upstream = urlparse(upstream)
         self.timeout_s = timeout_s
-        self.faults: list[tuple[str | None, str, bool]] = []
+        self.faults: list[tuple[str | None, str | None, str, bool]] = []
         self.served: list[tuple[str, str, str | None]] = []
         self.lock = threading.Lock()
         proxy = self
@@ -71,7 +71,7 @@ class FaultProxy:
 
             def handle_one(self) -> None:
                 body = self.read_body()
-                fault = proxy.take(self.command)
+                fault = proxy.take(self.command, self.path)
                 proxy.served.append((self.command, self.path, fault))
                 if fault == "reset":
                     self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
@@ -125,24 +125,24 @@ class FaultProxy:
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def take(self, method: str) -> str | None:
-        """The fault for a request of ``method`` (None: forward it)."""
+    def take(self, method: str, path: str) -> str | None:
+        """The fault for a request of ``method`` on ``path`` (None: forward it)."""
         with self.lock:
-            for i, (want, fault, remove) in enumerate(self.faults):
-                if want is None or want == method:
+            for i, (want, piece, fault, remove) in enumerate(self.faults):
+                if (want is None or want == method) and (piece is None or piece in path):
                     if remove:
                         del self.faults[i]
                     return fault
         return None
 
-    def inject(self, fault: str, method: str | None = None, times: int | None = None) -> None:
-        """Answer the next ``times`` requests of ``method`` (None: any) with ``fault``; ``times=None``: every one
-        until ``clear``."""
+    def inject(self, fault: str, method: str | None = None, times: int | None = None, path: str | None = None) -> None:
+        """Answer the next ``times`` requests of ``method`` (None: any) whose path holds ``path`` (None: any) with
+        ``fault``; ``times=None``: every one until ``clear``."""
         with self.lock:
             if times is None:
-                self.faults.append((method, fault, False))
+                self.faults.append((method, path, fault, False))
             else:
-                self.faults.extend([(method, fault, True)] * times)
+                self.faults.extend([(method, path, fault, True)] * times)
 
     def clear(self) -> None:
         """Forward every request again."""
