@@ -355,14 +355,8 @@ class Trial:
                 self.handle(plan, inner)
         elif kind == "log":
             self.on_log_row(plan, event["row"])
-        elif kind == "storage_fault":
-            plan.status, plan.frame, plan.error = "interrupted", int(event["frame"]), f"storage fault: {event['error']}"
-            self.progress.status(plan.key, "storage fault")
-            self.record.update(plan, checkpoint=plan.frame or None)
-            self.on_fault(event["uri"], event["error"], event["hint"])
-        elif kind == "storage_retry":
-            for line in event["lines"]:
-                print(f"warning: session {plan.key}: storage retry: {line}", file=sys.stderr)
+        elif kind in ("storage_fault", "storage_retry"):
+            self.on_storage_event(plan, event)
         elif kind == "checkpoint_failed":
             self.progress.status(plan.key, f"checkpoint failed at {event['frame']}")
         elif kind == "checkpoint":
@@ -370,18 +364,36 @@ class Trial:
             self.record.update(plan, checkpoint=plan.frame, defer=True)
         elif kind == "started":
             self.on_started(plan, event)
-        elif kind == "interrupted" and self.stopping_since is None and not self.stop_requested:
-            # not asked by the driver: its node drains (leave_draining_nodes) or its process got SIGTERM
+        elif kind in ("done", "interrupted"):
+            self.on_end(plan, event)
+
+    def on_end(self, plan: SessionPlan, event: dict[str, Any]) -> None:
+        """A session's ``done`` or ``interrupted`` event: recorded, or (interrupted without the driver asking: its
+        node drains, ``leave_draining_nodes``, or its process got SIGTERM) restarted from its checkpoint."""
+        kind = event["kind"]
+        if kind == "interrupted" and self.stopping_since is None and not self.stop_requested:
             plan.frame = int(event["frame"])
             self.release(plan)
             self.schedule_restart(plan, "node draining" if plan.key in self.preempting else "SIGTERM", True)
-        elif kind in ("done", "interrupted"):
-            self.preempting.pop(plan.key, None)
-            plan.status, plan.frame = kind, int(event["frame"])
-            if not event["checkpoint"]:
-                plan.error = f"no checkpoint could be committed at frame {plan.frame} (see log.txt)"
-            self.progress.status(plan.key, kind)
-            self.record.update(plan, checkpoint=plan.frame if event["checkpoint"] else None)
+            return
+        self.preempting.pop(plan.key, None)
+        plan.status, plan.frame = kind, int(event["frame"])
+        if not event["checkpoint"]:
+            plan.error = f"no checkpoint could be committed at frame {plan.frame} (see log.txt)"
+        self.progress.status(plan.key, kind)
+        self.record.update(plan, checkpoint=plan.frame if event["checkpoint"] else None)
+
+    def on_storage_event(self, plan: SessionPlan, event: dict[str, Any]) -> None:
+        """A session's ``storage_fault`` (it stopped at its committed checkpoint: the trial stops) or
+        ``storage_retry`` (one warning line per retried object-store call)."""
+        if event["kind"] == "storage_retry":
+            for line in event["lines"]:
+                print(f"warning: session {plan.key}: storage retry: {line}", file=sys.stderr)
+            return
+        plan.status, plan.frame, plan.error = "interrupted", int(event["frame"]), f"storage fault: {event['error']}"
+        self.progress.status(plan.key, "storage fault")
+        self.record.update(plan, checkpoint=plan.frame or None)
+        self.on_fault(event["uri"], event["error"], event["hint"])
 
     def on_log_row(self, plan: SessionPlan, row: dict[str, Any]) -> None:
         """A session's train_df row: progress, the ``on_log`` callback; the first row of a trial that analyzes

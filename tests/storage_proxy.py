@@ -21,7 +21,7 @@ ERROR_BODIES = {
 
 
 def aws_unchunk(body: bytes) -> bytes:
-    """The payload of an ``aws-chunked`` body (``SIZE[;chunk-signature=...]\\r\\nDATA\\r\\n`` ... ``0`` and trailers)."""
+    """The payload of an ``aws-chunked`` body (``SIZE[;chunk-signature=...]\\r\\nDATA\\r\\n`` ... ``0``, trailers)."""
     out, pos = [], 0
     while True:
         end = body.index(b"\r\n", pos)
@@ -30,6 +30,84 @@ def aws_unchunk(body: bytes) -> bytes:
             return b"".join(out)
         out.append(body[end + 2:end + 2 + size])
         pos = end + 2 + size + 2
+
+
+class FaultHandler(BaseHTTPRequestHandler):
+    """One request to a ``FaultProxy`` (``server.proxy``): answered with its fault, or forwarded upstream."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:  # quiet
+        pass
+
+    def read_body(self) -> bytes:
+        """The request's body (a chunked one de-chunked)."""
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            parts = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return b"".join(parts)
+                parts.append(self.rfile.read(size))
+                self.rfile.readline()
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def handle_one(self) -> None:
+        """Answer the request with the proxy's fault for it, or forward it upstream."""
+        proxy = self.server.proxy  # type: ignore[attr-defined]
+        body = self.read_body()
+        fault = proxy.take(self.command, self.path)
+        proxy.served.append((self.command, self.path, fault))
+        if fault is None:
+            self.forward(proxy, body)
+        elif fault == "reset":
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            self.close_connection = True
+            self.connection.close()
+        elif fault == "timeout":
+            threading.Event().wait(proxy.timeout_s)
+            self.close_connection = True
+        else:
+            status, code, message = ERROR_BODIES[fault]
+            data = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
+                    f"<Message>{message}</Message></Error>").encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+
+    def forward(self, proxy: FaultProxy, body: bytes) -> None:
+        """Send the request to ``proxy.upstream`` and its answer back (an ``aws-chunked`` body sent on plain)."""
+        conn = http.client.HTTPConnection(proxy.upstream.hostname, proxy.upstream.port, timeout=60)
+        try:
+            headers = {k: v for k, v in self.headers.items()
+                       if k.lower() not in ("connection", "transfer-encoding", "content-length", "expect")}
+            if "aws-chunked" in (self.headers.get("Content-Encoding") or ""):
+                body = aws_unchunk(body)
+                dropped = ("content-encoding", "x-amz-decoded-content-length", "x-amz-trailer")
+                headers = {k: v for k, v in headers.items() if k.lower() not in dropped}
+                headers["x-amz-content-sha256"] = "UNSIGNED-PAYLOAD"
+            headers["Content-Length"] = str(len(body))
+            conn.request(self.command, self.path, body=body, headers=headers)
+            resp = conn.getresponse()
+            data = resp.read()
+            self.send_response(resp.status, resp.reason)
+            for key, value in resp.getheaders():
+                if key.lower() not in ("transfer-encoding", "connection", "content-length", "server", "date"):
+                    self.send_header(key, value)
+            length = resp.getheader("Content-Length") if self.command == "HEAD" else None
+            self.send_header("Content-Length", length or str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+        finally:
+            conn.close()
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = handle_one
 
 
 class FaultProxy:
@@ -47,80 +125,8 @@ class FaultProxy:
         self.faults: list[tuple[str | None, str | None, str, bool]] = []
         self.served: list[tuple[str, str, str | None]] = []
         self.lock = threading.Lock()
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:  # quiet
-                pass
-
-            def read_body(self) -> bytes:
-                """The request's body (a chunked one de-chunked)."""
-                if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-                    parts = []
-                    while True:
-                        size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
-                        if size == 0:
-                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                                pass
-                            return b"".join(parts)
-                        parts.append(self.rfile.read(size))
-                        self.rfile.readline()
-                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
-
-            def handle_one(self) -> None:
-                body = self.read_body()
-                fault = proxy.take(self.command, self.path)
-                proxy.served.append((self.command, self.path, fault))
-                if fault == "reset":
-                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-                    self.close_connection = True
-                    self.connection.close()
-                    return
-                if fault == "timeout":
-                    threading.Event().wait(proxy.timeout_s)
-                    self.close_connection = True
-                    return
-                if fault in ERROR_BODIES:
-                    status, code, message = ERROR_BODIES[fault]
-                    data = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
-                            f"<Message>{message}</Message></Error>").encode()
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/xml")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    if self.command != "HEAD":
-                        self.wfile.write(data)
-                    return
-                conn = http.client.HTTPConnection(proxy.upstream.hostname, proxy.upstream.port, timeout=60)
-                try:
-                    headers = {k: v for k, v in self.headers.items()
-                               if k.lower() not in ("connection", "transfer-encoding", "content-length", "expect")}
-                    if "aws-chunked" in (self.headers.get("Content-Encoding") or ""):  # sent on as a plain body
-                        body = aws_unchunk(body)
-                        for key in ("content-encoding", "x-amz-decoded-content-length", "x-amz-trailer"):
-                            headers = {k: v for k, v in headers.items() if k.lower() != key}
-                        headers["x-amz-content-sha256"] = "UNSIGNED-PAYLOAD"
-                    headers["Content-Length"] = str(len(body))
-                    conn.request(self.command, self.path, body=body, headers=headers)
-                    resp = conn.getresponse()
-                    data = resp.read()
-                    self.send_response(resp.status, resp.reason)
-                    for key, value in resp.getheaders():
-                        if key.lower() not in ("transfer-encoding", "connection", "content-length", "server", "date"):
-                            self.send_header(key, value)
-                    length = resp.getheader("Content-Length") if self.command == "HEAD" else None
-                    self.send_header("Content-Length", length or str(len(data)))
-                    self.end_headers()
-                    if self.command != "HEAD":
-                        self.wfile.write(data)
-                finally:
-                    conn.close()
-
-            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = handle_one
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), FaultHandler)
+        self.server.proxy = self  # type: ignore[attr-defined]
         self.server.daemon_threads = True
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)

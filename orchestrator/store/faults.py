@@ -43,9 +43,10 @@ LOCAL_FAULTS = {errno.ENOSPC: "free space", errno.EDQUOT: "free space or raise t
                 errno.EROFS: "make the file system writable again", errno.EACCES: "restore write permission",
                 errno.EPERM: "restore write permission"}
 # pieces of the AWS SDK's (pyarrow's) and GCS client's error texts
-TRANSIENT_MARKERS = ("SLOW_DOWN", "SlowDown", "SERVICE_UNAVAILABLE", "INTERNAL_FAILURE", "THROTTL", "NETWORK_CONNECTION",
-                     "REQUEST_TIMEOUT", "HTTP status 5", "status code: 5", "timed out", "Timeout", "timeout",
-                     "onnection reset", "reset by peer", "Couldn't connect", "curlCode", "Unavailable")
+TRANSIENT_MARKERS = ("SLOW_DOWN", "SlowDown", "SERVICE_UNAVAILABLE", "INTERNAL_FAILURE", "THROTTL",
+                     "NETWORK_CONNECTION", "REQUEST_TIMEOUT", "HTTP status 5", "status code: 5", "timed out",
+                     "Timeout", "timeout", "onnection reset", "reset by peer", "Couldn't connect", "curlCode",
+                     "Unavailable")
 CREDENTIAL_MARKERS = ("ACCESS_DENIED", "AccessDenied", "EXPIRED_TOKEN", "ExpiredToken", "INVALID_ACCESS_KEY_ID",
                       "InvalidAccessKeyId", "SIGNATURE_DOES_NOT_MATCH", "SignatureDoesNotMatch", "HTTP status 401",
                       "HTTP status 403", "Unauthenticated", "PermissionDenied", "Forbidden")

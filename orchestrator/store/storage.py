@@ -29,7 +29,8 @@ import pyarrow.parquet as pq
 
 from orchestrator.store.faults import StorageError, fault_of, retried, set_retry_listener, storage_error
 
-__all__ = ["StorageError", "fault_of", "set_retry_listener", "storage_error"]  # re-exported: callers name storage.StorageError
+# re-exported: callers name storage.StorageError
+__all__ = ["StorageError", "fault_of", "set_retry_listener", "storage_error"]
 
 if TYPE_CHECKING:  # pandas is imported where used: it doubles the import time of this module
     import pandas as pd
