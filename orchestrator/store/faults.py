@@ -46,10 +46,11 @@ LOCAL_FAULTS = {errno.ENOSPC: "free space", errno.EDQUOT: "free space or raise t
 TRANSIENT_MARKERS = ("SLOW_DOWN", "SlowDown", "SERVICE_UNAVAILABLE", "INTERNAL_FAILURE", "THROTTL",
                      "NETWORK_CONNECTION", "REQUEST_TIMEOUT", "HTTP status 5", "status code: 5", "timed out",
                      "Timeout", "timeout", "onnection reset", "reset by peer", "Couldn't connect", "curlCode",
-                     "Unavailable")
+                     "Unavailable", "UNAVAILABLE", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED")
 CREDENTIAL_MARKERS = ("ACCESS_DENIED", "AccessDenied", "EXPIRED_TOKEN", "ExpiredToken", "INVALID_ACCESS_KEY_ID",
                       "InvalidAccessKeyId", "SIGNATURE_DOES_NOT_MATCH", "SignatureDoesNotMatch", "HTTP status 401",
-                      "HTTP status 403", "Unauthenticated", "PermissionDenied", "Forbidden")
+                      "HTTP status 403", "Unauthenticated", "PermissionDenied", "Forbidden",
+                      "UNAUTHENTICATED", "PERMISSION_DENIED")
 STORAGE_ATTEMPTS = 7  # attempts of an object-store call with transient errors: waits 0.2, 0.4, ... 6.4 s (12.6 s)
 RETRY_FIRST_WAIT_S = 0.2
 

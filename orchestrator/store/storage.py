@@ -2,7 +2,8 @@
 
 A location is a URI string: a plain path, ``file://``, ``s3://`` or ``gs://``. Only these strings
 cross process boundaries; each process builds its own filesystem object from the URI, and
-credentials/endpoints come from the environment (``AWS_*``, ``AWS_ENDPOINT_URL``, GCS defaults).
+credentials/endpoints come from the environment (``AWS_*``, ``AWS_ENDPOINT_URL``; GCS: Google's default
+credentials, or ``STORAGE_EMULATOR_HOST`` for a GCS emulator).
 
 Rules kept here: bytes are fully serialized before a stream opens; every stream is closed by a
 ``with`` block; object stores get no renames (a local write is atomic via temp file + rename, an
@@ -67,6 +68,29 @@ def _cached_s3(bucket: str, endpoint: str, region: str, default_region: str, key
                              retry_strategy=pafs.AwsStandardS3RetryStrategy(1), allow_delayed_open=True)
 
 
+GCS_RETRY_LIMIT_S = 1.0  # seconds google-cloud-cpp may retry inside pyarrow, unlogged (then ``retried`` retries)
+
+
+def _gcs_filesystem() -> pafs.FileSystem:
+    """A GCS filesystem: Google's default credentials, or with ``STORAGE_EMULATOR_HOST`` (``http://host:port``, as
+    Google's own clients read it) that emulator, anonymously. Its own retries are limited to ``GCS_RETRY_LIMIT_S``
+    so that transient errors reach ``retried``, where each retry is logged."""
+    return _cached_gcs(os.environ.get("STORAGE_EMULATOR_HOST", ""))
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_gcs(emulator: str) -> pafs.FileSystem:
+    """The filesystem of ``_gcs_filesystem`` (the argument is its cache key)."""
+    import datetime
+
+    limit = datetime.timedelta(seconds=GCS_RETRY_LIMIT_S)
+    if not emulator:
+        return pafs.GcsFileSystem(retry_time_limit=limit)
+    parsed = urlparse(emulator if "://" in emulator else f"http://{emulator}")
+    return pafs.GcsFileSystem(anonymous=True, scheme=parsed.scheme, endpoint_override=parsed.netloc,
+                              retry_time_limit=limit)
+
+
 def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
     """Filesystem and in-filesystem path of a URI (plain paths become absolute local paths).
 
@@ -78,9 +102,11 @@ def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
         path = uri[len("file://"):] if scheme == "file" else uri
         return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(path))
     try:
+        parsed = urlparse(uri)
         if scheme == "s3":
-            parsed = urlparse(uri)
             return _s3_filesystem(f"s3://{parsed.netloc}"), f"{parsed.netloc}{parsed.path}".rstrip("/")
+        if scheme in ("gs", "gcs"):
+            return _gcs_filesystem(), f"{parsed.netloc}{parsed.path}".rstrip("/")
         fs, path = pafs.FileSystem.from_uri(uri)
         return fs, path.rstrip("/")
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as err:
@@ -170,16 +196,24 @@ def makedirs(uri: str) -> None:
 def listdir(uri: str) -> list[str]:
     """Names (not paths) of the direct children of a directory; [] if it does not exist.
 
+    On GCS the children come from a recursive listing: pyarrow lists a GCS directory's subdirectories only where
+    a directory marker object (``name/``) exists, and objects written by path (as here, or by other tools) have
+    none.
+
     Raises:
         StorageError: the store cannot be reached, or the URI's bucket does not exist.
     """
     fs, path = resolve(uri)
+    gcs = urlparse(uri).scheme in ("gs", "gcs")
     try:
-        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=gcs))
     except OSError as err:
         raise storage_error(f"cannot list '{uri}': {err}", uri, err) from None
     if not infos:
         _check_bucket(uri)
+    if gcs:
+        root = path.rstrip("/") + "/"
+        return sorted({i.path[len(root):].split("/", 1)[0] for i in infos if i.path.startswith(root)} - {""})
     return sorted(posixpath.basename(i.path.rstrip("/")) for i in infos)
 
 

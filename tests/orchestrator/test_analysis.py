@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from lab_helpers import overrides, run_cli
+from lab_helpers import only_predir, overrides, run_cli
 
 from orchestrator.report import analysis
 from orchestrator.report import graphs as graphs_mod
@@ -196,7 +196,7 @@ def test_graphs_after_train_resume_and_lab_analyze(ray_local, tmp_path, capsys):
     data = tmp_path / "data"
     assert run_cli(SPECS, "ppo_cartpole", "train", "--quiet", "--data-dir", str(data),
                    *overrides(TINY + ["env.max_frame=1600"])) == 0
-    (predir,) = data.iterdir()
+    predir = only_predir(data)
     session_graph = predir / "graph/ppo_cartpole_t0_s0_session_graph.png"
     trial_graph = predir / "graph/ppo_cartpole_t0_trial_graph.png"
     first = assert_png(session_graph)
