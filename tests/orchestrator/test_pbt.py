@@ -170,11 +170,18 @@ def test_sigkill_then_search_latest_writes_the_same_decisions_and_train_dfs(unin
         pd.testing.assert_frame_equal(dfs[t], want[t], check_exact=True)
 
 
-def test_two_searches_with_the_same_seed_decide_the_same(uninterrupted, ray_local, tmp_path):
+def test_two_searches_with_the_same_seed_decide_the_same(uninterrupted, ray_local, tmp_path, monkeypatch):
+    """... and the session processes survive the generations: one actor per session for the whole search."""
+    from orchestrator.trial import Trial
+
+    started = []
+    new_actor = Trial.new_actor
+    monkeypatch.setattr(Trial, "new_actor", lambda self, plan: started.append(plan.key) or new_actor(self, plan))
     data = tmp_path / "data"
-    items = [*PBT[:2], "env.max_frame=800", *PBT[3:]]
+    items = [*PBT[:2], "env.max_frame=1200", *PBT[3:]]
     assert run_cli(SPECS, "ppo_cartpole", "search", "--data-dir", str(data), *overrides(items)) == 0
-    first = [json.loads(line) for line in (uninterrupted / "pbt.jsonl").read_text().splitlines()][:4]
+    assert len(started) == 4, started  # 3 generations of 4 sessions
+    first = [json.loads(line) for line in (uninterrupted / "pbt.jsonl").read_text().splitlines()][:8]
     assert [json.loads(line) for line in (only_predir(data) / "pbt.jsonl").read_text().splitlines()] == first
 
 
