@@ -119,6 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--allow-fresh", action="store_true",
                         help="on train@, start sessions that have no committed checkpoint from frame 0")
     parser.add_argument("--quiet", action="store_true", help="no live progress display")
+    replay = parser.add_argument_group("train --pbt-replay options")
+    replay.add_argument("--pbt-replay", default=None, metavar="PREDIR",
+                        help="train: train one trial of a finished PBT search from scratch through its recorded "
+                             "schedule and check it against the original (with --trial)")
+    replay.add_argument("--trial", type=int, default=None, metavar="T", help="the PBT trial to replay")
     enjoy = parser.add_argument_group("enjoy@ options")
     enjoy.add_argument("--episodes", type=int, default=10, help="evaluation episodes (default 10)")
     enjoy.add_argument("--seed", type=int, default=None,
@@ -130,18 +135,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-
-
-
-
-
-
-
-
-
-
-
-
 def run_search_mode(args: argparse.Namespace) -> int:
     """``search`` / ``search@...`` (imports Ray Tune only when needed)."""
     from orchestrator.modes.search import run_search
@@ -151,6 +144,9 @@ def run_search_mode(args: argparse.Namespace) -> int:
 def run_train_mode(args: argparse.Namespace) -> int:
     """``train`` / ``train@...`` (imports Ray only when needed; ``train`` checks its spec, preflight and
     ``agent.net.init_from`` included, in ``orchestrator.modes.spec_check`` while Ray starts)."""
+    if args.pbt_replay is not None or args.trial is not None:
+        from orchestrator.modes.pbt_replay import run_replay
+        return run_replay(args)
     checked = None
     if args.mode == "train" and not args.name:  # the check's child process starts before this process imports Ray
         from orchestrator.modes import spec_check

@@ -124,6 +124,9 @@ class Trial:
             the sessions are asked to stop at their next checkpoint.
         hosts: warm session actors to start sessions in, and to keep the actors of sessions that end
             ``done`` in (``SessionHosts``); None: one new actor per session, ended with it.
+        specs: trial -> the spec its sessions run (population-based training: each trial its own values);
+            other trials run ``spec``.
+        resume_mode: the mode the printed resume command names after a stop (``train`` or ``search``).
     """
 
     WATCH_BATCH_S = 0.1  # seconds the watch loop gathers events before acting on them
@@ -132,8 +135,10 @@ class Trial:
     def __init__(self, spec: dict[str, Any], predir: str, plans: list[SessionPlan], record: RunRecord,
                  quiet: bool = False,
                  on_log: Callable[[SessionPlan, dict[str, Any]], None] | None = None,
-                 analyze: bool = True, lease: Lease | None = None, hosts: SessionHosts | None = None) -> None:
+                 analyze: bool = True, lease: Lease | None = None, hosts: SessionHosts | None = None,
+                 specs: dict[int, dict[str, Any]] | None = None, resume_mode: str = "train") -> None:
         self.spec, self.predir, self.plans, self.record, self.quiet = spec, predir, plans, record, quiet
+        self.specs, self.resume_mode = specs or {}, resume_mode
         self.lease, self.hosts = lease, hosts
         self.on_log, self.analyze = on_log, analyze
         self.meta = spec["meta"]
@@ -178,7 +183,8 @@ class Trial:
         if actor is None:
             actor = self.new_actor(plan)
         num_cpus = self.host_key()[0]
-        stream = actor.run.remote({"spec": self.spec, "predir": self.predir, "trial": plan.trial,
+        spec = self.specs.get(plan.trial, self.spec)
+        stream = actor.run.remote({"spec": spec, "predir": self.predir, "trial": plan.trial,
                                    "session": plan.session, "seed": plan.seed, "resume": plan.resume,
                                    "global_params": self.globals.get(plan.trial), "num_threads": max(1, int(num_cpus))})
         self.actors[plan.key], self.streams[plan.key] = actor, stream
@@ -606,8 +612,9 @@ class Trial:
                 what = f"{plan.status}, no committed checkpoint"
             lines.append(f"  {plan.key}: {what}")
         spec_file = predir_mod.spec_file(self.predir, self.spec["name"])
-        extra = ("--allow-fresh",) if fresh else ()
-        lines += ["resume with:", "  " + lab_command(spec_file, self.spec["name"], f"train@{self.predir}", *extra)]
+        extra = ("--allow-fresh",) if fresh and self.resume_mode == "train" else ()
+        lines += ["resume with:",
+                  "  " + lab_command(spec_file, self.spec["name"], f"{self.resume_mode}@{self.predir}", *extra)]
         print("\n".join(lines))
 
 

@@ -35,7 +35,7 @@ from agents.schedules import DECAYS, LR_SCHEDULERS  # noqa: E402
 from envs.make import EnvSpec  # noqa: E402
 from orchestrator import cli  # noqa: E402
 from orchestrator.report.compare import compare_parser  # noqa: E402
-from orchestrator.spec import search_space  # noqa: E402
+from orchestrator.spec import pbt, search_space  # noqa: E402
 from orchestrator.spec.schema import MetaSpec  # noqa: E402
 from orchestrator.spec.slm_lab import ANY, SLM_LAB_KEYS  # noqa: E402
 
@@ -177,8 +177,9 @@ def search_section() -> list[str]:
             "Same nesting as the spec; each leaf is `{key}__{space_type}: argument`, e.g. "
             "`\"agent\": {\"algorithm\": {\"gamma__uniform\": [0.9, 0.999]}}`. Space types: "
             + ", ".join(f"`{t}`" for t in search_space.SPACE_TYPES) + ". `meta.search_scheduler.name`: "
-            + ", ".join(f"`{s}`" for s in search_space.SCHEDULERS) + " (keys "
-            + ", ".join(f"`{k}`" for k in search_space.SCHEDULER_KEYS) + "). See [Search](../search.md).", ""]
+            "`ASHA` (keys " + ", ".join(f"`{k}`" for k in search_space.SCHEDULER_KEYS) + ") or `PBT` (keys "
+            + ", ".join(f"`{k}`" for k in pbt.PBT_KEYS) + "; it may perturb the keys matching "
+            + ", ".join(f"`{p}`" for p in pbt.PERTURBABLE) + "). See [Search](../search.md).", ""]
 
 
 def names_section() -> list[str]:

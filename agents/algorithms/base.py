@@ -54,6 +54,10 @@ from agents.schedules import FrameLR, VarSchedule, make_lr_scheduler
 from envs.clock import Clock
 from orchestrator.runtime import torch_optim
 
+# optimizer spec keys that live in torch param groups and are re-applied from the spec after a restore (lr is the
+# LR scheduler's base lr)
+SPEC_GROUP_KEYS = ("weight_decay", "eps", "momentum")
+
 
 def take_rows(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """``x[idx]``: rows ``idx`` (B,) int64 of ``x`` (N, ...) -> (B, ...), the same values, copied with
@@ -229,6 +233,7 @@ class Algorithm:
         self.no_transfer: set[str] = set()  # names in self.nets that init_from leaves as built
         self.optims: dict[str, torch.optim.Optimizer] = {}
         self.lr_scheds: dict[str, FrameLR] = {}
+        self.optim_specs: dict[str, dict[str, Any]] = {}  # per optimizer: its spec (re-applied after a restore)
         self.clip_grad_vals: dict[str, float | None] = {}  # per optimizer: its net spec's clip_grad_val
         # Set from outside (orchestrator/global_params.py, meta.distributed): replaces the local optimizer step
         self.grad_exchange: GradExchange | None = None
@@ -301,6 +306,7 @@ class Algorithm:
         """Register optimizer ``name`` and its frame-driven LR scheduler, with ``lr_scheduler_spec`` and
         ``clip_grad_val`` of ``net_spec`` (default ``agent.net``; e.g. ``agent.critic_net`` for SAC's critics)."""
         ns = net_spec or self.net_spec
+        self.optim_specs[name] = dict(optim_spec)
         self.optims[name] = make_optim(params, optim_spec)
         self.lr_scheds[name] = make_lr_scheduler(self.optims[name], ns.lr_scheduler_spec)
         self.clip_grad_vals[name] = ns.clip_grad_val
@@ -515,12 +521,31 @@ class Algorithm:
                 raise KeyError(f"state '{group}' has {sorted(state[group])}, expected {sorted(objs)}")
             for name, obj in objs.items():
                 obj.load_state_dict(state[group][name])  # optimizers cast their state to the params' device
+        self.apply_optim_specs()
         exact = self.load_torch_rng(state["rng"]["torch"])
         self.rng.bit_generator.state = state["rng"]["numpy"]
         self.load_extra_state(state["extra"])
         if "memory" in state:
             self.memory.load_state_dict(state["memory"])
         return exact
+
+    def apply_optim_specs(self) -> None:
+        """Set each optimizer's spec values over the ones a restored state brought: the LR scheduler's base lr
+        (then the lr of the restored frame) and ``SPEC_GROUP_KEYS`` in every param group. A plain resume sets
+        the values it restored (the spec cannot change them); after a PBT exploit the explored values win over
+        the donor's (``orchestrator.spec.pbt``), where torch's ``load_state_dict`` alone would keep the donor's."""
+        for name, optim in self.optims.items():
+            spec = self.optim_specs.get(name, {})
+            for group in optim.param_groups:
+                for key in SPEC_GROUP_KEYS:
+                    if key in spec and key in group:
+                        group[key] = spec[key]
+            sched = self.lr_scheds[name]
+            if "lr" in spec:
+                sched.base_lrs = [float(spec["lr"])] * len(optim.param_groups)
+                frame = sched.last_epoch
+                sched.last_epoch = frame - 1
+                sched.step_to(frame)
 
     def load_torch_rng(self, rng_state: torch.Tensor) -> bool:
         """Set ``self.gen`` to a saved state (uint8 (S,), any device); see ``load_state_dict``.

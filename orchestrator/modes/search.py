@@ -61,6 +61,7 @@ from orchestrator.runtime.ray_start import check_resources, init_ray
 from orchestrator.search.report import analyze, report_summary
 from orchestrator.search.trials import ANALYZER, lab_trials, mark_ended
 from orchestrator.search.tune import make_tuner, param_space, restore_or_new_tuner, search_alg_name
+from orchestrator.spec.pbt import is_pbt
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
 from orchestrator.store.lease import Lease
@@ -70,75 +71,10 @@ from orchestrator.verify import export_committed, session_done
 # ---------------------------------------------------------------- search space and Tune config
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 # ---------------------------------------------------------------- one Tune trial = one lab trial
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 # ---------------------------------------------------------------- the experiment (driver)
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def run_search(args: argparse.Namespace) -> int:
@@ -164,12 +100,34 @@ def run_search(args: argparse.Namespace) -> int:
             predir, spec, settings, tuner = start_search(args, new_spec, lease, named)
         print(f"{mode_header(args.mode, predir)} (max_trial={spec['meta']['max_trial']}, {spec['meta']['max_session']} "
               f"session(s) per trial, search algorithm {settings['search_alg']})")
+        if is_pbt(spec):
+            return run_population(predir, spec, lease.lease, args.quiet)
         ANALYZER.start(predir)
         try:
             results, signalled = fit_with_signals(tuner)
         finally:
             ANALYZER.close()
         return finish_search(predir, spec, results, signalled)
+
+
+def run_population(predir: str, spec: dict[str, Any], lease: Lease | None, quiet: bool) -> int:
+    """A PBT search (``orchestrator.search.pbt``): the generations, then the analysis, the lineage graph and the
+    summary with the command that replays the best trial; returns the exit code."""
+    from orchestrator.commandline import lab_command
+    from orchestrator.search.pbt import Population, lineage_graph
+    from orchestrator.spec.load import check
+
+    code = Population(predir, spec, lease, quiet, check).run_with_signals()
+    df = analyze(predir, spec, merge=False)
+    lineage_graph(predir, spec)
+    report_summary(predir, spec, df, interrupted=code != 0)
+    spec_file = predir_mod.spec_file(predir, spec["name"])
+    if code == 0 and not df.empty:
+        print("replay the best trial's schedule from scratch with:\n  " + lab_command(
+            spec_file, spec["name"], "train", "--pbt-replay", predir, "--trial", str(int(df["trial"].iloc[0]))))
+    elif code == EXIT_RESUMABLE:
+        print("interrupted; resume with:\n  " + lab_command(spec_file, spec["name"], f"search@{predir}"))
+    return code
 
 
 def fit_with_signals(tuner: Any) -> tuple[Any, bool]:
@@ -269,8 +227,8 @@ def start_search(args: argparse.Namespace, spec: dict[str, Any], lease: SearchLe
     if spec["meta"]["random_seed"] is None:
         import secrets
         spec["meta"]["random_seed"] = secrets.randbelow(2**31 - 1)
-    settings = {"tune_name": spec["name"], "search_alg": search_alg_name(spec, args.search_alg),
-                "max_concurrent_trials": args.max_concurrent_trials}
+    alg = "PBT" if is_pbt(spec) else search_alg_name(spec, args.search_alg)
+    settings = {"tune_name": spec["name"], "search_alg": alg, "max_concurrent_trials": args.max_concurrent_trials}
     init_ray(args.address, getattr(args, "dashboard", False), prestart=False)
     check_resources(spec["meta"], together=True)
     if named is not None:
@@ -281,7 +239,7 @@ def start_search(args: argparse.Namespace, spec: dict[str, Any], lease: SearchLe
         predir_mod.save_overrides(predir, args.overrides)
     storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)
     storage.write_json(storage.join(predir, "search.json"), settings)
-    return predir, spec, settings, make_tuner(spec, predir, settings, args.quiet)
+    return predir, spec, settings, None if is_pbt(spec) else make_tuner(spec, predir, settings, args.quiet)
 
 
 def resume_search(args: argparse.Namespace, new_spec: dict[str, Any], target: str, lease: SearchLease,
@@ -310,6 +268,11 @@ def resume_search(args: argparse.Namespace, new_spec: dict[str, Any], target: st
     lab_trials(predir)  # rebuilds a damaged trial.json before Tune's trials read it
     verify_trials(predir, spec)
     # Tune keeps finished trials finished; with max_frame raised they must run again
+    if is_pbt(spec):
+        if any(line.startswith("env.max_frame:") for line in applied):
+            raise UsageError("search@: a PBT search keeps its env.max_frame: its generations and recorded decisions "
+                             "depend on it")
+        return predir, spec, settings, None
     longer = any(line.startswith("env.max_frame:") for line in applied)
     tuner = restore_or_new_tuner(spec, predir, settings, args.quiet, restore=not longer)
     return predir, spec, settings, tuner
@@ -381,15 +344,5 @@ def read_settings(predir: str, spec_name: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- analysis
-
-
-
-
-
-
-
-
-
-
 
 

@@ -109,7 +109,7 @@ def analyzed_trials(predir: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def analyze(predir: str, spec: dict[str, Any]) -> Any:
+def analyze(predir: str, spec: dict[str, Any], merge: bool = True) -> Any:
     """Write experiment_df, trial_df, the experiment graph and the best trial's spec; returns the df.
 
     Per-session and per-trial metrics and graphs come from ``analysis.analyze_predir``, for the
@@ -118,7 +118,8 @@ def analyze(predir: str, spec: dict[str, Any]) -> Any:
     """
     from orchestrator.report.analysis import analyze_predir
 
-    merge_run_records(predir, spec["name"])
+    if merge:  # a PBT search keeps one run.json for its population (orchestrator.search.pbt)
+        merge_run_records(predir, spec["name"])
     slm_metrics = analyzed_trials(predir)
     todo = sorted(t for t in lab_trials(predir) if f"t{t}" not in slm_metrics)
     try:

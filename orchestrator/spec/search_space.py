@@ -37,7 +37,8 @@ and ``total_reward_ma`` (max): ``{"name": "ASHA", "grace_period": frames, "reduc
 "brackets": n}``; ``name`` may be left out (SLM-Lab v5 writes none: it always uses ASHA),
 ``grace_period`` in frames (default 1, Tune's), ``r`` > 1 (default 2), ``brackets`` (default 1).
 ``max_t`` is ``env.max_frame`` (a ``max_t`` given must equal it); ``time_attr``, ``metric`` and
-``mode`` may be given only with these values.
+``mode`` may be given only with these values. ``{"name": "PBT", ...}``: population-based training
+(``orchestrator.spec.pbt``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.spec import pbt
 from orchestrator.spec.slm_lab import ANY, SLM_LAB_KEYS
 
 # type -> (number of numeric arguments, optional trailing ones): grid_search and choice take a list of values
@@ -58,7 +60,7 @@ SPACE_TYPES = ("grid_search", "choice", *NUMERIC_TYPES)
 INT_TYPES = ("randint", "qrandint", "lograndint", "qlograndint")
 LOG_TYPES = ("loguniform", "qloguniform", "lograndint", "qlograndint")
 NORMAL_TYPES = ("normal", "randn", "qrandn")
-SCHEDULERS = ("ASHA",)
+SCHEDULERS = ("ASHA", "PBT")
 SCHEDULER_KEYS = ("name", "grace_period", "reduction_factor", "brackets", "max_t", "time_attr", "metric", "mode")
 SCHEDULER_FIXED = {"time_attr": "frame", "metric": "total_reward_ma", "mode": "max"}
 
@@ -170,7 +172,8 @@ def parse_search(spec: dict[str, Any]) -> tuple[list[SearchVar], list[str]]:
 
 
 def scheduler_problems(spec: dict[str, Any]) -> list[str]:
-    """Problems of ``meta.search_scheduler`` (null, or an ASHA dict; ``name`` may be left out)."""
+    """Problems of ``meta.search_scheduler`` (null, an ASHA dict, ``name`` may be left out, or a PBT one:
+    ``orchestrator.spec.pbt``)."""
     meta = spec.get("meta")
     sched = meta.get("search_scheduler") if isinstance(meta, dict) else None  # a non-dict meta is reported
     if sched is None:
@@ -178,6 +181,8 @@ def scheduler_problems(spec: dict[str, Any]) -> list[str]:
     if not isinstance(sched, dict):
         return [f"meta.search_scheduler: expected an object or null, got {sched!r}"]
     where = "meta.search_scheduler"
+    if sched.get("name") == "PBT":
+        return pbt.pbt_problems(spec, parse_search(spec)[0])
     problems = [f"{where}.{k}: unknown key; valid keys: {list(SCHEDULER_KEYS)}"
                 for k in sched if k not in SCHEDULER_KEYS]
     if sched.get("name", "ASHA") not in SCHEDULERS:

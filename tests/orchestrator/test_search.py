@@ -84,9 +84,12 @@ def test_invalid_search_section_names_the_dotted_path(search, message):
 
 def test_invalid_scheduler_is_refused():
     with pytest.raises(SpecError) as err:
-        load_spec(SPECS, "ppo_cartpole", ['meta.search_scheduler={"name": "PBT", "grace_period": 0}'])
+        load_spec(SPECS, "ppo_cartpole", ['meta.search_scheduler={"name": "HyperBand", "grace_period": 0}'])
     text = "\n".join(err.value.problems)
     assert "meta.search_scheduler.name" in text and "meta.search_scheduler.grace_period" in text
+    with pytest.raises(SpecError) as err:  # PBT has keys of its own (orchestrator.spec.pbt)
+        load_spec(SPECS, "ppo_cartpole", ['meta.search_scheduler={"name": "PBT", "grace_period": 1}'])
+    assert "meta.search_scheduler.grace_period: unknown key for PBT" in str(err.value)
 
 
 def test_trial_reporter_reports_the_mean_once_every_live_session_logged_a_frame():

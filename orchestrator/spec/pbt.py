@@ -1,0 +1,136 @@
+"""Population-based training settings: ``meta.search_scheduler: {"name": "PBT", ...}`` and the keys it may perturb.
+
+PBT (Jaderberg et al. 2017, "Population Based Training of Neural Networks") trains ``meta.max_trial`` trials at
+once; every ``perturbation_interval`` frames the bottom ``quantile_fraction`` of trials continue from a top trial's
+checkpoints (exploit) with perturbed values of the searched keys (explore). Keys and defaults follow Ray Tune's
+``PopulationBasedTraining``::
+
+    "search_scheduler": {"name": "PBT", "perturbation_interval": 10000, "quantile_fraction": 0.25,
+                         "resample_probability": 0.25, "perturbation_factors": [0.8, 1.2]}
+
+Only keys whose change mid-run is consistent may be searched (``PERTURBABLE``): learning rates and other optimizer
+hyperparameters (re-applied to the optimizers' param groups after every restore), loss coefficients, the discount,
+GAE's lambda, the start/end values and frames of frame-driven schedules (pure functions of the frame), gradient
+clipping and the LR scheduler's arguments. A key outside them (a net's layers, a batch size, the memory) is an exit 2
+naming it: its change would contradict the checkpointed state.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from typing import Any
+
+PBT_KEYS = ("name", "perturbation_interval", "quantile_fraction", "resample_probability", "perturbation_factors")
+
+# spec paths (fnmatch patterns; ``*`` also matches dots) that PBT may change between generations
+PERTURBABLE = (
+    "agent.*optim_spec.lr", "agent.*optim_spec.weight_decay", "agent.*optim_spec.eps", "agent.*optim_spec.momentum",
+    "agent.algorithm.alpha_lr", "agent.algorithm.gamma", "agent.algorithm.lam", "agent.algorithm.*_coef",
+    "agent.algorithm.*_spec.start_val", "agent.algorithm.*_spec.end_val",
+    "agent.algorithm.*_spec.start_step", "agent.algorithm.*_spec.end_step",
+    "agent.algorithm.training_epoch", "agent.algorithm.training_iter", "agent.algorithm.target_entropy",
+    "agent.*net.clip_grad_val", "agent.*lr_scheduler_spec.*",
+)
+UNPERTURBABLE = ("agent.*lr_scheduler_spec.name", "agent.*optim_spec.name", "agent.algorithm.*_spec.name")
+# space types PBT can perturb and resample; a grid has no distribution to resample from
+PBT_SPACE_TYPES = ("choice", "uniform", "quniform", "loguniform", "qloguniform", "randint", "qrandint", "lograndint",
+                   "qlograndint", "normal", "randn", "qrandn")
+
+
+@dataclass(frozen=True)
+class PBTSettings:
+    """A checked ``meta.search_scheduler`` of name PBT.
+
+    Fields:
+        perturbation_interval: frames between two generations' decisions (a multiple of ``meta.log_frequency``).
+        quantile_fraction: share of the population in the top and in the bottom quantile, in (0, 0.5].
+        resample_probability: chance that explore draws a searched key anew from its distribution, in [0, 1].
+        perturbation_factors: factors a numeric key is multiplied by (one drawn per key).
+    """
+
+    perturbation_interval: int
+    quantile_fraction: float = 0.25
+    resample_probability: float = 0.25
+    perturbation_factors: tuple[float, ...] = (0.8, 1.2)
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any]) -> "PBTSettings":
+        """The settings of a spec whose ``pbt_problems`` are empty."""
+        sched = spec["meta"]["search_scheduler"]
+        return cls(int(sched["perturbation_interval"]), float(sched.get("quantile_fraction", 0.25)),
+                   float(sched.get("resample_probability", 0.25)),
+                   tuple(float(f) for f in sched.get("perturbation_factors", (0.8, 1.2))))
+
+    def boundaries(self, max_frame: int) -> list[int]:
+        """The frames each generation ends at: multiples of ``perturbation_interval``, then ``max_frame``."""
+        out = list(range(self.perturbation_interval, max_frame, self.perturbation_interval))
+        return out + [max_frame]
+
+
+def is_pbt(spec: dict[str, Any]) -> bool:
+    """True when ``meta.search_scheduler`` names PBT."""
+    sched = (spec.get("meta") or {}).get("search_scheduler")
+    return isinstance(sched, dict) and sched.get("name") == "PBT"
+
+
+def perturbable(path: str) -> bool:
+    """Whether PBT may change spec key ``path`` between generations (``PERTURBABLE``)."""
+    return any(fnmatch.fnmatchcase(path, p) for p in PERTURBABLE) and \
+        not any(fnmatch.fnmatchcase(path, p) for p in UNPERTURBABLE)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def pbt_problems(spec: dict[str, Any], variables: list[Any]) -> list[str]:
+    """Problems of a PBT ``meta.search_scheduler`` and of its searched ``variables`` (``SearchVar``s).
+
+    Returns:
+        Messages naming the key and what was expected (empty when the spec can run PBT).
+    """
+    sched, meta, where = spec["meta"]["search_scheduler"], spec.get("meta") or {}, "meta.search_scheduler"
+    problems = [f"{where}.{k}: unknown key for PBT; valid keys: {list(PBT_KEYS)}" for k in sched if k not in PBT_KEYS]
+    interval = sched.get("perturbation_interval")
+    if not (isinstance(interval, int) and not isinstance(interval, bool) and interval > 0):
+        problems.append(f"{where}.perturbation_interval: expected frames as an int > 0, got {interval!r}")
+    else:
+        for key in ("log_frequency", "checkpoint_frequency"):
+            freq = meta.get(key)
+            if isinstance(freq, int) and freq > 0 and interval % freq:
+                problems.append(f"{where}.perturbation_interval: {interval} is not a multiple of meta.{key}={freq} "
+                                "(generations end on a log row and a checkpoint)")
+        num_envs = (spec.get("env") or {}).get("num_envs") or 1
+        if isinstance(num_envs, int) and interval % num_envs:
+            problems.append(f"{where}.perturbation_interval: {interval} is not a multiple of env.num_envs={num_envs}")
+    fraction = sched.get("quantile_fraction", 0.25)
+    if not (_number(fraction) and 0 < fraction <= 0.5):
+        problems.append(f"{where}.quantile_fraction: expected a number in (0, 0.5], got {fraction!r}")
+    prob = sched.get("resample_probability", 0.25)
+    if not (_number(prob) and 0 <= prob <= 1):
+        problems.append(f"{where}.resample_probability: expected a number in [0, 1], got {prob!r}")
+    factors = sched.get("perturbation_factors", [0.8, 1.2])
+    if not (isinstance(factors, list) and factors and all(_number(f) and f > 0 for f in factors)):
+        problems.append(f"{where}.perturbation_factors: expected a non-empty list of numbers > 0, got {factors!r}")
+    return problems + population_problems(meta, variables)
+
+
+def population_problems(meta: dict[str, Any], variables: list[Any]) -> list[str]:
+    """Problems of a PBT population: its size, ``meta.distributed``, and searched keys PBT cannot perturb."""
+    problems = []
+    if int(meta.get("max_trial") or 0) < 2:
+        problems.append(f"meta.max_trial: PBT needs a population of at least 2 trials, got {meta.get('max_trial')!r}")
+    if meta.get("distributed"):
+        problems.append("meta.distributed: PBT copies each session's own optimizer state; "
+                        "a trial-wide global optimizer cannot be exploited session for session")
+    for var in variables:
+        name = f"search.{var.path}__{var.kind}"
+        if var.kind not in PBT_SPACE_TYPES:
+            problems.append(f"{name}: PBT samples its population and resamples from distributions; "
+                            f"use one of {list(PBT_SPACE_TYPES)} instead of {var.kind}")
+        elif not perturbable(var.path):
+            problems.append(f"{name}: PBT cannot change '{var.path}' mid-run (it would contradict the checkpointed "
+                            "state); it may perturb learning rates, optimizer hyperparameters, loss coefficients, "
+                            "gamma, lam, schedule values and frames, clip_grad_val and lr_scheduler_spec arguments")
+    return problems

@@ -1,0 +1,206 @@
+"""Population-based training: seeded decisions, the explored lr in the optimizer after an exploit, SIGKILL of the
+driver then ``search@latest`` giving the same ``pbt.jsonl`` and train_dfs as an uninterrupted run, the replay of a
+trial bit for bit, and keys PBT cannot perturb refused by name.
+
+The uninterrupted search runs in-process on the session-scoped ``ray_local``; the killed one is a subprocess driver
+with a Ray of its own, whose leftover processes the test kills by PID.
+"""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from lab_helpers import SPECS, kill_driver_when, only_predir, overrides, run_cli, start_driver
+
+from orchestrator.errors import SpecError
+from orchestrator.search.pbt_policy import decide, initial_config, lineage, perturb, quantile_size
+from orchestrator.spec.load import load_spec
+from orchestrator.spec.pbt import PBTSettings
+from orchestrator.spec.search_space import SearchVar, apply_values, parse_search
+
+LR = "agent.net.optim_spec.lr"
+PBT = ["meta.max_trial=4", "meta.max_session=1", "env.max_frame=2000", "meta.log_frequency=200",
+       "meta.checkpoint_frequency=200", "meta.random_seed=11", 'meta.resources={"num_cpus": 0.5, "num_gpus": 0}',
+       'search={"agent.net.optim_spec.lr__loguniform": [1e-4, 1e-2]}',
+       'meta.search_scheduler={"name": "PBT", "perturbation_interval": 400}']
+
+
+# ---------------------------------------------------------------- decisions (no Ray)
+def test_decisions_are_seeded_ranked_by_score_and_exploit_the_top_quantile():
+    lr = SearchVar(LR, "loguniform", [1e-4, 1e-2])
+    gamma = SearchVar("agent.algorithm.gamma", "choice", [0.9, 0.95, 0.99])
+    settings = PBTSettings(400, quantile_fraction=0.25, resample_probability=0.0, perturbation_factors=(0.8, 1.2))
+    configs = {t: {LR: 1e-3 * (t + 1), "agent.algorithm.gamma": 0.95} for t in range(8)}
+    scores = {0: 5.0, 1: 50.0, 2: 40.0, 3: math.nan, 4: 30.0, 5: 20.0, 6: 10.0, 7: 45.0}
+    a = decide(3, 1200, scores, configs, [lr, gamma], settings, seed=7)
+    assert a == decide(3, 1200, scores, configs, [lr, gamma], settings, seed=7)
+    assert quantile_size(8, 0.25) == 2 and quantile_size(3, 0.5) == 1
+    exploited = {r["trial"]: r for r in a if r["donor"] is not None}
+    assert set(exploited) == {0, 3}  # the lowest score and the NaN one
+    for r in exploited.values():
+        assert r["donor"] in (1, 7) and r["donor_score"] == scores[r["donor"]]
+        donor_lr = configs[r["donor"]][LR]
+        assert r["config"][LR] in (pytest.approx(donor_lr * 0.8), pytest.approx(donor_lr * 1.2))
+        assert r["config"]["agent.algorithm.gamma"] in (0.9, 0.99)  # a neighbour of 0.95
+    kept = [r for r in a if r["donor"] is None]
+    assert all(r["config"] == configs[r["trial"]] for r in kept) and len(kept) == 6
+    assert [r["trial"] for r in a] == list(range(8)) and all(r["generation"] == 3 and r["frame"] == 1200 for r in a)
+    assert a[3]["score"] is None  # NaN recorded as null
+    other = [decide(3, 1200, scores, configs, [lr, gamma], settings, seed=s) for s in range(8, 20)]
+    assert any(o != a for o in other), "the seed does not reach the decisions"
+
+
+def test_perturb_clamps_to_the_distribution_and_resamples_within_it():
+    rng = np.random.default_rng(0)
+    var = SearchVar("agent.algorithm.gamma", "uniform", [0.9, 0.999])
+    up = PBTSettings(400, resample_probability=0.0, perturbation_factors=(1.2,))
+    assert perturb(var, 0.99, up, rng) == 0.999
+    ints = SearchVar("agent.algorithm.training_epoch", "randint", [1, 20])
+    assert perturb(ints, 5, PBTSettings(400, resample_probability=0.0, perturbation_factors=(1.5,)), rng) == 8
+    always = PBTSettings(400, resample_probability=1.0)
+    draws = [perturb(SearchVar(LR, "loguniform", [1e-4, 1e-2]), 5.0, always, rng) for _ in range(50)]
+    assert all(1e-4 <= d < 1e-2 for d in draws)
+    assert initial_config([var], 3, 1) == initial_config([var], 3, 1) != initial_config([var], 3, 2)
+
+
+def test_lineage_follows_donors_backwards():
+    initial = {0: {"x": 0}, 1: {"x": 1}, 2: {"x": 2}}
+    records = [  # generation 1: t2 takes t0's state; generation 2: t1 takes t2's state
+        {"generation": 1, "trial": 0, "donor": None, "config": {"x": 0}},
+        {"generation": 1, "trial": 1, "donor": None, "config": {"x": 1}},
+        {"generation": 1, "trial": 2, "donor": 0, "config": {"x": 20}},
+        {"generation": 2, "trial": 0, "donor": None, "config": {"x": 0}},
+        {"generation": 2, "trial": 1, "donor": 2, "config": {"x": 21}},
+        {"generation": 2, "trial": 2, "donor": None, "config": {"x": 20}},
+    ]
+    assert lineage(records, 1, initial, 3) == [{"generation": 1, "trial": 0, "config": {"x": 0}},
+                                               {"generation": 2, "trial": 2, "config": {"x": 20}},
+                                               {"generation": 3, "trial": 1, "config": {"x": 21}}]
+    assert [s["trial"] for s in lineage(records, 0, initial, 3)] == [0, 0, 0]
+
+
+# ---------------------------------------------------------------- what PBT may change
+@pytest.mark.parametrize("search, named", [
+    ('{"agent.net.hid_layers__choice": [[32], [64]]}', "search.agent.net.hid_layers__choice"),
+    ('{"agent.algorithm.time_horizon__choice": [64, 128]}', "search.agent.algorithm.time_horizon__choice"),
+    ('{"agent.net.optim_spec.lr__grid_search": [0.001, 0.01]}', "search.agent.net.optim_spec.lr__grid_search"),
+])
+def test_a_key_pbt_cannot_perturb_is_refused_by_name(search, named):
+    with pytest.raises(SpecError) as err:
+        load_spec(SPECS, "ppo_cartpole", [*PBT[:-2], f"search={search}", PBT[-1]])
+    assert named in str(err.value)
+
+
+def test_pbt_settings_are_checked(tmp_path, capsys):
+    bad = 'meta.search_scheduler={"name": "PBT", "perturbation_interval": 300, "quantile_fraction": 0.7}'
+    code = run_cli(SPECS, "ppo_cartpole", "search", "--data-dir", str(tmp_path / "data"),
+                   *overrides([*PBT[:-1], bad]))
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "perturbation_interval: 300 is not a multiple of meta.log_frequency=200" in err
+    assert "quantile_fraction: expected a number in (0, 0.5], got 0.7" in err
+    assert not (tmp_path / "data").exists()
+
+
+# ---------------------------------------------------------------- runs
+def read_run(predir) -> tuple[str, dict[int, pd.DataFrame]]:
+    """pbt.jsonl's text and every trial's train_df (without wall_t, fps)."""
+    dfs = {t: pd.read_parquet(predir / f"t{t}/s0/train_df.parquet").drop(columns=["wall_t", "fps"]) for t in range(4)}
+    return (predir / "pbt.jsonl").read_text(), dfs
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(ray_local, tmp_path_factory):
+    data = tmp_path_factory.mktemp("pbt") / "data"
+    assert run_cli(SPECS, "ppo_cartpole", "search", "--data-dir", str(data), *overrides(PBT)) == 0
+    return only_predir(data)
+
+
+def test_exploit_restores_the_donor_state_with_the_explored_lr(uninterrupted):
+    from orchestrator.session.loop import Session
+    from orchestrator.store.checkpoint import CheckpointStore
+
+    records = [json.loads(line) for line in (uninterrupted / "pbt.jsonl").read_text().splitlines()]
+    assert [r["generation"] for r in records] == [g for g in (1, 2, 3, 4) for _ in range(4)]
+    assert [r["frame"] for r in records[::4]] == [400, 800, 1200, 1600]
+    exploit = next(r for r in records if r["donor"] is not None and r["generation"] == 4)
+    t, donor, frame = exploit["trial"], exploit["donor"], exploit["frame"]
+    spec = json.loads((uninterrupted / "ppo_cartpole_spec.json").read_text())
+    recipient = CheckpointStore(str(uninterrupted / f"t{t}/s0"))
+    assert frame in recipient.frames()
+    manifest, files = recipient.load(frame)
+    donor_manifest = CheckpointStore(str(uninterrupted / f"t{donor}/s0")).manifest(frame)
+    assert manifest.meta["weights_sha256"] == donor_manifest.meta["weights_sha256"]
+    session = Session(apply_values(spec, exploit["config"]), seed=0)
+    session.from_checkpoint(files)
+    sched = session.algorithm.lr_scheds["net"]  # LinearToZero: the lr of the last update's frame
+    assert frame - 200 < sched.last_epoch <= frame
+    assert set(sched.base_lrs) == {exploit["config"][LR]}  # every param group (actor and critic)
+    lr = session.algorithm.optims["net"].param_groups[0]["lr"]
+    assert lr == exploit["config"][LR] * sched.factor(sched.last_epoch)
+    donor_lr = [r for r in records if r["trial"] == donor and r["generation"] == 3][0]["config"][LR]
+    assert exploit["config"][LR] != donor_lr
+    # the recipient's train_df continues the donor's rows up to the exploit, then logs the explored lr
+    df = pd.read_parquet(uninterrupted / f"t{t}/s0/train_df.parquet")
+    assert df[df["frame"] <= frame]["lr"].tolist() == \
+        pd.read_parquet(uninterrupted / f"t{donor}/s0/train_df.parquet")["lr"].tolist()[:len(df[df["frame"] <= frame])]
+    after = df[df["frame"] == frame + 200]["lr"].item()
+    assert after == pytest.approx(exploit["config"][LR] * sched.factor(frame + 200), rel=1e-2)
+
+
+def test_sigkill_then_search_latest_writes_the_same_decisions_and_train_dfs(uninterrupted, tmp_path):
+    data = tmp_path / "data"
+    driver = start_driver([SPECS, "ppo_cartpole", "search", "--data-dir", str(data), *overrides(PBT)], tmp_path)
+
+    def mid_generation() -> bool:  # decision 2 applied, generation 3 under way
+        state = list(data.glob("*/pbt.json"))
+        return bool(state) and json.loads(state[0].read_text() or "{}").get("applied") == 2 and \
+            bool(list(data.glob("*/t*/s0/ckpt/000000001000")))
+
+    kill_driver_when(driver, mid_generation, 240, "generation 3 checkpointed")
+    predir = only_predir(data)
+    assert not list(predir.glob("t*/s0/ckpt/000000002000/MANIFEST.json"))
+    assert run_cli(SPECS, "ppo_cartpole", "search@latest", "--data-dir", str(data), *overrides(PBT)) == 0
+    text, dfs = read_run(predir)
+    want_text, want = read_run(uninterrupted)
+    assert text == want_text
+    for t in range(4):
+        pd.testing.assert_frame_equal(dfs[t], want[t], check_exact=True)
+
+
+def test_two_searches_with_the_same_seed_decide_the_same(uninterrupted, ray_local, tmp_path, monkeypatch):
+    """... and the session processes survive the generations: one actor per session for the whole search."""
+    from orchestrator.trial import Trial
+
+    started = []
+    new_actor = Trial.new_actor
+    monkeypatch.setattr(Trial, "new_actor", lambda self, plan: started.append(plan.key) or new_actor(self, plan))
+    data = tmp_path / "data"
+    items = [*PBT[:2], "env.max_frame=1200", *PBT[3:]]
+    assert run_cli(SPECS, "ppo_cartpole", "search", "--data-dir", str(data), *overrides(items)) == 0
+    assert len(started) == 4, started  # 3 generations of 4 sessions
+    first = [json.loads(line) for line in (uninterrupted / "pbt.jsonl").read_text().splitlines()][:8]
+    assert [json.loads(line) for line in (only_predir(data) / "pbt.jsonl").read_text().splitlines()] == first
+
+
+def test_replay_reproduces_a_trial_bit_for_bit(uninterrupted, tmp_path, capsys):
+    from orchestrator.store.checkpoint import CheckpointStore
+
+    records = [json.loads(line) for line in (uninterrupted / "pbt.jsonl").read_text().splitlines()]
+    t = next(r["trial"] for r in reversed(records) if r["donor"] is not None)  # a trial with an exploit in its past
+    data = tmp_path / "data"
+    capsys.readouterr()
+    assert run_cli(str(uninterrupted / "ppo_cartpole_spec.json"), "ppo_cartpole", "train", "--data-dir", str(data),
+                   "--pbt-replay", str(uninterrupted), "--trial", str(t)) == 0
+    assert "equal the original's" in capsys.readouterr().out
+    replayed = only_predir(data)
+    a = pd.read_parquet(replayed / "t0/s0/train_df.parquet").drop(columns=["wall_t", "fps"])
+    b = pd.read_parquet(uninterrupted / f"t{t}/s0/train_df.parquet").drop(columns=["wall_t", "fps"])
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    ma, mb = (CheckpointStore(str(p)).manifest(2000) for p in (replayed / "t0/s0", uninterrupted / f"t{t}/s0"))
+    assert ma.meta["weights_sha256"] == mb.meta["weights_sha256"]
+    assert (uninterrupted / "graph/ppo_cartpole_pbt_lineage.png").stat().st_size > 10_000
+    variables = parse_search(load_spec(SPECS, "ppo_cartpole", PBT))[0]
+    assert [v.path for v in variables] == [LR]
