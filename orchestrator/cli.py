@@ -39,7 +39,7 @@ import warnings
 from typing import Any, NoReturn
 
 from orchestrator.commandline import typed_options
-from orchestrator.errors import SpecError, UsageError
+from orchestrator.errors import EXIT_RESUMABLE, SpecError, UsageError
 from orchestrator.modes.dev import run_dev
 from orchestrator.runtime.console import install_warning_format
 from orchestrator.store import storage
@@ -329,7 +329,10 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as err:
         fail(str(err))
     except storage.StorageError as err:
-        fail(str(err))
+        if err.hint is None:
+            fail(str(err))
+        print(f"error: storage fault: {err}\n  {err.hint}, then run the same command", file=sys.stderr)
+        return EXIT_RESUMABLE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

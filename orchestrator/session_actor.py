@@ -11,6 +11,10 @@ Events (dicts yielded by ``run``; ``kind`` is one of):
   ``checkpoint_failed`` {frame}: every write attempt of that checkpoint failed (training goes on)
   ``done``        {frame, total_reward_ma}
   ``interrupted`` {frame, checkpoint: bool}
+  ``storage_fault`` {uri, error, hint, frame (of the newest committed checkpoint, 0 if none)}: a persistent
+                  storage fault (``orchestrator.store.faults``) stopped the session; its uncommitted checkpoint
+                  was removed; the stream ends after it
+  ``storage_retry`` {lines}: transient object-store errors this process retried since the previous such event
   ``batch``       {events}: from ``SessionActor.run`` only, the events of one checkpoint (its commit and the
                   chunk's log rows) as one Ray object (the driver's cost is per object: docs/SCALING.md)
 """
@@ -98,6 +102,9 @@ class SessionRunner:
         self.tracker = SessionTracker(spec, predir, trial, session, self.log_line)  # TensorBoard, W&B, MLflow
         self.exchange: GlobalExchange | None = None
         self.burst_open = False  # True while the event just yielded has more of its checkpoint's events after it
+        self.retry_lines: list[str] = []  # object-store retries not yet in log.txt / sent to the driver
+        self.retries_sent = 0
+        storage.set_retry_listener(self.retry_lines.append)
         if global_params is not None:
             self.exchange = GlobalExchange(global_params, self.key, self.session.algorithm)
             self.session.algorithm.grad_exchange = self.exchange
@@ -161,6 +168,8 @@ class SessionRunner:
                 break
             except (CheckpointError, storage.StorageError, OSError) as err:
                 self.log_line(f"checkpoint at frame {frame} failed (attempt {attempt + 1}): {err}")
+                if storage.fault_of(err) is not None:  # disk full, read-only, ...: stops the trial (checkpoint_batches)
+                    raise
                 if backoff is None:
                     return False
                 time.sleep(backoff)
@@ -184,11 +193,37 @@ class SessionRunner:
             pass
 
     def append_log(self, rows: list[dict[str, Any]]) -> None:
-        """Append train_df rows as text lines to the session's log.txt."""
-        if rows:
-            lines = (" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())
-                     for row in rows)
+        """Append train_df rows as text lines to the session's log.txt, after the object-store retries since the
+        last call (``storage_retry`` lines).
+
+        Raises:
+            storage.StorageError: the write failed.
+        """
+        lines = [f"storage retry: {line}" for line in self.retry_lines[self.retries_sent:]]
+        lines += [" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())
+                  for row in rows]
+        if lines:
             storage.append_text(storage.join(self.session_dir, "log.txt"), "\n".join(lines) + "\n")
+            self.retries_sent = len(self.retry_lines)
+
+    def take_retries(self) -> list[str]:
+        """The object-store retry lines written to log.txt and not yet sent to the driver (each is sent once)."""
+        lines = self.retry_lines[:self.retries_sent]
+        del self.retry_lines[:self.retries_sent]
+        self.retries_sent = 0
+        return lines
+
+    def fault_event(self, err: BaseException, hint: str) -> dict[str, Any]:
+        """The ``storage_fault`` event of a persistent fault, after removing uncommitted checkpoint debris (best
+        effort: the store is failing; ``collect_garbage`` runs again at the resume)."""
+        try:
+            self.store.collect_garbage()
+        except (CheckpointError, storage.StorageError, OSError):
+            pass
+        self.log_line(f"storage fault: {err}")
+        uri = getattr(err, "uri", "") or getattr(err.__cause__, "uri", "") or self.session_dir
+        return {"kind": "storage_fault", "uri": uri, "error": str(err), "hint": hint,
+                "frame": getattr(self, "committed", None) or 0}
 
     def events(self) -> Iterator[dict[str, Any]]:
         """Run to ``max_frame`` (or until ``stop_requested``), yielding progress events.
@@ -274,13 +309,23 @@ def checkpoint_batches(runner: SessionRunner) -> Iterator[dict[str, Any]]:
     ``events`` yields back to back) grouped as one ``{"kind": "batch", "events": [...]}``; a lone event as is.
 
     The driver pays per Ray object, so a checkpoint of N log rows costs it one object, not N + 1.
+    A persistent storage fault (``storage.fault_of``) ends the stream with a ``storage_fault`` event instead of
+    an error; transient object-store retries come as ``storage_retry`` events after the batch they happened in.
     """
     batch: list[dict[str, Any]] = []
-    for event in runner.events():
-        batch.append(event)
-        if not runner.burst_open:
-            yield batch[0] if len(batch) == 1 else {"kind": "batch", "events": batch}
-            batch = []
+    try:
+        for event in runner.events():
+            batch.append(event)
+            if not runner.burst_open:
+                yield batch[0] if len(batch) == 1 else {"kind": "batch", "events": batch}
+                batch = []
+                if runner.retries_sent:
+                    yield {"kind": "storage_retry", "lines": runner.take_retries()}
+    except (storage.StorageError, CheckpointError, OSError) as err:
+        hint = storage.fault_of(err)
+        if hint is None:
+            raise
+        yield {"kind": "batch", "events": [*batch, runner.fault_event(err, hint)]}
 
 
 def _best_of(store: CheckpointStore) -> tuple[float, int] | None:

@@ -14,6 +14,12 @@ session's newest checkpoint in the driver: corrupt ones are set aside with one w
 ``run.json`` records the frame really restored, sessions at ``max_frame`` get their train_df/eval_df
 copies re-exported from their checkpoint, and a damaged ``run.json`` is rebuilt.
 
+A persistent storage fault (disk full, permission denied, a read-only file system, rejected credentials, an object
+store failing after every retry: ``orchestrator.store.faults``), met by a session (its ``storage_fault`` event) or
+by the driver writing ``run.json``, stops the trial as SIGTERM does: every session stops at its committed
+checkpoint (uncommitted ones removed), ``run.json`` records ``interrupted`` with the cause when it can be written,
+one ``error:`` line names the path, the error and what to do, and the exit code is ``EXIT_RESUMABLE``.
+
 SIGINT/SIGTERM to the driver asks every session to commit a final checkpoint within
 ``meta.shutdown_grace_s`` seconds and prints the command that resumes the run; a second signal
 exits at once (committed checkpoints are never half-written).
@@ -149,6 +155,8 @@ class Trial:
         self.node_of: dict[str, str] = {}  # key -> node id (hex) the session's current actor runs on
         self.preempting: dict[str, dict[str, Any]] = {}  # key -> {node_id, deadline} of sessions asked to leave
         self.drain_polled = 0.0  # monotonic time of the last draining-node poll
+        self.fault: dict[str, Any] | None = None  # the first persistent storage fault: {uri, error, hint}
+        record.data.pop("interrupted", None)  # a resumed run is no longer interrupted
 
     def start_globals(self) -> None:
         """With ``meta.distributed``, start one ``GlobalParamsActor`` per trial of the plans (no CPU reserved: it
@@ -246,6 +254,8 @@ class Trial:
     def watch_all(self, by_key: dict[str, SessionPlan]) -> None:
         """Watch the sessions until every stream ended and no restart is pending (or the stop's grace passed)."""
         while self.streams or self.pending_restart:
+            if self.fault is None and self.record.fault is not None:  # run.json could not be written
+                self.on_fault(self.record.fault.uri, str(self.record.fault), self.record.fault.hint or "")
             if self.stopping_since is None and (self.stop_requested or (self.lease is not None and self.lease.lost)):
                 self.request_stop()
             self.restart_due(by_key)
@@ -351,6 +361,8 @@ class Trial:
                 self.handle(plan, inner)
         elif kind == "log":
             self.on_log_row(plan, event["row"])
+        elif kind in ("storage_fault", "storage_retry"):
+            self.on_storage_event(plan, event)
         elif kind == "checkpoint_failed":
             self.progress.status(plan.key, f"checkpoint failed at {event['frame']}")
         elif kind == "checkpoint":
@@ -358,18 +370,36 @@ class Trial:
             self.record.update(plan, checkpoint=plan.frame, defer=True)
         elif kind == "started":
             self.on_started(plan, event)
-        elif kind == "interrupted" and self.stopping_since is None and not self.stop_requested:
-            # not asked by the driver: its node drains (leave_draining_nodes) or its process got SIGTERM
+        elif kind in ("done", "interrupted"):
+            self.on_end(plan, event)
+
+    def on_end(self, plan: SessionPlan, event: dict[str, Any]) -> None:
+        """A session's ``done`` or ``interrupted`` event: recorded, or (interrupted without the driver asking: its
+        node drains, ``leave_draining_nodes``, or its process got SIGTERM) restarted from its checkpoint."""
+        kind = event["kind"]
+        if kind == "interrupted" and self.stopping_since is None and not self.stop_requested:
             plan.frame = int(event["frame"])
             self.release(plan)
             self.schedule_restart(plan, "node draining" if plan.key in self.preempting else "SIGTERM", True)
-        elif kind in ("done", "interrupted"):
-            self.preempting.pop(plan.key, None)
-            plan.status, plan.frame = kind, int(event["frame"])
-            if not event["checkpoint"]:
-                plan.error = f"no checkpoint could be committed at frame {plan.frame} (see log.txt)"
-            self.progress.status(plan.key, kind)
-            self.record.update(plan, checkpoint=plan.frame if event["checkpoint"] else None)
+            return
+        self.preempting.pop(plan.key, None)
+        plan.status, plan.frame = kind, int(event["frame"])
+        if not event["checkpoint"]:
+            plan.error = f"no checkpoint could be committed at frame {plan.frame} (see log.txt)"
+        self.progress.status(plan.key, kind)
+        self.record.update(plan, checkpoint=plan.frame if event["checkpoint"] else None)
+
+    def on_storage_event(self, plan: SessionPlan, event: dict[str, Any]) -> None:
+        """A session's ``storage_fault`` (it stopped at its committed checkpoint: the trial stops) or
+        ``storage_retry`` (one warning line per retried object-store call)."""
+        if event["kind"] == "storage_retry":
+            for line in event["lines"]:
+                print(f"warning: session {plan.key}: storage retry: {line}", file=sys.stderr)
+            return
+        plan.status, plan.frame, plan.error = "interrupted", int(event["frame"]), f"storage fault: {event['error']}"
+        self.progress.status(plan.key, "storage fault")
+        self.record.update(plan, checkpoint=plan.frame or None)
+        self.on_fault(event["uri"], event["error"], event["hint"])
 
     def on_log_row(self, plan: SessionPlan, row: dict[str, Any]) -> None:
         """A session's train_df row: progress, the ``on_log`` callback; the first row of a trial that analyzes
@@ -482,6 +512,12 @@ class Trial:
         crashes = sum(1 for r in plan.restarts if r.get("cause") != "preempted")
         self.pending_restart[plan.key] = time.monotonic() + (0.0 if preempted else min(2.0 ** (crashes - 1), 30.0))
 
+    def on_fault(self, uri: str, error: str, hint: str) -> None:
+        """A persistent storage fault: remember the first one and stop the trial (as SIGTERM does)."""
+        if self.fault is None:
+            self.fault = {"uri": uri, "error": error, "hint": hint}
+        self.stop_requested = True
+
     def restart_due(self, by_key: dict[str, SessionPlan]) -> None:
         """Start replacement actors whose back-off has passed."""
         for key, due in list(self.pending_restart.items()):
@@ -492,7 +528,12 @@ class Trial:
     def log_error(self, plan: SessionPlan, text: str) -> None:
         """Append a failed session's traceback to its log.txt."""
         uri = storage.join(predir_mod.session_dir(self.predir, plan.trial, plan.session), "log.txt")
-        storage.append_text(uri, f"[{now_iso()}] session failed:\n{text}\n")
+        try:
+            storage.append_text(uri, f"[{now_iso()}] session failed:\n{text}\n")
+        except storage.StorageError as err:  # the error is in run.json too; a persistent fault stops the trial
+            if err.hint is None:
+                raise
+            self.on_fault(err.uri, str(err), err.hint)
 
     # ---------------------------------------------------------------- end
     def finish(self) -> int:
@@ -502,7 +543,11 @@ class Trial:
             The exit code: 0 done, ``EXIT_RESUMABLE`` (75) cleanly interrupted, 1 a session failed or could not
             commit.
         """
+        if self.fault is not None and self.stopping_since is None:  # the fault came with the last events
+            self.request_stop()
         self.mark_unfinished()
+        if self.fault is not None:
+            return self.finish_fault()
         out = None
         if self.analyze:
             aggregate_trial(self.predir, self.spec, sorted({p.trial for p in self.plans}))
@@ -520,6 +565,19 @@ class Trial:
             print("\n".join([f"trial done: {self.predir}", *(summary_lines(self.predir, out) if out else [])]),
                   flush=True)  # seen at once through a pipe or nohup log, not at exit
         return 1 if failed else 0
+
+    def finish_fault(self) -> int:
+        """End of a trial stopped by a storage fault: ``run.json`` gets ``interrupted`` {at, cause, uri} (when it
+        can be written), one ``error:`` line names the path, the error and what to do, the sessions' state and the
+        resume command follow; no analysis (it would write to the failing store). Returns ``EXIT_RESUMABLE``."""
+        fault = self.fault or {}
+        self.record.data["interrupted"] = {"at": now_iso(), "cause": f"storage fault: {fault.get('error')}",
+                                           "uri": fault.get("uri")}
+        self.record.save()  # best effort: a write the fault refuses is left (RunRecord.fault)
+        print(f"error: storage fault: {fault.get('error')}\n  the run stopped cleanly (every committed checkpoint "
+              f"is intact); {fault.get('hint')}, then run the resume command below", file=sys.stderr, flush=True)
+        self.print_interrupted()
+        return EXIT_RESUMABLE
 
     def mark_unfinished(self) -> None:
         """Record the final status of sessions still running: ``interrupted`` (or ``not started``,

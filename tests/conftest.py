@@ -1,4 +1,4 @@
-"""Shared pytest fixtures. Importable without ray or moto (each fixture imports what it needs)."""
+"""Shared pytest fixtures. Importable without ray, moto or gcp-storage-emulator (each fixture imports what it needs)."""
 
 import os
 import uuid
@@ -56,13 +56,83 @@ def s3_bucket(s3_server):
     yield f"s3://{bucket}"
 
 
+# ---------------------------------------------------------------- GCS (gcp-storage-emulator) fixtures
+# A local GCS emulator for the gs:// tests, reached through STORAGE_EMULATOR_HOST (orchestrator.store.storage).
+@pytest.fixture(scope="session")
+def gcs_endpoint():
+    """``http://127.0.0.1:PORT`` where ``gcs_server`` listens, set as STORAGE_EMULATOR_HOST for the session (and
+    restored at the end). Chosen before Ray starts, so that Ray's workers inherit it; starts nothing."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    saved = os.environ.get("STORAGE_EMULATOR_HOST")
+    os.environ["STORAGE_EMULATOR_HOST"] = endpoint
+    try:
+        yield endpoint
+    finally:
+        if saved is None:
+            os.environ.pop("STORAGE_EMULATOR_HOST", None)
+        else:
+            os.environ["STORAGE_EMULATOR_HOST"] = saved
+
+
+@pytest.fixture(scope="session")
+def gcs_server(gcs_endpoint):
+    """``gcs_endpoint`` served by a gcp-storage-emulator process (in memory) for the whole test session, stopped
+    by its PID at the end. Skips if gcp-storage-emulator is not installed."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    from urllib.parse import urlparse
+
+    pytest.importorskip("gcp_storage_emulator")
+    url = urlparse(gcs_endpoint)
+    server = subprocess.Popen([sys.executable, "-m", "gcp_storage_emulator", "start", "--host", url.hostname,
+                               "--port", str(url.port), "--in-memory", "--quiet"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection((url.hostname, url.port), timeout=1).close()
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, "the GCS emulator did not start"
+                time.sleep(0.1)
+        yield gcs_endpoint
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+@pytest.fixture
+def gcs_bucket(gcs_server):
+    """``gs://{bucket}`` of a fresh, empty bucket on the GCS emulator (one per test)."""
+    import json
+    import urllib.request
+
+    bucket = f"lab-test-{uuid.uuid4().hex[:12]}"
+    request = urllib.request.Request(f"{gcs_server}/storage/v1/b?project=test", method="POST",
+                                     data=json.dumps({"name": bucket}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(request, timeout=10).close()  # GCS's JSON API: buckets.insert
+    yield f"gs://{bucket}"
+
+
 # ---------------------------------------------------------------- Ray
 @pytest.fixture(scope="session")
-def ray_local(s3_server):
+def ray_local(s3_server, gcs_endpoint):
     """One embedded local Ray for the whole test session (``address="local"``, never ``ray stop``).
 
-    Depends on ``s3_server`` so the AWS_* variables exist before Ray's workers are spawned: workers
-    inherit the environment of the process that started Ray.
+    Depends on ``s3_server`` and ``gcs_endpoint`` so the AWS_* and STORAGE_EMULATOR_HOST variables exist before
+    Ray's workers are spawned: workers inherit the environment of the process that started Ray.
     """
     ray = pytest.importorskip("ray")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")

@@ -179,7 +179,8 @@ def _analyze_trial(predir: str, spec: dict[str, Any], t: int, sessions: dict[int
     title = f"{spec['name']} t{t}"
     threshold = reward_threshold(spec["env"]["name"])
     storage.write_bytes(stem + ".png", plot_trial(dfs, points, title, rand, threshold))
-    compare.write_html(stem + ".html", compare.trial_traces(dfs, title, rand, points, threshold), title)
+    compare.write_html(stem + ".html", compare.trial_traces(dfs, title, rand, points, threshold), title,
+                       js_dir=storage.join(storage.dirname(storage.absolute(predir)), compare.ASSETS_DIR))
     out["graphs"] += [stem + ".png", stem + ".html"]
     storage.write_json(storage.join(predir, "info", f"t{t}_trial_metrics.json"), record)
     out["trials"][f"t{t}"] = record

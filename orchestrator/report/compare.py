@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import posixpath
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,6 +33,7 @@ from orchestrator.store import storage
 TAB10 = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
          "#17becf")
 PLOTLY_JS = "plotly.min.js"
+ASSETS_DIR = ".assets"  # in a data dir: the plotly-{version}.min.js that every run's HTML graphs load
 
 
 @dataclass(frozen=True)
@@ -185,27 +187,43 @@ def trial_traces(dfs: dict[int, pd.DataFrame], title: str, rand_return: float | 
                                        "shapes": shapes, "annotations": notes, "hovermode": "x unified"}}
 
 
-def write_html(uri: str, figure: dict[str, Any], title: str) -> None:
-    """Write a plotly figure as an HTML page at ``uri`` and, once per directory, ``plotly.min.js``
-    beside it (the page loads it by relative path: it works offline).
+def write_html(uri: str, figure: dict[str, Any], title: str, js_dir: str | None = None) -> None:
+    """Write a plotly figure as an HTML page at ``uri`` that loads plotly's JavaScript by relative path (it works
+    offline): ``plotly.min.js`` beside the page, written once per directory, or with ``js_dir`` one
+    ``plotly-{version}.min.js`` there (a data dir's ``ASSETS_DIR``: every run's pages share one copy of its 4.8 MB,
+    and a page keeps the plotly version it was written with).
 
     Raises:
         storage.StorageError: a write failed.
     """
     import pkgutil
+    from importlib.metadata import version
 
     import plotly.io as pio
 
-    js = storage.join(storage.dirname(uri), PLOTLY_JS)
+    page_dir = storage.dirname(uri)
+    if js_dir is None:
+        js = storage.join(page_dir, PLOTLY_JS)
+    else:
+        js = storage.join(js_dir, f"plotly-{version('plotly')}.min.js")
     if not storage.exists(js):  # plotly's own file, as plotly.offline.get_plotlyjs reads it (bytes: no str copies)
         storage.write_bytes(js, pkgutil.get_data("plotly", "package_data/plotly.min.js"))
+    src = relative_path(js, page_dir)
     template = default_template()
     if template is None:  # a plotly without its template file: its own validation applies the template
-        html = pio.to_html(figure, include_plotlyjs="directory", full_html=True, validate=True)
+        html = pio.to_html(figure, include_plotlyjs=src, full_html=True, validate=True)
     else:
         layout = {"template": template, **figure.get("layout", {})}
-        html = pio.to_html({**figure, "layout": layout}, include_plotlyjs="directory", full_html=True, validate=False)
+        html = pio.to_html({**figure, "layout": layout}, include_plotlyjs=src, full_html=True, validate=False)
     storage.write_text(uri, html.replace("<head>", f"<head><title>{title}</title>", 1))
+
+
+def relative_path(uri: str, start: str) -> str:
+    """``uri`` relative to the directory ``start`` of the same store, '/'-separated (e.g. ``../../a/b.js``)."""
+    def path(u: str) -> str:
+        return u.split("://", 1)[1] if "://" in u else storage.absolute(u)
+
+    return posixpath.relpath(path(uri), path(start) or ".")
 
 
 @functools.cache

@@ -183,8 +183,16 @@ class TensorBoardLog:
         self.flush()
 
     def flush(self) -> None:
-        """Flush the writer; on object stores read each event file whole (complete records) to stage it."""
-        self.writer.flush()
+        """Flush the writer; on object stores read each event file whole (complete records) to stage it.
+
+        Raises:
+            storage.StorageError: the event file cannot be written (e.g. a full disk).
+        """
+        try:
+            self.writer.flush()
+        except OSError as err:
+            raise storage.storage_error(f"cannot write TensorBoard events in '{self.uri}': {err}", self.uri,
+                                        err) from None
         if not self.remote:
             return
         with self.lock:

@@ -294,10 +294,14 @@ class CheckpointStore:
     def _commit_posix(self, frame: int, contents: dict[str, bytes], manifest_bytes: bytes) -> None:
         """Stage, sync, then rename the staging directory to ``{frame:012d}/`` (one atomic step)."""
         staging = self._aside_uri(STAGING_PREFIX, frame)
-        for name, data in contents.items():
-            storage.write_bytes(storage.join(staging, name), data)
-        storage.write_bytes(storage.join(staging, MANIFEST_NAME), manifest_bytes)
-        storage.sync_tree(staging)
+        try:
+            for name, data in contents.items():
+                storage.write_bytes(storage.join(staging, name), data)
+            storage.write_bytes(storage.join(staging, MANIFEST_NAME), manifest_bytes)
+            storage.sync_tree(staging)
+        except storage.StorageError:
+            self._discard(staging)  # a full disk gets its space back; nothing half-written stays
+            raise
         target = self.frame_uri(frame)
         replaced = self._set_aside(frame, REPLACED_PREFIX) if storage.exists(target) else None
         storage.move(staging, target)
@@ -310,8 +314,12 @@ class CheckpointStore:
         target = self.frame_uri(frame)
         replaced = self._set_aside(frame, REPLACED_PREFIX) if self._has_manifest(target) else None
         storage.delete(target)  # an uncommitted leftover of a killed writer
-        for name, data in contents.items():
-            storage.write_bytes(storage.join(target, name), data)
+        try:
+            for name, data in contents.items():
+                storage.write_bytes(storage.join(target, name), data)
+        except storage.StorageError:
+            self._discard(target)  # no manifest written: uncommitted, and removed when the store lets it
+            raise
         storage.write_bytes(storage.join(target, MANIFEST_NAME), manifest_bytes)
         if replaced is not None:
             storage.delete(replaced)
@@ -331,6 +339,15 @@ class CheckpointStore:
         else:
             storage.move(source, aside)
         return aside
+
+    @staticmethod
+    def _discard(uri: str) -> None:
+        """Delete an uncommitted checkpoint directory after a failed write, best effort (the store may be failing:
+        ``collect_garbage`` removes what is left at the next resume)."""
+        try:
+            storage.delete(uri)
+        except storage.StorageError:
+            pass
 
     def _delete_dir(self, uri: str) -> None:
         """Delete a checkpoint directory, manifest first, so a partial delete is never 'committed'."""

@@ -49,6 +49,7 @@ class RunRecord:
         self.uri, self.data = storage.join(predir, "run.json"), data
         self.dirty, self.last_write = False, 0.0
         self.hold, self.urgent = False, False  # hold: status writes wait for flush_due (end of an event batch)
+        self.fault: storage.StorageError | None = None  # the first persistent fault a write met (see ``save``)
 
     @classmethod
     def load_or_new(cls, predir: str, spec_name: str) -> "RunRecord":
@@ -142,8 +143,23 @@ class RunRecord:
             self.save()
 
     def save(self) -> None:
-        """Write run.json atomically."""
-        storage.write_text(self.uri, self.dumps(self.data))
+        """Write run.json atomically.
+
+        A persistent storage fault (``StorageError.hint``: disk full, read-only, ...) is kept in ``fault`` instead
+        of raised (the driver stops the trial on it: ``orchestrator.trial``); the record stays dirty, so a later
+        save writes everything once the store takes it.
+
+        Raises:
+            storage.StorageError: any other failed write.
+        """
+        try:
+            storage.write_text(self.uri, self.dumps(self.data))
+        except storage.StorageError as err:
+            if err.hint is None:
+                raise
+            self.fault = self.fault or err
+            self.dirty = True
+            return
         self.dirty, self.urgent, self.last_write = False, False, time.monotonic()
 
     @staticmethod

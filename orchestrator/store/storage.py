@@ -2,11 +2,15 @@
 
 A location is a URI string: a plain path, ``file://``, ``s3://`` or ``gs://``. Only these strings
 cross process boundaries; each process builds its own filesystem object from the URI, and
-credentials/endpoints come from the environment (``AWS_*``, ``AWS_ENDPOINT_URL``, GCS defaults).
+credentials/endpoints come from the environment (``AWS_*``, ``AWS_ENDPOINT_URL``; GCS: Google's default
+credentials, or ``STORAGE_EMULATOR_HOST`` for a GCS emulator).
 
 Rules kept here: bytes are fully serialized before a stream opens; every stream is closed by a
 ``with`` block; object stores get no renames (a local write is atomic via temp file + rename, an
 object-store put is atomic by itself).
+
+Faults: errors are ``StorageError``s classified by ``orchestrator.store.faults`` (transient object-store errors
+are retried there, with back-off and a logged line per retry; persistent faults carry a ``hint``).
 """
 
 from __future__ import annotations
@@ -24,12 +28,13 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from orchestrator.store.faults import StorageError, fault_of, retried, set_retry_listener, storage_error
+
+# re-exported: callers name storage.StorageError
+__all__ = ["StorageError", "fault_of", "set_retry_listener", "storage_error"]
+
 if TYPE_CHECKING:  # pandas is imported where used: it doubles the import time of this module
     import pandas as pd
-
-
-class StorageError(Exception):
-    """A location cannot be read or written (names the URI and the cause)."""
 
 
 def is_remote(uri: str) -> bool:
@@ -55,11 +60,35 @@ def _s3_filesystem(bucket_uri: str) -> pafs.FileSystem:
 def _cached_s3(bucket: str, endpoint: str, region: str, default_region: str, key_id: str) -> pafs.FileSystem:
     """The filesystem of ``_s3_filesystem`` (arguments are its cache key)."""
     if not endpoint:
-        return pafs.S3FileSystem(region=region or pafs.resolve_s3_region(bucket), allow_delayed_open=True)
+        return pafs.S3FileSystem(region=region or pafs.resolve_s3_region(bucket), allow_delayed_open=True,
+                                 retry_strategy=pafs.AwsStandardS3RetryStrategy(1))
     parsed = urlparse(endpoint)
     return pafs.S3FileSystem(endpoint_override=parsed.netloc or parsed.path, scheme=parsed.scheme or "http",
                              region=region or default_region or "us-east-1", connect_timeout=5, request_timeout=10,
-                             retry_strategy=pafs.AwsStandardS3RetryStrategy(2), allow_delayed_open=True)
+                             retry_strategy=pafs.AwsStandardS3RetryStrategy(1), allow_delayed_open=True)
+
+
+GCS_RETRY_LIMIT_S = 1.0  # seconds google-cloud-cpp may retry inside pyarrow, unlogged (then ``retried`` retries)
+
+
+def _gcs_filesystem() -> pafs.FileSystem:
+    """A GCS filesystem: Google's default credentials, or with ``STORAGE_EMULATOR_HOST`` (``http://host:port``, as
+    Google's own clients read it) that emulator, anonymously. Its own retries are limited to ``GCS_RETRY_LIMIT_S``
+    so that transient errors reach ``retried``, where each retry is logged."""
+    return _cached_gcs(os.environ.get("STORAGE_EMULATOR_HOST", ""))
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_gcs(emulator: str) -> pafs.FileSystem:
+    """The filesystem of ``_gcs_filesystem`` (the argument is its cache key)."""
+    import datetime
+
+    limit = datetime.timedelta(seconds=GCS_RETRY_LIMIT_S)
+    if not emulator:
+        return pafs.GcsFileSystem(retry_time_limit=limit)
+    parsed = urlparse(emulator if "://" in emulator else f"http://{emulator}")
+    return pafs.GcsFileSystem(anonymous=True, scheme=parsed.scheme, endpoint_override=parsed.netloc,
+                              retry_time_limit=limit)
 
 
 def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
@@ -73,9 +102,11 @@ def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
         path = uri[len("file://"):] if scheme == "file" else uri
         return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(path))
     try:
+        parsed = urlparse(uri)
         if scheme == "s3":
-            parsed = urlparse(uri)
             return _s3_filesystem(f"s3://{parsed.netloc}"), f"{parsed.netloc}{parsed.path}".rstrip("/")
+        if scheme in ("gs", "gcs"):
+            return _gcs_filesystem(), f"{parsed.netloc}{parsed.path}".rstrip("/")
         fs, path = pafs.FileSystem.from_uri(uri)
         return fs, path.rstrip("/")
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as err:
@@ -115,11 +146,12 @@ def _check_bucket(uri: str) -> None:
     try:
         missing = fs.get_file_info(bucket).type == pafs.FileType.NotFound
     except OSError as err:
-        raise StorageError(f"cannot reach bucket '{bucket}' of '{uri}': {err}") from None
+        raise storage_error(f"cannot reach bucket '{bucket}' of '{uri}': {err}", uri, err) from None
     if missing:
         raise StorageError(f"bucket '{bucket}' of '{uri}' does not exist")
 
 
+@retried
 def exists(uri: str) -> bool:
     """True if a file or directory exists at ``uri``.
 
@@ -130,43 +162,62 @@ def exists(uri: str) -> bool:
     try:
         found = fs.get_file_info(path).type != pafs.FileType.NotFound
     except OSError as err:
-        raise StorageError(f"cannot reach '{uri}': {err}") from None
+        raise storage_error(f"cannot reach '{uri}': {err}", uri, err) from None
     if not found:
         _check_bucket(uri)
     return found
 
 
+@retried
 def is_dir(uri: str) -> bool:
-    """True if ``uri`` is a directory (object stores: a prefix)."""
+    """True if ``uri`` is a directory (object stores: a prefix).
+
+    Raises:
+        StorageError: the store cannot be reached.
+    """
     fs, path = resolve(uri)
-    return fs.get_file_info(path).type == pafs.FileType.Directory
+    try:
+        return fs.get_file_info(path).type == pafs.FileType.Directory
+    except OSError as err:
+        raise storage_error(f"cannot reach '{uri}': {err}", uri, err) from None
 
 
+@retried
 def makedirs(uri: str) -> None:
     """Create a directory and its parents (a no-op prefix on object stores)."""
     fs, path = resolve(uri)
     try:
         fs.create_dir(path, recursive=True)
     except OSError as err:
-        raise StorageError(f"cannot create directory '{uri}': {err}") from None
+        raise storage_error(f"cannot create directory '{uri}': {err}", uri, err) from None
 
 
+@retried
 def listdir(uri: str) -> list[str]:
     """Names (not paths) of the direct children of a directory; [] if it does not exist.
+
+    On GCS the children come from a recursive listing: pyarrow lists a GCS directory's subdirectories only where
+    a directory marker object (``name/``) exists, and objects written by path (as here, or by other tools) have
+    none.
 
     Raises:
         StorageError: the store cannot be reached, or the URI's bucket does not exist.
     """
     fs, path = resolve(uri)
+    gcs = urlparse(uri).scheme in ("gs", "gcs")
     try:
-        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=gcs))
     except OSError as err:
-        raise StorageError(f"cannot list '{uri}': {err}") from None
+        raise storage_error(f"cannot list '{uri}': {err}", uri, err) from None
     if not infos:
         _check_bucket(uri)
+    if gcs:
+        root = path.rstrip("/") + "/"
+        return sorted({i.path[len(root):].split("/", 1)[0] for i in infos if i.path.startswith(root)} - {""})
     return sorted(posixpath.basename(i.path.rstrip("/")) for i in infos)
 
 
+@retried
 def list_files(uri: str) -> list[str]:
     """Paths, relative to ``uri`` and '/'-separated, of every file below a directory; [] if none.
 
@@ -177,13 +228,14 @@ def list_files(uri: str) -> list[str]:
     try:
         infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=True))
     except OSError as err:
-        raise StorageError(f"cannot list '{uri}': {err}") from None
+        raise storage_error(f"cannot list '{uri}': {err}", uri, err) from None
     if not infos:
         _check_bucket(uri)
     root = path.replace(os.sep, "/").rstrip("/") + "/"
     return sorted(i.path.replace(os.sep, "/")[len(root):] for i in infos if i.type == pafs.FileType.File)
 
 
+@retried
 def read_bytes(uri: str) -> bytes:
     """Whole content of a file.
 
@@ -202,9 +254,10 @@ def read_bytes(uri: str) -> bytes:
         if "not found" in str(err).lower() or "does not exist" in str(err).lower():
             _check_bucket(uri)
             raise FileNotFoundError(f"no such file: {uri}") from None
-        raise StorageError(f"cannot read '{uri}': {err}") from None
+        raise storage_error(f"cannot read '{uri}': {err}", uri, err) from None
 
 
+@retried
 def write_bytes(uri: str, data: bytes) -> None:
     """Write a whole file atomically: temp file + rename locally, one put on object stores.
 
@@ -220,11 +273,18 @@ def write_bytes(uri: str, data: bytes) -> None:
         parent = os.path.dirname(path)
         fs.create_dir(parent, recursive=True)
         tmp = os.path.join(parent, f".tmp-{uuid.uuid4().hex}-{os.path.basename(path)}")
-        with fs.open_output_stream(tmp) as f:
-            f.write(data)
-        fs.move(tmp, path)
+        try:
+            with fs.open_output_stream(tmp) as f:
+                f.write(data)
+            fs.move(tmp, path)
+        except OSError:
+            try:  # nothing half-written stays behind (a full disk gets its space back)
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
     except OSError as err:
-        raise StorageError(f"cannot write '{uri}': {err}") from None
+        raise storage_error(f"cannot write '{uri}': {err}", uri, err) from None
 
 
 def read_text(uri: str) -> str:
@@ -272,10 +332,6 @@ def df_to_parquet_bytes(df: pd.DataFrame) -> bytes:
     return buf.getvalue()
 
 
-
-
-
-
 def write_parquet(uri: str, df: pd.DataFrame) -> None:
     """Write a DataFrame as Parquet atomically."""
     write_bytes(uri, df_to_parquet_bytes(df))
@@ -286,6 +342,7 @@ def read_parquet(uri: str) -> pd.DataFrame:
     return pq.read_table(pa.BufferReader(read_bytes(uri))).to_pandas()
 
 
+@retried
 def delete(uri: str) -> None:
     """Delete a file or a directory tree; missing is fine, also when another process deletes it concurrently
     (an object store lists a directory and then deletes its objects one by one: a concurrent delete of the same
@@ -308,7 +365,7 @@ def delete(uri: str) -> None:
         except OSError:
             gone = False
         if not gone:
-            raise StorageError(f"cannot delete '{uri}': {err}") from None
+            raise storage_error(f"cannot delete '{uri}': {err}", uri, err) from None
     if kind == pafs.FileType.NotFound:
         _check_bucket(uri)
 
@@ -330,9 +387,10 @@ def move(src: str, dst: str) -> None:
     try:
         fs.move(src_path, dst_path)
     except OSError as err:
-        raise StorageError(f"cannot move '{src}' to '{dst}': {err}") from None
+        raise storage_error(f"cannot move '{src}' to '{dst}': {err}", dst, err) from None
 
 
+@retried
 def copy_tree(src: str, dst: str, last: str | None = None) -> list[str]:
     """Copy every file below ``src`` to the same relative path below ``dst`` (server-side on S3/GCS).
 
@@ -363,7 +421,7 @@ def copy_tree(src: str, dst: str, last: str | None = None) -> list[str]:
                 fs.create_dir(os.path.dirname(target), recursive=True)
             fs.copy_file(sep_join(src_path, name), target)
     except OSError as err:
-        raise StorageError(f"cannot copy '{src}' to '{dst}': {err}") from None
+        raise storage_error(f"cannot copy '{src}' to '{dst}': {err}", dst, err) from None
     return ordered
 
 
@@ -390,7 +448,7 @@ def sync_tree(uri: str, recursive: bool = True) -> None:
                     _fsync_path(dirpath, dir_flags)
         _fsync_path(root, dir_flags)
     except OSError as err:
-        raise StorageError(f"cannot sync '{uri}': {err}") from None
+        raise storage_error(f"cannot sync '{uri}': {err}", uri, err) from None
 
 
 def _fsync_path(path: str, flags: int) -> None:
@@ -403,15 +461,22 @@ def _fsync_path(path: str, flags: int) -> None:
 
 
 def append_text(uri: str, text: str) -> None:
-    """Append to a local log file; on object stores rewrite the whole object (logs are small)."""
+    """Append to a local log file; on object stores rewrite the whole object (logs are small).
+
+    Raises:
+        StorageError: the write failed.
+    """
     fs, path = resolve(uri)
     if is_remote(uri):
         old = read_bytes(uri) if exists(uri) else b""
         write_bytes(uri, old + text.encode("utf-8"))
         return
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(text)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as err:
+        raise storage_error(f"cannot append to '{uri}': {err}", uri, err) from None
 
 
 def absolute(uri: str) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from lab_helpers import overrides, run_cli
+from lab_helpers import only_predir, overrides, run_cli
 
 from orchestrator.report import analysis
 from orchestrator.report import graphs as graphs_mod
@@ -196,7 +196,7 @@ def test_graphs_after_train_resume_and_lab_analyze(ray_local, tmp_path, capsys):
     data = tmp_path / "data"
     assert run_cli(SPECS, "ppo_cartpole", "train", "--quiet", "--data-dir", str(data),
                    *overrides(TINY + ["env.max_frame=1600"])) == 0
-    (predir,) = data.iterdir()
+    predir = only_predir(data)
     session_graph = predir / "graph/ppo_cartpole_t0_s0_session_graph.png"
     trial_graph = predir / "graph/ppo_cartpole_t0_trial_graph.png"
     first = assert_png(session_graph)
@@ -278,12 +278,13 @@ def test_ls_status_frames_best_and_resumability(tmp_path, capsys):
     assert "no runs in" in capsys.readouterr().out
 
 
-def test_analyze_a_dev_run_without_checkpoints(tmp_path):
-    """A ``dev`` run has no checkpoints or run.json: its train_df.parquet is analyzed."""
+def dev_run(data: Path, name: str) -> Path:
+    """A ``dev`` run's predir ``data/name`` (no checkpoints or run.json): one session's train_df.parquet of four
+    episodes and a recorded random baseline of 10."""
     from orchestrator.session.loop import TRAIN_COLUMNS
 
     spec = load_spec(SPECS, "ppo_cartpole", ["meta.max_session=1", "env.max_frame=4000"])
-    predir = tmp_path / "data" / "ppo_cartpole_2026_01_02_030405"
+    predir = data / name
     predir_mod.save_specs(str(predir), spec, 0, [1])
     df = train_df([10.0, 30.0, 20.0, 50.0]).assign(total_reward_ma=[10.0, 20.0, 20.0, 27.5], loss=0.5,
                                                    lr=1e-3, explore_var=float("nan"), entropy=0.6)
@@ -292,9 +293,34 @@ def test_analyze_a_dev_run_without_checkpoints(tmp_path):
     (predir / "info").mkdir()
     (predir / "info/random_baseline.json").write_text(json.dumps({"env": "CartPole-v1", "max_t": None,
                                                                   "mean": 10.0}))
+    return predir
+
+
+def test_analyze_a_dev_run_without_checkpoints(tmp_path):
+    """A ``dev`` run has no checkpoints or run.json: its train_df.parquet is analyzed."""
+    predir = dev_run(tmp_path / "data", "ppo_cartpole_2026_01_02_030405")
     out = analysis.analyze_predir(str(predir), cache_dir=str(tmp_path / "cache"))
     assert out["sessions"]["t0_s0"]["train"]["strength"] == pytest.approx(17.5)  # the run's recorded baseline
     assert out["trials"]["t0"]["consistency"] is None and out["trials"]["t0"]["sessions"] == 1
     assert not (tmp_path / "cache").exists(), "the run's recorded baseline was not reused"
     for name in ("ppo_cartpole_t0_s0_session_graph.png", "ppo_cartpole_t0_trial_graph.png"):
         assert_png(predir / "graph" / name)
+
+
+def test_html_graphs_of_every_run_share_one_plotly_js_per_data_dir(tmp_path):
+    """Two runs analyzed in one data dir: one ``.assets/plotly-{version}.min.js`` (plotly's own file), none in a
+    run's graph/, and each HTML page loads it by a relative path that resolves to it."""
+    from importlib.metadata import version
+
+    from plotly.offline import get_plotlyjs
+
+    data = tmp_path / "data"
+    for name in ("ppo_cartpole_2026_01_02_030405", "ppo_cartpole_2026_01_02_030406"):
+        analysis.analyze_predir(str(dev_run(data, name)), cache_dir=str(tmp_path / "cache"))
+    js = data / ".assets" / f"plotly-{version('plotly')}.min.js"
+    assert [p.relative_to(data) for p in data.rglob("*.js")] == [js.relative_to(data)]
+    assert js.read_text() == get_plotlyjs()
+    for page in data.glob("*/graph/*.html"):
+        src = page.read_text().split('<script charset="utf-8" src="', 1)[1].split('"', 1)[0]
+        assert src == f"../../.assets/{js.name}" and (page.parent / src).resolve() == js.resolve()
+    assert len(list(data.glob("*/graph/*.html"))) == 2

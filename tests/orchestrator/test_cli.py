@@ -142,7 +142,7 @@ def test_dev_run_writes_predir(runs):
     cwd, result = runs["dev"]
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
-    predirs = list((cwd / "data").iterdir())
+    predirs = [p for p in (cwd / "data").iterdir() if not p.name.startswith(".")]  # .assets: graphs' js
     assert len(predirs) == 1 and predirs[0].name.startswith("dqn_cartpole_20")
     assert str(Path("data") / predirs[0].name) in result.stdout and "frame=600" in result.stdout
     check_predir(predirs[0], "dqn_cartpole", 600, 200)
@@ -152,6 +152,6 @@ def test_dev_run_honours_data_dir(runs):
     cwd, result = runs["dev_data_dir"]
     assert result.returncode == 0, result.stderr
     assert not (cwd / "data").exists()
-    (predir,) = (cwd / "elsewhere" / "runs").iterdir()
+    (predir,) = [p for p in (cwd / "elsewhere" / "runs").iterdir() if not p.name.startswith(".")]
     df = check_predir(predir, "dqn_cartpole", 600, 600)  # log_frequency 1000 > max_frame: one row at the end
     assert len(df) == 1

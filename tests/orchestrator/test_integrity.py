@@ -25,6 +25,7 @@ from lab_helpers import (
     descendants,
     files_digest,
     kill_pids,
+    only_predir,
     overrides,
     run_cli,
     start_driver,
@@ -48,7 +49,7 @@ def finished_run(ray_local, tmp_path_factory) -> Path:
     """A finished ``train`` of PPO on CartPole: 1 session, checkpoints at 1000, 2000, 3000 frames."""
     data = tmp_path_factory.mktemp("integrity") / "data"
     assert run_cli(SPECS, "ppo_cartpole", "train", "--data-dir", str(data), *overrides(ITEMS)) == 0
-    (predir,) = data.iterdir()
+    predir = only_predir(data)
     assert CheckpointStore(str(predir / "t0/s0")).frames() == [1000, 2000, 3000]
     return predir
 
@@ -330,7 +331,7 @@ def test_second_train_on_a_running_train_exits_2_naming_its_pid(ray_local, tmp_p
             assert driver.poll() is None and time.time() < deadline, "the driver ended or never checkpointed"
             time.sleep(0.2)
         tree = descendants(driver.pid)
-        (predir,) = (tmp_path / "data").iterdir()
+        predir = only_predir(tmp_path / "data")
         holder = json.loads((predir / "lease.json").read_text())
         assert holder["pid"] == driver.pid
         cwd = os.getcwd()

@@ -20,6 +20,7 @@ from lab_helpers import (
     assert_continuous,
     files_digest,
     kill_driver_when,
+    only_predir,
     overrides,
     pid_alive,
     run_cli,
@@ -202,7 +203,7 @@ def test_sigkill_driver_then_search_latest(ray_local, tmp_path):
         return bool(t0) and t1 == {"s0", "s1"}
 
     kill_driver_when(driver, t0_analyzed_and_t1_checkpointed, 240, "t0 analyzed and t1 checkpointed")
-    (predir,) = (tmp_path / "data").iterdir()
+    predir = only_predir(tmp_path / "data")
     killed_at = {s: max(int(p.name) for p in (predir / f"t1/s{s}/ckpt").glob("0*")) for s in (0, 1)}
     assert min(killed_at.values()) < 5600, "the driver was killed after t1 finished"
 
@@ -253,7 +254,7 @@ def test_signal_stops_the_search_and_search_latest_finishes_it(ray_local, tmp_pa
     out, err = capsys.readouterr()
     assert f"{signal.Signals(sig).name}: stopping the search" in err and "Traceback" not in err
     assert code == EXIT_RESUMABLE and "search interrupted:" in out and "search@" in out
-    (predir,) = (tmp_path / "data").iterdir()
+    predir = only_predir(tmp_path / "data")
     statuses = {p.parent.name: storage.read_json(str(p))["status"] for p in predir.glob("t*/trial.json")}
     assert "stopped" not in statuses.values() and statuses.get("t0") in ("running", "done"), statuses
     assert "running" in statuses.values() or len(statuses) < 2, f"the search ended before the signal: {statuses}"
@@ -274,7 +275,7 @@ def test_asha_stops_a_learning_rate_of_zero(ray_local, tmp_path):
                      'search={"agent.net.optim_spec.lr__grid_search": [0.003, 0.0]}']
     assert run_cli(SPECS, "ppo_cartpole", "search", "--data-dir", data, "--max-concurrent-trials", "1",
                    *overrides(items)) == 0
-    (predir,) = (tmp_path / "data").iterdir()
+    predir = only_predir(tmp_path / "data")
     exp = pd.read_parquet(predir / "info/experiment_df.parquet").set_index("agent.net.optim_spec.lr")
     assert exp.loc[0.003, "status"] == "done" and exp.loc[0.003, "frame"] == 4800
     assert exp.loc[0.0, "status"] == "stopped" and exp.loc[0.0, "frame"] < 4800
@@ -346,7 +347,7 @@ def test_trial_actors_import_no_torch(ray_local, tmp_path):
         done.set()
         watcher.join(5)
     assert code == 0
-    (predir,) = (tmp_path / "data").iterdir()
+    predir = only_predir(tmp_path / "data")
     assert [storage.read_json(str(predir / f"t{t}/trial.json"))["status"] for t in (0, 1)] == ["done", "done"]
     assert seen and not any(seen.values()), seen  # trial actors ran, none with torch
 

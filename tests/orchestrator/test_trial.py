@@ -9,6 +9,7 @@ import json
 import os
 
 import pandas as pd
+import pytest
 from lab_helpers import (
     SPECS,
     assert_continuous,
@@ -90,11 +91,15 @@ def test_refused_edit_names_key_and_values(ray_local, tmp_path, capsys):
     assert "agent.algorithm.gamma" in err and "Traceback" not in err
 
 
-def test_resume_on_s3_and_from_a_copied_predir(ray_local, tmp_path, s3_bucket):
+@pytest.mark.parametrize("store", ["s3", "gcs"])
+def test_resume_on_an_object_store_and_from_a_copied_predir(ray_local, tmp_path, request, store):
+    """On S3 (moto server) and GCS (gcp-storage-emulator): train, resume with ``train@latest``, and resume a local
+    run copied into the bucket."""
+    bucket = request.getfixturevalue(f"{store}_bucket")
     items = PPO_SMALL + ["env.max_frame=1600", "meta.max_session=1"]
-    data = f"{s3_bucket}/runs"
+    data = f"{bucket}/runs"
     assert run_cli(SPECS, "ppo_cartpole", "train", "--data-dir", data, *overrides(items)) == 0
-    (name,) = storage.listdir(data)
+    (name,) = [n for n in storage.listdir(data) if not n.startswith(".")]  # .assets: the graphs' plotly js
     assert run_cli(SPECS, "ppo_cartpole", "train@latest", "--data-dir", data,
                    *overrides(items[:-2] + ["env.max_frame=3200", "meta.max_session=1"])) == 0
     df = storage.read_parquet(f"{data}/{name}/t0/s0/train_df.parquet")
@@ -104,7 +109,7 @@ def test_resume_on_s3_and_from_a_copied_predir(ray_local, tmp_path, s3_bucket):
     local = tmp_path / "data"
     assert run_cli(SPECS, "ppo_cartpole", "train", "--data-dir", str(local), *overrides(items)) == 0
     predir = only_predir(local)
-    target = f"{s3_bucket}/copied/{predir.name}"
+    target = f"{bucket}/copied/{predir.name}"
     for path in predir.rglob("*"):
         if path.is_file():
             storage.write_bytes(f"{target}/{path.relative_to(predir).as_posix()}", path.read_bytes())

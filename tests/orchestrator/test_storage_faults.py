@@ -1,0 +1,239 @@
+"""Storage faults: a full disk and a read-only file system (a real tmpfs) and object-store errors (a fault-injecting
+proxy in front of the test S3 server) either are ridden out (transient: retried, logged, the run completes) or stop
+the trial cleanly (exit 75, one message, no traceback, no staging debris, every committed checkpoint intact); each
+run then resumes to the end and equals an uninterrupted run."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from lab_helpers import (
+    DRIVER_ENV,
+    REPO,
+    SPECS,
+    descendants,
+    kill_pids,
+    overrides,
+    run_cli,
+    uninterrupted_df,
+)
+
+from orchestrator.errors import EXIT_RESUMABLE
+from orchestrator.store import storage
+from orchestrator.store.checkpoint import CheckpointStore
+
+sys.path.insert(0, str(REPO / "tests"))
+from storage_proxy import FaultProxy  # noqa: E402
+
+ITEMS = ["meta.max_session=1", "meta.log_frequency=400", "meta.checkpoint_frequency=400", "meta.random_seed=21",
+         "env.max_frame=3200"]
+
+
+@functools.cache
+def straight_df() -> pd.DataFrame:
+    """train_df of the uninterrupted run every test compares its resumed run against."""
+    return uninterrupted_df(ITEMS, 0).drop(columns=["wall_t", "fps"])
+
+
+def assert_resumed_equals_uninterrupted(df: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(df.drop(columns=["wall_t", "fps"]), straight_df())
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def committed_frames(session_dir: str) -> list[int]:
+    return CheckpointStore(session_dir).frames()
+
+
+def assert_clean_stop(session_dir: str, code: int, err: str, out: str, *needles: str) -> None:
+    """Exit 75, one ``error: storage fault`` message holding each needle, no traceback, no debris, every checkpoint
+    verifies."""
+    assert code == EXIT_RESUMABLE, (code, err)
+    assert "Traceback" not in err + out
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: storage fault: "), err
+    message = err[err.index("error: storage fault"):]
+    for needle in needles:  # "A|B": either
+        assert any(n in message for n in needle.split("|")), (needle, message)
+    assert "resume with:" in out
+    store = CheckpointStore(session_dir)
+    names = storage.listdir(store.ckpt_dir)
+    assert not [n for n in names if n.startswith((".staging-", ".tmp-"))], names
+    frames = store.frames()
+    assert frames and frames[-1] < 3200
+    for frame in frames:  # every committed checkpoint is intact (sha256 of each file against its manifest)
+        store.load(frame)
+
+
+# ---------------------------------------------------------------- local: a real tmpfs
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 6 MB tmpfs mounted for the test (root only; skipped elsewhere), unmounted afterwards."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def fill(mnt: Path, spare: int) -> Path:
+    """Write zeros to ``mnt/filler`` until the disk is full, then give ``spare`` bytes back (room for a run.json
+    and a few log lines, none for a checkpoint)."""
+    filler = mnt / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    os.truncate(filler, filler.stat().st_size - spare)
+    return filler
+
+
+def start_lab(argv: list[str], cwd: Path, **env: str) -> subprocess.Popen:
+    """``python run_lab.py *argv --quiet`` with its own embedded Ray and ``env`` added, stdout/stderr captured."""
+    return subprocess.Popen([sys.executable, str(REPO / "run_lab.py"), *argv, "--quiet"], cwd=cwd,
+                            env={**os.environ, **DRIVER_ENV, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def run_through(driver: subprocess.Popen, timeout: float = 150) -> tuple[int, str, str]:
+    """Wait for ``driver``; its exit code, stdout, stderr (its leftover processes killed by PID)."""
+    try:
+        out, err = driver.communicate(timeout=timeout)
+    finally:
+        kill_pids(descendants(driver.pid))
+    return driver.returncode, out, err
+
+
+@pytest.mark.parametrize("fault", ["disk full", "read-only"])
+def test_local_fault_stops_cleanly_then_resumes_exactly(ray_local, small_disk, tmp_path, capsys, fault):
+    """A full disk / a file system remounted read-only after the first checkpoint: exit 75 naming the path, the
+    error and what to do; then (space freed / writable again) the same ``train --name`` command completes the run
+    exactly."""
+    data = small_disk / "data"
+    argv = [SPECS, "ppo_cartpole", "train", "--name", "job", "--data-dir", str(data), *overrides(ITEMS)]
+    driver = start_lab(argv, tmp_path)
+    try:
+        wait_for(lambda: list(data.glob("job/t0/s0/ckpt/0*/MANIFEST.json")), 120, "the first checkpoint")
+    finally:
+        if fault == "disk full":
+            fill(small_disk, spare=32768)
+        else:
+            subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    code, out, err = run_through(driver)
+    predir = data / "job"
+    sdir = str(predir / "t0/s0")
+    if fault == "disk full":
+        assert_clean_stop(sdir, code, err, out, str(predir), "No space left on device", "free space, then run")
+        run = storage.read_json(str(predir / "run.json"))
+        assert "No space left on device" in run["interrupted"]["cause"]
+        assert run["sessions"]["t0_s0"]["status"] == "interrupted"
+        (small_disk / "filler").unlink()
+    else:
+        assert_clean_stop(sdir, code, err, out, str(predir), "Read-only file system",
+                          "make the file system writable again, then run")
+        assert storage.read_json(str(predir / "run.json"))["sessions"]["t0_s0"]["status"] == "running"  # intact
+        subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
+
+    assert run_cli(*argv) == 0
+    run = storage.read_json(str(predir / "run.json"))
+    assert run["sessions"]["t0_s0"]["status"] == "done" and "interrupted" not in run
+    assert_resumed_equals_uninterrupted(pd.read_parquet(predir / "t0/s0/train_df.parquet"))
+
+
+# ---------------------------------------------------------------- object store: faults through a proxy
+def via(proxy: FaultProxy, attempts: int) -> dict[str, str]:
+    """The environment of a driver whose S3 client goes through ``proxy`` and tries each call ``attempts`` times."""
+    return {"AWS_ENDPOINT_URL": proxy.endpoint, "AWS_ENDPOINT_URL_S3": proxy.endpoint,
+            "LAB_STORAGE_ATTEMPTS": str(attempts)}
+
+
+def s3_manifests(data: str) -> list[str]:
+    try:
+        return [n for n in storage.list_files(data) if n.endswith("MANIFEST.json")]
+    except storage.StorageError:
+        return []
+
+
+def retries_of(lines: list[str], prefix: str) -> list[tuple[str, str, str]]:
+    """(object name, AWS error code, ``retry N of M``) of each retry line starting with ``prefix``."""
+    out = []
+    for line in lines:
+        if line.startswith(prefix) and "; retry " in line:
+            name = line[len(prefix):].split(": ", 1)[0].rsplit("/", 1)[-1]
+            code = line.split("AWS Error ", 1)[1].split()[0]
+            out.append((name, code, line.rsplit("; ", 1)[1].split(" in ")[0]))
+    return out
+
+
+def test_transient_s3_errors_are_retried_and_logged(ray_local, tmp_path, s3_server, s3_bucket):
+    """503 SlowDown, 500 InternalError and a reset connection, to the driver's run.json and to a session's checkpoint
+    writes: each is retried with back-off (one warning per retry on the driver's terminal, the session's also in its
+    log.txt) and the run completes, equal to an uninterrupted one."""
+    data = f"{s3_bucket}/runs"
+    with FaultProxy(s3_server) as proxy:
+        proxy.inject("503", "PUT", times=1, path="/run.json")
+        proxy.inject("reset", "PUT", times=1, path="/run.json")
+        driver = start_lab([SPECS, "ppo_cartpole", "train", "--name", "job", "--data-dir", data, *overrides(ITEMS)],
+                           tmp_path, **via(proxy, attempts=7))
+        wait_for(lambda: s3_manifests(data), 120, "the first checkpoint")
+        proxy.inject("503", "PUT", times=2, path="/ckpt/")
+        proxy.inject("500", "PUT", times=1, path="/ckpt/")
+        code, out, err = run_through(driver)
+        faulted = proxy.faulted()
+    assert code == 0, err
+    assert "Traceback" not in err
+    assert [fault for _, _, fault in faulted] == ["503", "reset", "503", "503", "500"] and not proxy.faults, faulted
+    lines = err.splitlines()
+    assert retries_of(lines, "warning: write_bytes ") == [("run.json", "SLOW_DOWN", "retry 1 of 6"),
+                                                          ("run.json", "NETWORK_CONNECTION", "retry 2 of 6")], err
+    session = retries_of(lines, "warning: session t0_s0: storage retry: write_bytes ")
+    assert [(code, n) for _, code, n in session] == [("SLOW_DOWN", "retry 1 of 6"), ("SLOW_DOWN", "retry 2 of 6"),
+                                                     ("INTERNAL_FAILURE", "retry 3 of 6")], err
+    assert len({name for name, _, _ in session}) == 1  # one checkpoint file, written at the fourth attempt
+    log = storage.read_text(f"{data}/job/t0/s0/log.txt").splitlines()
+    assert retries_of(log, "storage retry: write_bytes ") == session
+    assert_resumed_equals_uninterrupted(storage.read_parquet(f"{data}/job/t0/s0/train_df.parquet"))
+
+
+@pytest.mark.parametrize(("fault", "needles"), [
+    ("503", ("HTTP status 503", "(failed 3 times)", "check the object store and the network, then run")),
+    ("403", ("EXPIRED_TOKEN|ACCESS_DENIED", "renew the credentials or restore access to the bucket, then run")),
+])
+def test_persistent_s3_errors_stop_cleanly_then_resume_exactly(ray_local, tmp_path, s3_server, s3_bucket, fault,
+                                                               needles):
+    """Every request answered 503 SlowDown (the store stays down: retries exhausted) or 403 ExpiredToken (not
+    retried; a HEAD's 403 has no body: ACCESS_DENIED) after the first checkpoint: exit 75 with the message; once
+    the store answers again, the same ``train --name`` command completes the run exactly."""
+    data = f"{s3_bucket}/runs"
+    argv = [SPECS, "ppo_cartpole", "train", "--name", "job", "--data-dir", data, *overrides(ITEMS)]
+    with FaultProxy(s3_server) as proxy:
+        driver = start_lab(argv, tmp_path, **via(proxy, attempts=3))
+        wait_for(lambda: s3_manifests(data), 120, "the first checkpoint")
+        proxy.inject(fault)
+        code, out, err = run_through(driver)
+    predir = f"{data}/job"
+    assert_clean_stop(f"{predir}/t0/s0", code, err, out, predir, *needles)
+    assert run_cli(*argv) == 0
+    assert storage.read_json(f"{predir}/run.json")["sessions"]["t0_s0"]["status"] == "done"
+    assert_resumed_equals_uninterrupted(storage.read_parquet(f"{predir}/t0/s0/train_df.parquet"))
