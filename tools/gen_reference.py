@@ -177,9 +177,10 @@ def search_section() -> list[str]:
             "Same nesting as the spec; each leaf is `{key}__{space_type}: argument`, e.g. "
             "`\"agent\": {\"algorithm\": {\"gamma__uniform\": [0.9, 0.999]}}`. Space types: "
             + ", ".join(f"`{t}`" for t in search_space.SPACE_TYPES) + ". `meta.search_scheduler.name`: "
-            "`ASHA` (keys " + ", ".join(f"`{k}`" for k in search_space.SCHEDULER_KEYS) + ") or `PBT` (keys "
-            + ", ".join(f"`{k}`" for k in pbt.PBT_KEYS) + "; it may perturb the keys matching "
-            + ", ".join(f"`{p}`" for p in pbt.PERTURBABLE) + "). See [Search](../search.md).", ""]
+            "`ASHA` (keys " + ", ".join(f"`{k}`" for k in search_space.SCHEDULER_KEYS) + "), `PBT` (keys "
+            + ", ".join(f"`{k}`" for k in pbt.PBT_KEYS) + ") or `PB2` (keys "
+            + ", ".join(f"`{k}`" for k in pbt.PB2_KEYS) + "); both may perturb the keys matching "
+            + ", ".join(f"`{p}`" for p in pbt.PERTURBABLE) + ". See [Search](../search.md).", ""]
 
 
 def names_section() -> list[str]:

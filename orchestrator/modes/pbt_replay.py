@@ -35,8 +35,8 @@ def run_replay(args: argparse.Namespace) -> int:
     args.data_dir = storage.absolute(args.data_dir)
     source = resolve_predir(args.pbt_replay, args.data_dir, args.spec_name)
     settings = storage.join(source, "search.json")
-    if not storage.exists(settings) or storage.read_json(settings).get("search_alg") != "PBT":
-        raise UsageError(f"--pbt-replay: '{source}' is not a PBT search (its search.json does not say PBT)")
+    if not storage.exists(settings) or storage.read_json(settings).get("search_alg") not in ("PBT", "PB2"):
+        raise UsageError(f"--pbt-replay: '{source}' is not a PBT search (its search.json does not say PBT or PB2)")
     spec = read_json_file(predir_mod.spec_file(source, args.spec_name), "--pbt-replay: the search's saved spec")
     init_ray(args.address, getattr(args, "dashboard", False))
     check_resources(spec["meta"])

@@ -227,7 +227,7 @@ def start_search(args: argparse.Namespace, spec: dict[str, Any], lease: SearchLe
     if spec["meta"]["random_seed"] is None:
         import secrets
         spec["meta"]["random_seed"] = secrets.randbelow(2**31 - 1)
-    alg = "PBT" if is_pbt(spec) else search_alg_name(spec, args.search_alg)
+    alg = spec["meta"]["search_scheduler"]["name"] if is_pbt(spec) else search_alg_name(spec, args.search_alg)
     settings = {"tune_name": spec["name"], "search_alg": alg, "max_concurrent_trials": args.max_concurrent_trials}
     init_ray(args.address, getattr(args, "dashboard", False), prestart=False)
     check_resources(spec["meta"], together=True)

@@ -217,7 +217,7 @@ class Population:
         decided = [r for r in records if int(r["generation"]) == g]
         if len(decided) != len(self.trials):
             decided = decide(g, frame, self.scores(frame, self.trials), configs, self.variables, self.settings,
-                             self.seed)
+                             self.seed, records, len(self.boundaries))
             records = [r for r in records if int(r["generation"]) < g] + decided
             storage.write_text(storage.join(self.predir, RECORDS), "".join(json.dumps(r) + "\n" for r in records))
         for r in decided:
@@ -234,7 +234,7 @@ class Population:
             if r["donor"] is not None:
                 values = ", ".join(f"{k.rsplit('.', 1)[-1]}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                    for k, v in r["config"].items())
-                print(f"PBT generation {r['generation']} (frame {r['frame']}): t{r['trial']} "
+                print(f"{self.settings.method} generation {r['generation']} (frame {r['frame']}): t{r['trial']} "
                       f"(score {_fmt(r['score'])}) continues from t{r['donor']} (score {_fmt(r['donor_score'])}) "
                       f"with {values}", flush=True)
 

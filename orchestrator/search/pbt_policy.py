@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.search import pb2
 from orchestrator.spec.pbt import PBTSettings
 from orchestrator.spec.search_space import INT_TYPES, SearchVar, plain
 
@@ -84,11 +85,14 @@ def quantile_size(population: int, fraction: float) -> int:
 
 
 def decide(generation: int, frame: int, scores: dict[int, float | None], configs: dict[int, dict[str, Any]],
-           variables: list[SearchVar], settings: PBTSettings, seed: int) -> list[dict[str, Any]]:
+           variables: list[SearchVar], settings: PBTSettings, seed: int, history: list[dict[str, Any]] = (),
+           generations: int = 1) -> list[dict[str, Any]]:
     """The decisions of one generation: one record per trial, in trial order.
 
     Trials are ranked by score (a missing or NaN score ranks last; ties by trial index). Each trial of the bottom
-    quantile takes a donor drawn from the top quantile and the donor's config explored; the others keep theirs.
+    quantile takes a donor drawn from the top quantile and the donor's config explored (PBT: ``perturb``; PB2:
+    ``orchestrator.search.pb2.select``, from ``history``, the records of the earlier generations, of
+    ``generations`` in all); the others keep theirs.
 
     Args:
         generation: 1 for the first decision.
@@ -108,12 +112,17 @@ def decide(generation: int, frame: int, scores: dict[int, float | None], configs
     k = quantile_size(len(ranked), settings.quantile_fraction)
     top, bottom = ranked[:k], set(ranked[len(ranked) - k:]) if k else set()
     rng = np.random.default_rng([seed, SEED_DECIDE, generation])
+    donors = {t: top[int(rng.integers(len(top)))] for t in sorted(bottom)}
+    if settings.method == "PB2":
+        data = pb2.observations(list(history), scores, generation, generations)
+        picks = pb2.select(variables, data, (generation + 1) / generations, [configs[d] for d in donors.values()], rng)
+        explored = dict(zip(donors, picks))
+    else:
+        explored = {t: {v.path: perturb(v, configs[d][v.path], settings, rng) for v in variables}
+                    for t, d in donors.items()}
     records = []
     for t in sorted(configs):
-        donor, config = None, dict(configs[t])
-        if t in bottom:
-            donor = top[int(rng.integers(len(top)))]
-            config = {v.path: perturb(v, configs[donor][v.path], settings, rng) for v in variables}
+        donor, config = donors.get(t), explored.get(t, dict(configs[t]))
         score = scores.get(t)
         records.append({"generation": generation, "frame": frame, "trial": t, "donor": donor,
                         "score": _json_score(score), "donor_score": _json_score(scores.get(donor)) if donor is not None

@@ -1,4 +1,5 @@
-"""Population-based training settings: ``meta.search_scheduler: {"name": "PBT", ...}`` and the keys it may perturb.
+"""Population-based training settings: ``meta.search_scheduler: {"name": "PBT" or "PB2", ...}`` and the keys it may
+perturb.
 
 PBT (Jaderberg et al. 2017, "Population Based Training of Neural Networks") trains ``meta.max_trial`` trials at
 once; every ``perturbation_interval`` frames the bottom ``quantile_fraction`` of trials continue from a top trial's
@@ -7,6 +8,9 @@ checkpoints (exploit) with perturbed values of the searched keys (explore). Keys
 
     "search_scheduler": {"name": "PBT", "perturbation_interval": 10000, "quantile_fraction": 0.25,
                          "resample_probability": 0.25, "perturbation_factors": [0.8, 1.2]}
+
+``{"name": "PB2", "perturbation_interval": N, "quantile_fraction": 0.25}`` explores with a GP bandit instead
+(Parker-Holder et al. 2020): its searched keys need bounded numeric types (``PB2_SPACE_TYPES``).
 
 Only keys whose change mid-run is consistent may be searched (``PERTURBABLE``): learning rates and other optimizer
 hyperparameters (re-applied to the optimizers' param groups after every restore), loss coefficients, the discount,
@@ -22,6 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 PBT_KEYS = ("name", "perturbation_interval", "quantile_fraction", "resample_probability", "perturbation_factors")
+PB2_KEYS = ("name", "perturbation_interval", "quantile_fraction")
+METHODS = ("PBT", "PB2")
 
 # spec paths (fnmatch patterns; ``*`` also matches dots) that PBT may change between generations
 PERTURBABLE = (
@@ -36,6 +42,9 @@ UNPERTURBABLE = ("agent.*lr_scheduler_spec.name", "agent.*optim_spec.name", "age
 # space types PBT can perturb and resample; a grid has no distribution to resample from
 PBT_SPACE_TYPES = ("choice", "uniform", "quniform", "loguniform", "qloguniform", "randint", "qrandint", "lograndint",
                    "qlograndint", "normal", "randn", "qrandn")
+# PB2's bandit searches a bounded box: numeric types with low and high
+PB2_SPACE_TYPES = ("uniform", "quniform", "loguniform", "qloguniform", "randint", "qrandint", "lograndint",
+                   "qlograndint")
 
 
 @dataclass(frozen=True)
@@ -47,12 +56,15 @@ class PBTSettings:
         quantile_fraction: share of the population in the top and in the bottom quantile, in (0, 0.5].
         resample_probability: chance that explore draws a searched key anew from its distribution, in [0, 1].
         perturbation_factors: factors a numeric key is multiplied by (one drawn per key).
+        method: ``PBT`` (random perturbations) or ``PB2`` (a GP bandit picks the explored values; Parker-Holder et
+            al. 2020, "Provably Efficient Online Hyperparameter Optimization with Population-Based Bandits").
     """
 
     perturbation_interval: int
     quantile_fraction: float = 0.25
     resample_probability: float = 0.25
     perturbation_factors: tuple[float, ...] = (0.8, 1.2)
+    method: str = "PBT"
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> "PBTSettings":
@@ -60,7 +72,7 @@ class PBTSettings:
         sched = spec["meta"]["search_scheduler"]
         return cls(int(sched["perturbation_interval"]), float(sched.get("quantile_fraction", 0.25)),
                    float(sched.get("resample_probability", 0.25)),
-                   tuple(float(f) for f in sched.get("perturbation_factors", (0.8, 1.2))))
+                   tuple(float(f) for f in sched.get("perturbation_factors", (0.8, 1.2))), sched["name"])
 
     def boundaries(self, max_frame: int) -> list[int]:
         """The frames each generation ends at: multiples of ``perturbation_interval``, then ``max_frame``."""
@@ -69,9 +81,9 @@ class PBTSettings:
 
 
 def is_pbt(spec: dict[str, Any]) -> bool:
-    """True when ``meta.search_scheduler`` names PBT."""
+    """True when ``meta.search_scheduler`` names PBT or PB2."""
     sched = (spec.get("meta") or {}).get("search_scheduler")
-    return isinstance(sched, dict) and sched.get("name") == "PBT"
+    return isinstance(sched, dict) and sched.get("name") in METHODS
 
 
 def perturbable(path: str) -> bool:
@@ -91,7 +103,9 @@ def pbt_problems(spec: dict[str, Any], variables: list[Any]) -> list[str]:
         Messages naming the key and what was expected (empty when the spec can run PBT).
     """
     sched, meta, where = spec["meta"]["search_scheduler"], spec.get("meta") or {}, "meta.search_scheduler"
-    problems = [f"{where}.{k}: unknown key for PBT; valid keys: {list(PBT_KEYS)}" for k in sched if k not in PBT_KEYS]
+    method = sched["name"]
+    keys = PB2_KEYS if method == "PB2" else PBT_KEYS
+    problems = [f"{where}.{k}: unknown key for {method}; valid keys: {list(keys)}" for k in sched if k not in keys]
     interval = sched.get("perturbation_interval")
     if not (isinstance(interval, int) and not isinstance(interval, bool) and interval > 0):
         problems.append(f"{where}.perturbation_interval: expected frames as an int > 0, got {interval!r}")
@@ -113,12 +127,13 @@ def pbt_problems(spec: dict[str, Any], variables: list[Any]) -> list[str]:
     factors = sched.get("perturbation_factors", [0.8, 1.2])
     if not (isinstance(factors, list) and factors and all(_number(f) and f > 0 for f in factors)):
         problems.append(f"{where}.perturbation_factors: expected a non-empty list of numbers > 0, got {factors!r}")
-    return problems + population_problems(meta, variables)
+    return problems + population_problems(meta, variables, method)
 
 
-def population_problems(meta: dict[str, Any], variables: list[Any]) -> list[str]:
-    """Problems of a PBT population: its size, ``meta.distributed``, and searched keys PBT cannot perturb."""
+def population_problems(meta: dict[str, Any], variables: list[Any], method: str = "PBT") -> list[str]:
+    """Problems of a PBT/PB2 population: its size, ``meta.distributed``, and searched keys it cannot perturb."""
     problems = []
+    types = PB2_SPACE_TYPES if method == "PB2" else PBT_SPACE_TYPES
     if int(meta.get("max_trial") or 0) < 2:
         problems.append(f"meta.max_trial: PBT needs a population of at least 2 trials, got {meta.get('max_trial')!r}")
     if meta.get("distributed"):
@@ -126,9 +141,10 @@ def population_problems(meta: dict[str, Any], variables: list[Any]) -> list[str]
                         "a trial-wide global optimizer cannot be exploited session for session")
     for var in variables:
         name = f"search.{var.path}__{var.kind}"
-        if var.kind not in PBT_SPACE_TYPES:
-            problems.append(f"{name}: PBT samples its population and resamples from distributions; "
-                            f"use one of {list(PBT_SPACE_TYPES)} instead of {var.kind}")
+        if var.kind not in types:
+            why = ("PB2 searches the box of each key's low and high" if method == "PB2" else
+                   "PBT samples its population and resamples from distributions")
+            problems.append(f"{name}: {why}; use one of {list(types)} instead of {var.kind}")
         elif not perturbable(var.path):
             problems.append(f"{name}: PBT cannot change '{var.path}' mid-run (it would contradict the checkpointed "
                             "state); it may perturb learning rates, optimizer hyperparameters, loss coefficients, "

@@ -37,7 +37,7 @@ and ``total_reward_ma`` (max): ``{"name": "ASHA", "grace_period": frames, "reduc
 "brackets": n}``; ``name`` may be left out (SLM-Lab v5 writes none: it always uses ASHA),
 ``grace_period`` in frames (default 1, Tune's), ``r`` > 1 (default 2), ``brackets`` (default 1).
 ``max_t`` is ``env.max_frame`` (a ``max_t`` given must equal it); ``time_attr``, ``metric`` and
-``mode`` may be given only with these values. ``{"name": "PBT", ...}``: population-based training
+``mode`` may be given only with these values. ``{"name": "PBT"|"PB2", ...}``: population-based training
 (``orchestrator.spec.pbt``).
 """
 
@@ -60,7 +60,7 @@ SPACE_TYPES = ("grid_search", "choice", *NUMERIC_TYPES)
 INT_TYPES = ("randint", "qrandint", "lograndint", "qlograndint")
 LOG_TYPES = ("loguniform", "qloguniform", "lograndint", "qlograndint")
 NORMAL_TYPES = ("normal", "randn", "qrandn")
-SCHEDULERS = ("ASHA", "PBT")
+SCHEDULERS = ("ASHA", "PBT", "PB2")
 SCHEDULER_KEYS = ("name", "grace_period", "reduction_factor", "brackets", "max_t", "time_attr", "metric", "mode")
 SCHEDULER_FIXED = {"time_attr": "frame", "metric": "total_reward_ma", "mode": "max"}
 
@@ -181,7 +181,7 @@ def scheduler_problems(spec: dict[str, Any]) -> list[str]:
     if not isinstance(sched, dict):
         return [f"meta.search_scheduler: expected an object or null, got {sched!r}"]
     where = "meta.search_scheduler"
-    if sched.get("name") == "PBT":
+    if sched.get("name") in pbt.METHODS:
         return pbt.pbt_problems(spec, parse_search(spec)[0])
     problems = [f"{where}.{k}: unknown key; valid keys: {list(SCHEDULER_KEYS)}"
                 for k in sched if k not in SCHEDULER_KEYS]

@@ -204,3 +204,54 @@ def test_replay_reproduces_a_trial_bit_for_bit(uninterrupted, tmp_path, capsys):
     assert (uninterrupted / "graph/ppo_cartpole_pbt_lineage.png").stat().st_size > 10_000
     variables = parse_search(load_spec(SPECS, "ppo_cartpole", PBT))[0]
     assert [v.path for v in variables] == [LR]
+
+
+# ---------------------------------------------------------------- PB2
+def test_pb2_picks_the_region_where_the_score_improved_most():
+    from orchestrator.search import pb2
+
+    var = SearchVar(LR, "loguniform", [1e-4, 1e-2])
+    rng = np.random.default_rng(0)
+    data = []  # improvement peaks at lr = 1e-3 (the middle of the log box), at every time
+    for k in range(2, 6):
+        for u in np.linspace(0, 1, 9):
+            data.append((k / 6, {LR: pb2.from_unit(var, u)}, -((u - 0.5) ** 2)))
+    (pick,) = pb2.select([var], data, 1.0, [{LR: 1e-4}], rng)
+    assert abs(pb2.to_unit(var, pick[LR]) - 0.5) < 0.15
+    first = pb2.select([var], [], 0.5, [{LR: 1e-4}, {LR: 1e-2}], np.random.default_rng(1))
+    assert len(first) == 2 and all(1e-4 <= p[LR] <= 1e-2 for p in first)  # no data: uniform in the box
+    ints = SearchVar("agent.algorithm.training_epoch", "randint", [1, 20])
+    assert pb2.from_unit(ints, 1.0) == 20
+    assert pb2.to_unit(ints, pb2.from_unit(ints, 0.25)) == pytest.approx(0.25, abs=0.03)
+
+
+def test_pb2_observations_are_score_changes_from_the_state_each_trial_started_from():
+    from orchestrator.search import pb2
+
+    history = [{"generation": 1, "trial": 0, "donor": None, "score": 10.0, "donor_score": None, "config": {"x": 1}},
+               {"generation": 1, "trial": 1, "donor": 0, "score": 2.0, "donor_score": 10.0, "config": {"x": 3}}]
+    got = pb2.observations(history, {0: 15.0, 1: 11.0}, 2, 4)
+    assert got == [(0.5, {"x": 1}, 5.0), (0.5, {"x": 3}, 1.0)]
+
+
+def test_pb2_search_runs_and_replays(ray_local, tmp_path, capsys):
+    items = [*PBT[:2], "env.max_frame=1200", *PBT[3:7],
+             'search={"agent.net.optim_spec.lr__loguniform": [1e-4, 1e-2], '
+             '"agent.algorithm.gamma__uniform": [0.9, 0.999]}',
+             'meta.search_scheduler={"name": "PB2", "perturbation_interval": 400}']
+    data = tmp_path / "data"
+    assert run_cli(SPECS, "ppo_cartpole", "search", "--data-dir", str(data), *overrides(items)) == 0
+    predir = only_predir(data)
+    records = [json.loads(line) for line in (predir / "pbt.jsonl").read_text().splitlines()]
+    assert len(records) == 8 and sum(r["donor"] is not None for r in records) == 2
+    for r in records:
+        assert 1e-4 <= r["config"][LR] <= 1e-2 and 0.9 <= r["config"]["agent.algorithm.gamma"] <= 0.999
+    t = records[-1]["trial"] if records[-1]["donor"] is not None else records[-2]["trial"]
+    capsys.readouterr()
+    assert run_cli(str(predir / "ppo_cartpole_spec.json"), "ppo_cartpole", "train", "--data-dir", str(tmp_path / "r"),
+                   "--pbt-replay", str(predir), "--trial", str(t)) == 0
+    assert "equal the original's" in capsys.readouterr().out
+    with pytest.raises(SpecError) as err:  # PB2 needs a bounded box
+        load_spec(SPECS, "ppo_cartpole", [*items[:-2], 'search={"agent.algorithm.gamma__choice": [0.9, 0.99]}',
+                                          items[-1]])
+    assert "search.agent.algorithm.gamma__choice: PB2 searches the box" in str(err.value)
