@@ -55,11 +55,11 @@ from typing import Any
 from ray import tune
 
 from orchestrator.commandline import mode_header
-from orchestrator.errors import EXIT_RESUMABLE, UsageError
+from orchestrator.errors import EXIT_RESUMABLE, SpecError, UsageError
 from orchestrator.modes.train import check_named, missing_spec_message, resolve_predir, with_saved_overrides
 from orchestrator.runtime.ray_start import check_resources, init_ray
 from orchestrator.search.report import analyze, report_summary
-from orchestrator.search.trials import ANALYZER, lab_trials, mark_ended
+from orchestrator.search.trials import ANALYZER, lab_trials, mark_ended, search_complete
 from orchestrator.search.tune import make_tuner, param_space, restore_or_new_tuner, search_alg_name
 from orchestrator.spec.pbt import is_pbt
 from orchestrator.store import predir as predir_mod
@@ -93,6 +93,9 @@ def run_search(args: argparse.Namespace) -> int:
         except UsageError:
             pass  # resume_search names the problem once the spec is known to be good
     new_spec = load_spec(args.spec_file, args.spec_name, args.overrides)
+    if named is not None and target == named and named_complete(named, new_spec):
+        print(f"{args.mode} --name {args.name}: the search {named} is already complete; nothing to do")
+        return 0
     with SearchLease(args) as lease:
         if target is not None:
             predir, spec, settings, tuner = resume_search(args, new_spec, target, lease, given)
@@ -108,6 +111,16 @@ def run_search(args: argparse.Namespace) -> int:
         finally:
             ANALYZER.close()
         return finish_search(predir, spec, results, signalled)
+
+
+def named_complete(predir: str, new_spec: dict[str, Any]) -> bool:
+    """Whether the search of ``search --name`` in ``predir`` is complete and the spec given now edits nothing (read
+    only: a complete search run again is left byte for byte as it was)."""
+    try:
+        spec, applied = resumed_spec(predir, new_spec)
+    except (UsageError, SpecError):
+        return False  # resume_search names the problem
+    return not applied and search_complete(predir, spec)
 
 
 def run_population(predir: str, spec: dict[str, Any], lease: Lease | None, quiet: bool) -> int:

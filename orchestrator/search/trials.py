@@ -237,6 +237,14 @@ def is_final(info: dict[str, Any], spec: dict[str, Any]) -> bool:
     return done or info["status"] == "stopped"
 
 
+def search_complete(predir: str, spec: dict[str, Any]) -> bool:
+    """Whether every trial of the search exists and is final (``is_final``): ``meta.max_trial`` samples times the
+    grid's combinations."""
+    grid = math.prod(len(v.arg) for v in parse_search(spec)[0] if v.kind == "grid_search")
+    trials = lab_trials(predir)
+    return len(trials) == int(spec["meta"]["max_trial"]) * grid and all(is_final(i, spec) for i in trials.values())
+
+
 def run_lab_trial(predir: str, spec: dict[str, Any], t: int) -> None:
     """Run the unfinished sessions of trial ``t`` as actors, reporting to Tune at each log checkpoint.
 

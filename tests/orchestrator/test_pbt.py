@@ -255,3 +255,17 @@ def test_pb2_search_runs_and_replays(ray_local, tmp_path, capsys):
         load_spec(SPECS, "ppo_cartpole", [*items[:-2], 'search={"agent.algorithm.gamma__choice": [0.9, 0.99]}',
                                           items[-1]])
     assert "search.agent.algorithm.gamma__choice: PB2 searches the box" in str(err.value)
+
+
+def test_a_complete_named_search_run_again_changes_nothing(ray_local, tmp_path, capsys):
+    from lab_helpers import files_digest
+
+    items = [*PBT[:2], "env.max_frame=800", *PBT[3:]]
+    argv = [SPECS, "ppo_cartpole", "search", "--name", "job", "--data-dir", str(tmp_path / "data"), *overrides(items)]
+    assert run_cli(*argv) == 0
+    before = files_digest(tmp_path / "data")
+    capsys.readouterr()
+    assert run_cli(*argv) == 0
+    out = capsys.readouterr().out
+    assert f"search --name job: the search {tmp_path / 'data' / 'job'} is already complete; nothing to do" in out
+    assert files_digest(tmp_path / "data") == before
