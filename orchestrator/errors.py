@@ -15,5 +15,5 @@ class SpecError(Exception):
 
 EXIT_RESUMABLE = 75
 """Exit code of a command that stopped early but can be resumed by running it again (BSD sysexits
-``EX_TEMPFAIL``): after SIGTERM, SIGINT or (a ``train`` driver) SIGUSR1 or a persistent storage fault (disk full,
+``EX_TEMPFAIL``): after SIGTERM, SIGINT, SIGUSR1 or (a ``train`` driver) a persistent storage fault (disk full,
 read-only, permission, credentials, object-store retries exhausted). A scheduler should retry it."""

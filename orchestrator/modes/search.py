@@ -60,7 +60,7 @@ from orchestrator.modes.train import check_named, missing_spec_message, resolve_
 from orchestrator.runtime.ray_start import check_resources, init_ray
 from orchestrator.search.report import analyze, report_summary
 from orchestrator.search.trials import ANALYZER, lab_trials, mark_ended, search_complete
-from orchestrator.search.tune import make_tuner, param_space, restore_or_new_tuner, search_alg_name
+from orchestrator.search.tune import StopSignalRelay, make_tuner, param_space, restore_or_new_tuner, search_alg_name
 from orchestrator.spec.pbt import is_pbt
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
@@ -144,8 +144,9 @@ def run_population(predir: str, spec: dict[str, Any], lease: Lease | None, quiet
 
 
 def fit_with_signals(tuner: Any) -> tuple[Any, bool]:
-    """``tuner.fit()`` with SIGINT and SIGTERM handled by the lab; returns (its ResultGrid, whether one came).
+    """``tuner.fit()`` with SIGINT, SIGTERM and SIGUSR1 handled by the lab; returns (its ResultGrid, whether one came).
 
+    SIGUSR1 reaches the lab's handler through ``StopSignalRelay`` (Tune installs its own when ``fit`` starts).
     The first signal is recorded and handed to Tune as SIGUSR1, Tune's own graceful stop (it saves the
     experiment state and ends the trial actors; their sessions keep the checkpoints they committed); a second
     signal exits at once (1). Tune's SIGINT handler is turned off (``TUNE_DISABLE_SIGINT_HANDLER``) for the call:
@@ -163,8 +164,8 @@ def fit_with_signals(tuner: Any) -> tuple[Any, bool]:
         caught.append(signum)
         print(f"\n{signal.Signals(signum).name}: stopping the search; its trials keep their committed checkpoints "
               "(again to exit at once)", file=sys.stderr)
-        tune_stop = signal.getsignal(signal.SIGUSR1)
-        if callable(tune_stop) and tune_stop is not previous[signal.SIGUSR1]:
+        tune_stop = StopSignalRelay.tune_stop or signal.getsignal(signal.SIGUSR1)
+        if callable(tune_stop) and tune_stop not in (previous[signal.SIGUSR1], on_signal):
             tune_stop(signal.SIGUSR1, frame)  # Tune's handler, installed once fit() set up its loop
         else:  # fit() has not set its handler up yet: stop as Python would
             raise KeyboardInterrupt
@@ -172,11 +173,13 @@ def fit_with_signals(tuner: Any) -> tuple[Any, bool]:
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
     env_before = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
         signal.signal(sig, on_signal)
+    StopSignalRelay.handler = on_signal
     try:
         results = tuner.fit()
     finally:
+        StopSignalRelay.handler = StopSignalRelay.tune_stop = None
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if env_before is None:
@@ -187,9 +190,10 @@ def fit_with_signals(tuner: Any) -> tuple[Any, bool]:
 
 
 def finish_search(predir: str, spec: dict[str, Any], results: Any, signalled: bool = False) -> int:
-    """After ``fit``: mark ended trials, analyze, print the summary; returns the exit code: 1 for a failed trial or
-    a search Tune ended early for another reason, 0 when every trial ended, ``EXIT_RESUMABLE`` when a signal
-    (``signalled``) stopped it cleanly (its unfinished trials stay ``running`` for ``search@``)."""
+    """After ``fit``: mark ended trials, analyze, print the summary; returns the exit code: 1 for a failed trial, 0
+    when every trial ended, ``EXIT_RESUMABLE`` when the search stopped early with no failed trial: a signal
+    (``signalled``: SIGINT, SIGTERM) or Tune's own SIGUSR1 stop (SLURM's ``--signal=B:USR1@N``); its unfinished
+    trials stay ``running`` for ``search@``."""
     errors, interrupted = mark_ended(predir, spec, results, signalled)
     df = analyze(predir, spec)
     report_summary(predir, spec, df, interrupted)
@@ -199,7 +203,7 @@ def finish_search(predir: str, spec: dict[str, Any], results: Any, signalled: bo
         from orchestrator.commandline import lab_command
         print("interrupted; resume with:\n  "
               + lab_command(predir_mod.spec_file(predir, spec["name"]), spec["name"], f"search@{predir}"))
-    if errors or (interrupted and not signalled):
+    if errors:
         return 1
     return EXIT_RESUMABLE if interrupted else 0
 

@@ -3,7 +3,9 @@ the trainable and the Tuner (new or restored)."""
 
 from __future__ import annotations
 
-from typing import Any
+import signal
+import threading
+from typing import Any, Callable, ClassVar
 
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
@@ -162,6 +164,29 @@ def tune_storage(predir: str) -> tuple[str, Any]:
     return path, fs
 
 
+class StopSignalRelay(tune.Callback):
+    """Hands SIGUSR1 (SLURM's ``--signal=B:USR1@N``) to the lab's stop handler instead of Tune's.
+
+    ``fit()`` installs Tune's own SIGUSR1 handler (its graceful stop) when it starts, over any handler set before; at
+    its first loop step this callback (public ``tune.Callback`` API, run in the driver's main thread) puts ``handler``
+    (set by ``orchestrator.modes.search.fit_with_signals``) in its place and keeps Tune's as ``tune_stop``, which the
+    lab's handler calls after recording the signal: so SIGUSR1 stops a search as SIGINT and SIGTERM do (its running
+    trials stay resumable, exit 75), where Tune's alone ended them as if its scheduler had stopped them.
+    """
+
+    handler: ClassVar[Callable[[int, Any], None] | None] = None
+    tune_stop: ClassVar[Callable[[int, Any], None] | None] = None
+
+    def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
+        """Install ``handler`` for SIGUSR1 once Tune's is in place (a no-op outside the main thread)."""
+        current = signal.getsignal(signal.SIGUSR1)
+        cls = StopSignalRelay
+        if cls.handler is None or current is cls.handler or threading.current_thread() is not threading.main_thread():
+            return
+        cls.tune_stop = current if callable(current) else None
+        signal.signal(signal.SIGUSR1, cls.handler)
+
+
 def make_tuner(spec: dict[str, Any], predir: str, settings: dict[str, Any], quiet: bool) -> tune.Tuner:
     """A new Tuner for the search of ``spec`` (settings from ``search.json``)."""
     storage_path, fs = tune_storage(predir)
@@ -174,7 +199,7 @@ def make_tuner(spec: dict[str, Any], predir: str, settings: dict[str, Any], quie
         search_alg=search_alg, trial_name_creator=namer, trial_dirname_creator=namer, reuse_actors=True)
     run_config = tune.RunConfig(name=settings["tune_name"], storage_path=storage_path, storage_filesystem=fs,
                                 failure_config=tune.FailureConfig(max_failures=int(meta["max_restarts"])),
-                                verbose=0 if quiet else 1)
+                                verbose=0 if quiet else 1, callbacks=[StopSignalRelay()])
     return tune.Tuner(trainable(spec, predir), param_space=param_space(spec), tune_config=tune_config,
                       run_config=run_config)
 

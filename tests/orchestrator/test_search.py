@@ -231,12 +231,11 @@ def test_sigkill_driver_then_search_latest(ray_local, tmp_path):
         assert_continuous(pd.read_parquet(predir / f"t1/s{s}/train_df.parquet"), 800, 5600)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGUSR1], ids=["SIGINT", "SIGTERM", "SIGUSR1"])
 def test_signal_stops_the_search_and_search_latest_finishes_it(ray_local, tmp_path, capsys, sig):
-    """Ctrl-C / SIGTERM while t0 trains: the search stops (exit 0, the resume command printed), the unfinished
-    trial stays ``running`` (not ``stopped``, which ``search@`` never resumes), and ``search@latest`` then runs
-    every trial to ``max_frame``. Before, Ctrl-C marked t0 ``stopped`` (lost for good) and SIGTERM hit Ray's
-    fatal-signal handler (exit 1)."""
+    """Ctrl-C / SIGTERM / SIGUSR1 (Tune's own stop; SLURM's ``--signal=B:USR1@N``) while t0 trains: the search stops
+    (exit 75, the resume command printed), the unfinished trial stays ``running`` (not ``stopped``, which ``search@``
+    never resumes), and ``search@latest`` then runs every trial to ``max_frame``."""
     data = str(tmp_path / "data")
     items = SMALL + ["meta.max_session=1", "env.max_frame=8000", GAMMA_GRID]
 
