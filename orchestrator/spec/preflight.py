@@ -35,6 +35,7 @@ from agents.memory import transition_bytes
 from envs.envpool_vec import resolve_envpool_id
 from envs.make import EnvSpec, make_env, resolve_env_id
 from orchestrator.errors import SpecError
+from orchestrator.runtime import allocator
 from orchestrator.spec.load import build, check, load_spec
 from orchestrator.spec.search_space import apply_values, parse_search
 
@@ -103,10 +104,13 @@ def _resident_bytes() -> int:
 def _traced_build(env: dict[str, Any]) -> tuple[Any, int]:
     """A reset sub-env and the peak bytes Python allocated building it (0 if tracemalloc is in use). An EnvPool
     sub-env allocates in C++, which tracing does not see: its bytes are the resident memory a second sub-env adds
-    while the first is still open (so freed memory of an earlier build is not reused), when that is more."""
+    while the first is still open (so freed memory of an earlier build is not reused) and after malloc gave its free
+    memory back to the kernel (``allocator.release_free_memory``: memory freed earlier in the process, reused, would
+    not show), when that is more."""
     if env.get("vectorization") == "envpool":
         first = _build_env(env)
         first.reset(seed=0)
+        allocator.release_free_memory()
         before = _resident_bytes()
         venv, traced = _python_traced_build(env)
         added = _resident_bytes() - before
