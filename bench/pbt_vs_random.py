@@ -22,7 +22,7 @@ task into ``--out``.
 
 Usage::
 
-    python bench/pbt_vs_random.py [--task cartpole] [--trials 8] [--sessions 2] [--max-frame 80000]
+    python bench/pbt_vs_random.py [--task cartpole] [--trials 8] [--sessions 2] [--max-frame 60000]
         [--generations 10] [--seed 1] [--methods pbt,random] [--data-dir data] [--img-dir docs/img]
         [--out bench/results/pbt_vs_random.json]
 """
@@ -116,8 +116,8 @@ def run_method(task: str, method: str, args: argparse.Namespace) -> dict[str, An
     best = int(np.argmax(trial_scores))
     values = {t: json.loads((predir / f"t{t}" / "trial.json").read_text())["values"] for t in range(args.trials)}
     result = {
-        "method": method, "predir": str(predir),
-        "command": " ".join(_quote(c) for c in cmd[1:]),
+        "method": method, "predir": _relative(predir),
+        "command": " ".join(_quote(_relative(Path(c)) if c.startswith(str(ROOT)) else c) for c in cmd[1:]),
         "session_scores": scores_TS.round(4).tolist(),
         "iqm": round(iqm(sessions), 3), "iqm_ci95": [round(low, 3), round(high, 3)],
         "best_trial": best, "best_trial_score": round(float(trial_scores[best]), 3),
@@ -135,9 +135,12 @@ def run_method(task: str, method: str, args: argparse.Namespace) -> dict[str, An
             dst = Path(args.img_dir) / f"pbt_lineage_{task}.png"
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(png, dst)
-            result["lineage_graph"] = str(dst.relative_to(ROOT) if dst.is_absolute() and ROOT in dst.parents
-                                          else dst)
+            result["lineage_graph"] = _relative(dst)
     return result
+
+
+def _relative(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_absolute() and ROOT in path.parents else str(path)
 
 
 def _quote(arg: str) -> str:
@@ -163,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--task", choices=sorted(TASKS), default="cartpole")
     ap.add_argument("--trials", type=int, default=8)
     ap.add_argument("--sessions", type=int, default=2)
-    ap.add_argument("--max-frame", type=int, default=80000, help="frames per session")
+    ap.add_argument("--max-frame", type=int, default=60000, help="frames per session")
     ap.add_argument("--generations", type=int, default=10, help="PBT generations (max_frame must divide evenly)")
     ap.add_argument("--log-frequency", type=int, default=2000, help="frames between log rows and checkpoints")
     ap.add_argument("--seed", type=int, default=1, help="meta.random_seed")
