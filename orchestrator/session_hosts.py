@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import ray
@@ -66,6 +67,14 @@ def empty_session_actor(key: tuple[float, float]) -> Any:
     ``run(session=...)`` builds the session."""
     num_cpus, num_gpus = key
     return SessionActor.options(num_cpus=num_cpus, num_gpus=num_gpus).remote()
+
+
+def capacity(key: tuple[float, float]) -> int:
+    """How many session actors of resources ``key`` = (num_cpus, num_gpus) the Ray cluster's resources hold at once
+    (its CPUs and GPUs now, whether in use or not; at least 1)."""
+    total = ray.cluster_resources()
+    fits = [math.floor(total.get(name, 0.0) / need + 1e-9) for name, need in zip(("CPU", "GPU"), key) if need > 0]
+    return max(1, min(fits, default=1))
 
 
 def host_key(meta: dict[str, Any]) -> tuple[float, float]:

@@ -127,6 +127,10 @@ class Trial:
         specs: trial -> the spec its sessions run (population-based training: each trial its own values);
             other trials run ``spec``.
         resume_mode: the mode the printed resume command names after a stop (``train`` or ``search``).
+        max_running: at most this many sessions hold an actor at once (``session_hosts.capacity``); the others
+            wait, in plan order, and start as sessions end, in the actors those leave in ``hosts``. None: every
+            session's actor is requested at once and Ray places them as resources allow (with ``hosts``, only
+            when the plans fit the resources at once: a kept actor holds its resources).
     """
 
     WATCH_BATCH_S = 0.1  # seconds the watch loop gathers events before acting on them
@@ -136,7 +140,8 @@ class Trial:
                  quiet: bool = False,
                  on_log: Callable[[SessionPlan, dict[str, Any]], None] | None = None,
                  analyze: bool = True, lease: Lease | None = None, hosts: SessionHosts | None = None,
-                 specs: dict[int, dict[str, Any]] | None = None, resume_mode: str = "train") -> None:
+                 specs: dict[int, dict[str, Any]] | None = None, resume_mode: str = "train",
+                 max_running: int | None = None) -> None:
         self.spec, self.predir, self.plans, self.record, self.quiet = spec, predir, plans, record, quiet
         self.specs, self.resume_mode = specs or {}, resume_mode
         self.lease, self.hosts = lease, hosts
@@ -145,6 +150,8 @@ class Trial:
         self.actors: dict[str, Any] = {}
         self.streams: dict[str, Any] = {}
         self.pending_restart: dict[str, float] = {}  # key -> monotonic time to restart at
+        self.max_running = max_running
+        self.queued: list[SessionPlan] = []  # sessions waiting for a slot (max_running), in plan order
         self.stopping_since: float | None = None
         # set by a signal handler (run_with_signals): the watch loop calls request_stop at its next turn, since
         # a handler runs between any two bytecodes and must not change the streams under the loop
@@ -214,6 +221,11 @@ class Trial:
         if self.stopping_since is None:
             self.stopping_since = time.monotonic()
             by_key = {p.key: p for p in self.plans}
+            for plan in self.queued:
+                plan.status = "not started"
+                self.progress.status(plan.key, "not started")
+                self.record.update(plan)
+            self.queued = []
             for key in list(self.pending_restart):
                 del self.pending_restart[key]
                 by_key[key].status = "interrupted"
@@ -238,7 +250,10 @@ class Trial:
             self.record.hold = True  # one run.json write for all the starts
             try:
                 for plan in self.plans:
-                    self.start(plan)
+                    if self.max_running is not None and len(self.streams) >= self.max_running:
+                        self.queued.append(plan)
+                    else:
+                        self.start(plan)
             finally:
                 self.record.hold = False
             self.record.flush_due()
@@ -253,12 +268,13 @@ class Trial:
 
     def watch_all(self, by_key: dict[str, SessionPlan]) -> None:
         """Watch the sessions until every stream ended and no restart is pending (or the stop's grace passed)."""
-        while self.streams or self.pending_restart:
+        while self.streams or self.pending_restart or self.queued:
             if self.fault is None and self.record.fault is not None:  # run.json could not be written
                 self.on_fault(self.record.fault.uri, str(self.record.fault), self.record.fault.hint or "")
             if self.stopping_since is None and (self.stop_requested or (self.lease is not None and self.lease.lost)):
                 self.request_stop()
             self.restart_due(by_key)
+            self.start_queued()
             self.leave_draining_nodes()
             if self.stopping_since is not None and \
                     time.monotonic() - self.stopping_since > float(self.meta["shutdown_grace_s"]):
@@ -282,6 +298,13 @@ class Trial:
             self.hosts.put(self.host_key(), actor)
         else:
             self.end_actor(actor)
+
+    def start_queued(self) -> None:
+        """Start waiting sessions (``max_running``) while slots are free and no stop was asked; sessions waiting
+        out a restart back-off keep their slots."""
+        while self.queued and self.stopping_since is None and \
+                len(self.streams) + len(self.pending_restart) < (self.max_running or 0):
+            self.start(self.queued.pop(0))
 
     def end_all(self) -> None:
         """End every session actor still held (the trial is abandoned: e.g. Tune stopped it)."""

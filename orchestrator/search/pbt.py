@@ -18,7 +18,9 @@ a checkpoint, as ``train@`` with ``max_frame`` raised continues exactly). Then, 
    schedules as pure functions of the frame); ``pbt.json`` then records the generation as applied.
 
 Session actors survive between generations (``SessionHosts``): the next generation restores each session in the
-same process. A SIGKILL at any moment is resumed by ``search@`` (or the same ``search --name``): decisions already
+same process. A population with more sessions than the cluster's resources hold at once runs as many at a time as
+fit (``session_hosts.capacity``), the others starting in the actors of sessions that end. A SIGKILL at any moment
+is resumed by ``search@`` (or the same ``search --name``): decisions already
 recorded are applied again (idempotent: donors are never recipients of the same generation), unrecorded ones are
 derived again from the same checkpoints and seed, so an interrupted PBT run writes the same ``pbt.jsonl`` and
 train_dfs as an uninterrupted one. ``lab SPEC NAME train --pbt-replay PREDIR --trial T`` (``replay``) trains one
@@ -40,7 +42,7 @@ from typing import Any, Callable
 from orchestrator.errors import EXIT_RESUMABLE, UsageError
 from orchestrator.search.pbt_policy import decide, initial_config, lineage
 from orchestrator.search.trials import trial_json, write_spec_files
-from orchestrator.session_hosts import SessionHosts
+from orchestrator.session_hosts import SessionHosts, capacity, host_key
 from orchestrator.spec.pbt import PBTSettings
 from orchestrator.spec.search_space import SearchVar, apply_values, parse_search
 from orchestrator.store import predir as predir_mod
@@ -132,7 +134,8 @@ class Population:
         at_frame = {t: {**spec, "env": {**spec["env"], "max_frame": frame}} for t, spec in specs.items()}
         record = RunRecord.load_or_new(self.predir, self.name)
         trial = Trial(self.spec, self.predir, plans, record, quiet=self.quiet, analyze=False, lease=self.lease,
-                      hosts=self.hosts, specs=at_frame, resume_mode="search")
+                      hosts=self.hosts, specs=at_frame, resume_mode="search",
+                      max_running=capacity(host_key(self.meta)))
         self.current = trial
         if self.stop_requested:
             trial.stop_requested = True

@@ -269,3 +269,25 @@ def test_a_complete_named_search_run_again_changes_nothing(ray_local, tmp_path, 
     out = capsys.readouterr().out
     assert f"search --name job: the search {tmp_path / 'data' / 'job'} is already complete; nothing to do" in out
     assert files_digest(tmp_path / "data") == before
+
+
+@pytest.mark.timeout(180)
+def test_a_population_larger_than_the_cluster_runs_as_many_sessions_as_fit(ray_local, tmp_path, monkeypatch):
+    """8 sessions of 1 CPU on the 4-CPU ``ray_local``: 4 run at a time, the others start in the actors of the
+    sessions that end (kept actors used to hold every CPU while the rest waited for one: the search hung)."""
+    from orchestrator.trial import Trial
+
+    started = []
+    new_actor = Trial.new_actor
+    monkeypatch.setattr(Trial, "new_actor", lambda self, plan: started.append(plan.key) or new_actor(self, plan))
+    data = tmp_path / "data"
+    items = ["meta.max_trial=4", "meta.max_session=2", "env.max_frame=800", *PBT[3:6],
+             'meta.resources={"num_cpus": 1, "num_gpus": 0}', *PBT[7:]]
+    assert run_cli(SPECS, "ppo_cartpole", "search", "--data-dir", str(data), *overrides(items)) == 0
+    assert ray_local.cluster_resources()["CPU"] == 4 and len(started) == 4, started
+    predir = only_predir(data)
+    for t in range(4):
+        for s in range(2):
+            assert pd.read_parquet(predir / f"t{t}/s{s}/train_df.parquet")["frame"].tolist() == [200, 400, 600, 800]
+    records = [json.loads(line) for line in (predir / "pbt.jsonl").read_text().splitlines()]
+    assert [(r["generation"], r["trial"]) for r in records] == [(1, t) for t in range(4)]
