@@ -5,6 +5,9 @@ actors, the spec's own ``env.max_frame``) in a subprocess, then reads the trial'
 
 * ``total_reward_ma``: the lab's final ``total_reward_ma`` per session (last train_df row: mean return
   of the last ``meta.ma_window`` = 20 episodes) and their mean (``info/t0_trial_metrics.json``);
+* ``total_reward_ma_iqm`` / ``total_reward_ma_ci``: the interquartile mean of those finals across sessions and
+  its 95% stratified-bootstrap CI (``orchestrator.report.stats.summary``; with fewer than 4 sessions the IQM is
+  the mean, and with 2 the CI spans the two sessions);
 * ``slm_total_reward_ma``: the same run scored as SLM-Lab computes the number it publishes
   (``slm_lab/agent/__init__.py`` ``MetricsTracker.ckpt`` and ``experiment/analysis.py``
   ``calc_session_metrics``): the mean of the ``total_reward`` of the last 100 log rows (``PLOT_MA_WINDOW``),
@@ -28,10 +31,11 @@ Usage:
     python bench/learning.py --combine sac_pendulum sac_pendulum@sessions=2 sac_pendulum@sessions=2#2
 
 ``--combine KEY PART ...`` pools the sessions of runs of one entry (same spec file, spec name, frames per
-session, other overrides none) made at different times into one record under ``KEY``, as a trial of all their
-sessions: its score is the mean over the pooled sessions, exactly what one trial of that many sessions reports,
+session, same overrides but for a ``--set meta.random_seed=S``) made at different times into one record under
+``KEY``, as a trial of all their sessions: its score is the mean over the pooled sessions, exactly what one trial of that many sessions reports,
 since sessions of a non-distributed trial are independent and each has its own seed (the parts' seeds must all
-differ: a run without ``meta.random_seed`` draws a fresh base seed). The record lists its parts
+differ: a run without ``meta.random_seed`` draws a fresh base seed, and ``--set meta.random_seed=3`` on a 2-session
+run gives seeds 3 and 4). The record lists its parts
 (``combined_from``) and has no fps or trial graph of its own (the parts' graphs stay). ``--key-suffix S``
 stores a run under ``{key}#S`` so that a second run of the same entry and overrides keeps the first.
 
@@ -55,6 +59,8 @@ from typing import Any
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from orchestrator.report import stats  # noqa: E402
 SLM_MA_WINDOW = 100  # SLM-Lab's viz.PLOT_MA_WINDOW: log rows in its total_reward_ma
 
 # SLM-Lab v5.3.0's published final total_reward_ma (its docs/BENCHMARKS.md; issues 10 and 11), by the
@@ -171,6 +177,7 @@ def run_entry(spec_file: Path, name: str, data_dir: Path, max_frame: int | None,
     trial = json.loads((predir / "info" / "t0_trial_metrics.json").read_text())
     env, algo, published = PUBLISHED.get(name, (saved["env"]["name"], saved["agent"]["algorithm"]["name"], None))
     mean_ma = float(trial["total_reward_ma"])
+    robust = stats.summary([s["total_reward_ma"] for s in sess])
     frames = sum(s["frame"] for s in sess)
     graph = predir / "graph" / f"{name}_t0_trial_graph.png"
     return {
@@ -184,6 +191,7 @@ def run_entry(spec_file: Path, name: str, data_dir: Path, max_frame: int | None,
         "total_reward_ma_sessions": [s["total_reward_ma"] for s in sess],
         "total_reward_ma_min": min(s["total_reward_ma"] for s in sess),
         "total_reward_ma_max": max(s["total_reward_ma"] for s in sess),
+        "total_reward_ma_iqm": robust["iqm"], "total_reward_ma_ci": robust["ci"],
         "slm_total_reward_ma": sum(s["slm_total_reward_ma"] for s in sess) / len(sess),
         "slm_total_reward_ma_sessions": [s["slm_total_reward_ma"] for s in sess],
         "best_total_reward_ma_sessions": [s["best_total_reward_ma"] for s in sess],
@@ -198,12 +206,22 @@ def run_entry(spec_file: Path, name: str, data_dir: Path, max_frame: int | None,
     }
 
 
+SEED_SET = "meta.random_seed="  # a --set that only picks the sessions' seeds: parts of one --combine may differ in it
+
+
+def entry_sets(record: dict[str, Any]) -> list[str] | None:
+    """A record's ``--set`` overrides without its ``meta.random_seed``, or None when none is left."""
+    sets = [kv for kv in record["overrides"].get("set") or [] if not kv.startswith(SEED_SET)]
+    return sets or None
+
+
 def combine(data: dict[str, dict[str, Any]], parts: list[str]) -> dict[str, Any]:
     """One record pooling the sessions of the records ``parts`` of ``data`` (see ``--combine``).
 
     Raises:
         SystemExit: a part is missing, the parts differ in spec file, spec name, frames per session or
-            ``max_frame`` / ``--set`` overrides, or two sessions share a seed (or a part has no recorded seeds).
+            ``max_frame`` / ``--set`` overrides (other than ``meta.random_seed``), or two sessions share a seed (or
+            a part has no recorded seeds).
     """
     missing = [k for k in parts if k not in data]
     if missing:
@@ -211,8 +229,8 @@ def combine(data: dict[str, dict[str, Any]], parts: list[str]) -> dict[str, Any]
     recs = [data[k] for k in parts]
     first = recs[0]
     for key, r in zip(parts, recs):
-        same = (r["spec_file"], r["spec_name"], r["overrides"].get("max_frame"), r["overrides"].get("set")) == \
-            (first["spec_file"], first["spec_name"], first["overrides"].get("max_frame"), first["overrides"].get("set"))
+        same = (r["spec_file"], r["spec_name"], r["overrides"].get("max_frame"), entry_sets(r)) == \
+            (first["spec_file"], first["spec_name"], first["overrides"].get("max_frame"), entry_sets(first))
         if not same or len(set(r["frames_per_session"] + first["frames_per_session"])) != 1:
             raise SystemExit(f"--combine: {key} is not a run of {parts[0]}'s entry and budget")
         if not r.get("session_seeds"):
@@ -223,11 +241,14 @@ def combine(data: dict[str, dict[str, Any]], parts: list[str]) -> dict[str, Any]
     ma = [x for r in recs for x in r["total_reward_ma_sessions"]]
     slm = [x for r in recs for x in r["slm_total_reward_ma_sessions"]]
     mean_ma = sum(ma) / len(ma)
+    robust = stats.summary(ma)
     return {**{k: first[k] for k in ("spec_file", "spec_name", "env", "algorithm", "published", "platform", "cpus")},
-            "overrides": {k: v for k, v in first["overrides"].items() if k != "sessions"},
+            "overrides": {k: v for k, v in {**first["overrides"], "set": entry_sets(first)}.items()
+                          if k != "sessions" and v is not None},
             "sessions": len(ma), "frames_per_session": [x for r in recs for x in r["frames_per_session"]],
             "session_seeds": seeds, "total_reward_ma": mean_ma, "total_reward_ma_sessions": ma,
             "total_reward_ma_min": min(ma), "total_reward_ma_max": max(ma),
+            "total_reward_ma_iqm": robust["iqm"], "total_reward_ma_ci": robust["ci"],
             "slm_total_reward_ma": sum(slm) / len(slm), "slm_total_reward_ma_sessions": slm,
             "best_total_reward_ma_sessions": [x for r in recs for x in r["best_total_reward_ma_sessions"]],
             "met": None if first["published"] is None else mean_ma >= first["published"],
@@ -334,7 +355,8 @@ def main(argv: list[str] | None = None) -> int:
         record["trial_graph"] = os.path.relpath(dst, ROOT)
     merge(Path(args.out), key, record)
     print(json.dumps({k: record[k] for k in ("spec_name", "sessions", "total_reward_ma", "slm_total_reward_ma",
-                                             "total_reward_ma_sessions", "published", "met", "wall_s", "fps")}))
+                                             "total_reward_ma_sessions", "total_reward_ma_iqm",
+                                             "total_reward_ma_ci", "published", "met", "wall_s", "fps")}))
     return 0
 
 

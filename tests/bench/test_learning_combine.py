@@ -33,6 +33,8 @@ def test_combine_is_the_mean_over_every_pooled_session(tmp_path):
     rec = json.loads(out.read_text())["sac_cartpole"]
     assert rec["sessions"] == 4 and rec["session_seeds"] == [7, 8, 91, 92]
     assert rec["total_reward_ma"] == 350.0 and rec["total_reward_ma_min"] == 200.0
+    assert rec["total_reward_ma_iqm"] == 350.0  # the mean of the middle two of 200, 300, 400, 500
+    assert 200.0 <= rec["total_reward_ma_ci"][0] < 350.0 < rec["total_reward_ma_ci"][1] <= 500.0
     assert rec["slm_total_reward_ma"] == 340.0
     assert rec["met"] is False and rec["overrides"] == {} and rec["combined_from"] == ["a", "b"]
     assert rec["wall_s"] == 200.0 and rec["fps"] is None
@@ -72,13 +74,29 @@ def test_combine_refuses_parts_with_other_set_overrides(tmp_path):
         learning.main(["--out", str(out), "--combine", "k", "a", "b"])
 
 
+def test_combine_pools_parts_that_differ_only_in_their_seed(tmp_path):
+    """Two 2-session runs of one spec, one with ``--set meta.random_seed=3``: one record of 4 sessions whose
+    overrides keep the shared ``--set`` and drop the seed."""
+    a = part([1, 2], [1100.0, 1400.0])
+    b = part([3, 4], [900.0, 1200.0])
+    a["overrides"]["set"] = ["env.vectorization=envpool"]
+    b["overrides"]["set"] = ["env.vectorization=envpool", "meta.random_seed=3"]
+    rec = learning.combine({"a": a, "b": b}, ["a", "b"])
+    assert rec["session_seeds"] == [1, 2, 3, 4] and rec["total_reward_ma"] == 1150.0
+    assert rec["overrides"] == {"set": ["env.vectorization=envpool"]}
+    b["overrides"]["set"] = ["env.vectorization=sync", "meta.random_seed=3"]
+    with pytest.raises(SystemExit, match="not a run of"):
+        learning.combine({"a": a, "b": b}, ["a", "b"])
+
+
 def test_set_overrides_reach_lab_and_the_key(tmp_path, monkeypatch):
     seen = {}
 
     def fake_run_entry(spec_file, name, data_dir, max_frame, sessions, log_path, resume, extra_sets):
         seen.update(name=name, sets=extra_sets, log=log_path.name)
         return {"spec_name": name, "sessions": 1, "total_reward_ma": -20.0, "slm_total_reward_ma": -20.5,
-                "total_reward_ma_sessions": [-20.0], "published": None, "met": None, "wall_s": 1.0, "fps": 1.0,
+                "total_reward_ma_sessions": [-20.0], "total_reward_ma_iqm": -20.0,
+                "total_reward_ma_ci": [-20.0, -20.0], "published": None, "met": None, "wall_s": 1.0, "fps": 1.0,
                 "trial_graph": str(tmp_path / "g.png")}
     monkeypatch.setattr(learning, "run_entry", fake_run_entry)
     spec = tmp_path / "atari.json"
