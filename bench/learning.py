@@ -29,6 +29,7 @@ Usage:
         [--max-frame N] [--sessions N] [--set KEY=VALUE ...] [--data-dir DIR] [--graph-dir docs/img] [--out PATH]
     python bench/learning.py --table          # the markdown table of bench/results/learning.json
     python bench/learning.py --combine sac_pendulum sac_pendulum@sessions=2 sac_pendulum@sessions=2#2
+    python bench/learning.py --graph docs/img/x.png sync=KEY_A envpool=KEY_B [--data-dir DIR]
 
 ``--combine KEY PART ...`` pools the sessions of runs of one entry (same spec file, spec name, frames per
 session, same overrides but for a ``--set meta.random_seed=S``) made at different times into one record under
@@ -38,6 +39,10 @@ differ: a run without ``meta.random_seed`` draws a fresh base seed, and ``--set 
 run gives seeds 3 and 4). The record lists its parts
 (``combined_from``) and has no fps or trial graph of its own (the parts' graphs stay). ``--key-suffix S``
 stores a run under ``{key}#S`` so that a second run of the same entry and overrides keeps the first.
+
+``--graph PNG LABEL=KEY ...`` draws one curve per record as ``lab compare`` does (the IQM of ``total_reward_ma``
+across sessions against frames, its 95% bootstrap CI as a band, the env's reward threshold dotted), a combined
+record's curve over all its parts' sessions; the records' run directories are read from ``--data-dir``.
 
 ``SPEC_FILE`` is a path, or a path relative to ``$SLM_LAB_SPECS/v5.3.0`` (SLM-Lab's spec files).
 """
@@ -259,6 +264,41 @@ def combine(data: dict[str, dict[str, Any]], parts: list[str]) -> dict[str, Any]
             "date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
 
 
+def graph(data: dict[str, dict[str, Any]], items: list[str], data_dir: Path, out: Path) -> list[Any]:
+    """Write the PNG ``out`` of one ``lab compare`` curve per ``LABEL=KEY`` item (see ``--graph``); return the
+    curves (``orchestrator.report.compare.Curve``).
+
+    Raises:
+        SystemExit: an item is not ``LABEL=KEY``, a key has no record, or a record's run directory has no
+            session with a logged return under ``data_dir``.
+    """
+    from orchestrator.report.compare import Curve, compare_png, trial_dfs
+    from orchestrator.report.graphs import iqm_band, stack_sessions
+    from orchestrator.report.rundata import reward_threshold
+
+    curves = []
+    for item in items:
+        label, _, key = item.partition("=")
+        if not (label and key):
+            raise SystemExit(f"--graph expects LABEL=KEY, got {item!r}")
+        if key not in data:
+            raise SystemExit(f"--graph: no record {key!r} in the results file")
+        rec = data[key]
+        predirs = rec["predir"] if isinstance(rec["predir"], list) else [rec["predir"]]
+        dfs: dict[int, pd.DataFrame] = {}
+        for predir in predirs:
+            for df in trial_dfs(str(data_dir / predir), 0).get(0, {}).values():
+                dfs[len(dfs)] = df
+        if not dfs:
+            raise SystemExit(f"--graph: no session with a logged return in {predirs} under {data_dir}")
+        curves.append(Curve(label, rec["env"], len(dfs), iqm_band(stack_sessions(dfs))))
+    envs = dict.fromkeys(c.env for c in curves)
+    thresholds = {env: v for env in envs if (v := reward_threshold(env)) is not None}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(compare_png(curves, thresholds, " vs ".join(c.label for c in curves)))
+    return curves
+
+
 def merge(out: Path, key: str, record: dict[str, Any]) -> None:
     """Merge ``record`` under ``key`` into the JSON object at ``out`` (created if absent), under an exclusive
     ``flock`` of ``{out}.lock`` so that runs of several entries side by side never drop each other's record."""
@@ -318,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--graph-dir", help="copy the trial graph PNG here as {key}_trial_graph.png")
     ap.add_argument("--resume", help="a run directory of this entry: resume it (train@) with the overrides")
     ap.add_argument("--combine", nargs="+", metavar="KEY", help="KEY PART [PART ...]: pool the parts' sessions")
+    ap.add_argument("--graph", nargs="+", metavar="ARG", help="PNG LABEL=KEY [LABEL=KEY ...]: one curve per record")
     ap.add_argument("--key-suffix", help="store the run under {key}#SUFFIX (a second run of the same entry)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "learning.json"))
     args = ap.parse_args(argv)
@@ -334,8 +375,19 @@ def main(argv: list[str] | None = None) -> int:
         merge(out, args.combine[0], record)
         print(json.dumps({k: record[k] for k in ("spec_name", "sessions", "total_reward_ma", "published", "met")}))
         return 0
+    if args.graph:
+        if len(args.graph) < 2:
+            ap.error("--graph needs PNG and at least one LABEL=KEY")
+        curves = graph(json.loads(Path(args.out).read_text()), args.graph[1:], Path(args.data_dir),
+                       Path(args.graph[0]))
+        for curve in curves:
+            last = curve.band.iloc[-1]
+            print(f"{curve.label}: frame={int(curve.band.index[-1])} IQM total_reward_ma={last['iqm']:.1f} "
+                  f"95% CI [{last['low']:.1f}, {last['high']:.1f}] ({curve.sessions} sessions)")
+        print(f"graph: {args.graph[0]}")
+        return 0
     if not (args.spec_file and args.spec_name):
-        ap.error("SPEC_FILE and SPEC_NAME are required (or --table or --combine)")
+        ap.error("SPEC_FILE and SPEC_NAME are required (or --table, --combine or --graph)")
     bad = [kv for kv in args.set if "=" not in kv or kv.startswith("=")]
     if bad:
         ap.error(f"--set expects KEY=VALUE, got {bad}")

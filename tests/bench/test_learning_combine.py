@@ -7,6 +7,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,3 +117,29 @@ def test_set_without_equals_exits_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         learning.main([str(spec), "ppo_atari", "--set", "env", "--out", str(tmp_path / "o.json")])
     assert exc.value.code == 2 and "--set expects KEY=VALUE" in capsys.readouterr().err
+
+
+def test_graph_draws_one_curve_per_record_over_all_its_parts_sessions(tmp_path, monkeypatch):
+    """``--graph``: a combined record's curve pools its parts' sessions; the band is the per-frame IQM and CI."""
+    from orchestrator.report import compare
+
+    finals = {"r1": [100.0, 200.0], "r2": [300.0, 400.0], "r3": [50.0, 60.0]}
+    frames = [1000, 2000]
+
+    def fake_trial_dfs(predir, only):
+        assert only == 0
+        name = Path(predir).name
+        return {0: {s: pd.DataFrame({"frame": frames, "total_reward_ma": [0.0, v]})
+                    for s, v in enumerate(finals[name])}}
+    monkeypatch.setattr(compare, "trial_dfs", fake_trial_dfs)
+    data = {"pooled": {"env": "Hopper-v5", "predir": ["r1", "r2"]}, "one": {"env": "Hopper-v5", "predir": "r3"}}
+    out = tmp_path / "img" / "g.png"
+    curves = learning.graph(data, ["sync=pooled", "envpool=one"], tmp_path, out)
+    assert [(c.label, c.sessions) for c in curves] == [("sync", 4), ("envpool", 2)]
+    assert curves[0].band.loc[2000, "iqm"] == 250.0 and curves[1].band.loc[2000, "iqm"] == 55.0
+    assert curves[1].band.loc[2000, "low"] >= 50.0 and curves[1].band.loc[2000, "high"] <= 60.0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(SystemExit, match="LABEL=KEY"):
+        learning.graph(data, ["pooled"], tmp_path, out)
+    with pytest.raises(SystemExit, match="no record"):
+        learning.graph(data, ["x=missing"], tmp_path, out)
