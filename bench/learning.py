@@ -5,6 +5,9 @@ actors, the spec's own ``env.max_frame``) in a subprocess, then reads the trial'
 
 * ``total_reward_ma``: the lab's final ``total_reward_ma`` per session (last train_df row: mean return
   of the last ``meta.ma_window`` = 20 episodes) and their mean (``info/t0_trial_metrics.json``);
+* ``total_reward_ma_iqm`` / ``total_reward_ma_ci``: the interquartile mean of those finals across sessions and
+  its 95% stratified-bootstrap CI (``orchestrator.report.stats.summary``; with fewer than 4 sessions the IQM is
+  the mean, and with 2 the CI spans the two sessions);
 * ``slm_total_reward_ma``: the same run scored as SLM-Lab computes the number it publishes
   (``slm_lab/agent/__init__.py`` ``MetricsTracker.ckpt`` and ``experiment/analysis.py``
   ``calc_session_metrics``): the mean of the ``total_reward`` of the last 100 log rows (``PLOT_MA_WINDOW``),
@@ -26,14 +29,20 @@ Usage:
         [--max-frame N] [--sessions N] [--set KEY=VALUE ...] [--data-dir DIR] [--graph-dir docs/img] [--out PATH]
     python bench/learning.py --table          # the markdown table of bench/results/learning.json
     python bench/learning.py --combine sac_pendulum sac_pendulum@sessions=2 sac_pendulum@sessions=2#2
+    python bench/learning.py --graph docs/img/x.png sync=KEY_A envpool=KEY_B [--data-dir DIR]
 
 ``--combine KEY PART ...`` pools the sessions of runs of one entry (same spec file, spec name, frames per
-session, other overrides none) made at different times into one record under ``KEY``, as a trial of all their
-sessions: its score is the mean over the pooled sessions, exactly what one trial of that many sessions reports,
+session, same overrides but for a ``--set meta.random_seed=S``) made at different times into one record under
+``KEY``, as a trial of all their sessions: its score is the mean over the pooled sessions, exactly what one trial of that many sessions reports,
 since sessions of a non-distributed trial are independent and each has its own seed (the parts' seeds must all
-differ: a run without ``meta.random_seed`` draws a fresh base seed). The record lists its parts
+differ: a run without ``meta.random_seed`` draws a fresh base seed, and ``--set meta.random_seed=3`` on a 2-session
+run gives seeds 3 and 4). The record lists its parts
 (``combined_from``) and has no fps or trial graph of its own (the parts' graphs stay). ``--key-suffix S``
 stores a run under ``{key}#S`` so that a second run of the same entry and overrides keeps the first.
+
+``--graph PNG LABEL=KEY ...`` draws one curve per record as ``lab compare`` does (the IQM of ``total_reward_ma``
+across sessions against frames, its 95% bootstrap CI as a band, the env's reward threshold dotted), a combined
+record's curve over all its parts' sessions; the records' run directories are read from ``--data-dir``.
 
 ``SPEC_FILE`` is a path, or a path relative to ``$SLM_LAB_SPECS/v5.3.0`` (SLM-Lab's spec files).
 """
@@ -55,6 +64,8 @@ from typing import Any
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from orchestrator.report import stats  # noqa: E402
 SLM_MA_WINDOW = 100  # SLM-Lab's viz.PLOT_MA_WINDOW: log rows in its total_reward_ma
 
 # SLM-Lab v5.3.0's published final total_reward_ma (its docs/BENCHMARKS.md; issues 10 and 11), by the
@@ -171,6 +182,7 @@ def run_entry(spec_file: Path, name: str, data_dir: Path, max_frame: int | None,
     trial = json.loads((predir / "info" / "t0_trial_metrics.json").read_text())
     env, algo, published = PUBLISHED.get(name, (saved["env"]["name"], saved["agent"]["algorithm"]["name"], None))
     mean_ma = float(trial["total_reward_ma"])
+    robust = stats.summary([s["total_reward_ma"] for s in sess])
     frames = sum(s["frame"] for s in sess)
     graph = predir / "graph" / f"{name}_t0_trial_graph.png"
     return {
@@ -184,6 +196,7 @@ def run_entry(spec_file: Path, name: str, data_dir: Path, max_frame: int | None,
         "total_reward_ma_sessions": [s["total_reward_ma"] for s in sess],
         "total_reward_ma_min": min(s["total_reward_ma"] for s in sess),
         "total_reward_ma_max": max(s["total_reward_ma"] for s in sess),
+        "total_reward_ma_iqm": robust["iqm"], "total_reward_ma_ci": robust["ci"],
         "slm_total_reward_ma": sum(s["slm_total_reward_ma"] for s in sess) / len(sess),
         "slm_total_reward_ma_sessions": [s["slm_total_reward_ma"] for s in sess],
         "best_total_reward_ma_sessions": [s["best_total_reward_ma"] for s in sess],
@@ -198,12 +211,22 @@ def run_entry(spec_file: Path, name: str, data_dir: Path, max_frame: int | None,
     }
 
 
+SEED_SET = "meta.random_seed="  # a --set that only picks the sessions' seeds: parts of one --combine may differ in it
+
+
+def entry_sets(record: dict[str, Any]) -> list[str] | None:
+    """A record's ``--set`` overrides without its ``meta.random_seed``, or None when none is left."""
+    sets = [kv for kv in record["overrides"].get("set") or [] if not kv.startswith(SEED_SET)]
+    return sets or None
+
+
 def combine(data: dict[str, dict[str, Any]], parts: list[str]) -> dict[str, Any]:
     """One record pooling the sessions of the records ``parts`` of ``data`` (see ``--combine``).
 
     Raises:
         SystemExit: a part is missing, the parts differ in spec file, spec name, frames per session or
-            ``max_frame`` / ``--set`` overrides, or two sessions share a seed (or a part has no recorded seeds).
+            ``max_frame`` / ``--set`` overrides (other than ``meta.random_seed``), or two sessions share a seed (or
+            a part has no recorded seeds).
     """
     missing = [k for k in parts if k not in data]
     if missing:
@@ -211,8 +234,8 @@ def combine(data: dict[str, dict[str, Any]], parts: list[str]) -> dict[str, Any]
     recs = [data[k] for k in parts]
     first = recs[0]
     for key, r in zip(parts, recs):
-        same = (r["spec_file"], r["spec_name"], r["overrides"].get("max_frame"), r["overrides"].get("set")) == \
-            (first["spec_file"], first["spec_name"], first["overrides"].get("max_frame"), first["overrides"].get("set"))
+        same = (r["spec_file"], r["spec_name"], r["overrides"].get("max_frame"), entry_sets(r)) == \
+            (first["spec_file"], first["spec_name"], first["overrides"].get("max_frame"), entry_sets(first))
         if not same or len(set(r["frames_per_session"] + first["frames_per_session"])) != 1:
             raise SystemExit(f"--combine: {key} is not a run of {parts[0]}'s entry and budget")
         if not r.get("session_seeds"):
@@ -223,11 +246,14 @@ def combine(data: dict[str, dict[str, Any]], parts: list[str]) -> dict[str, Any]
     ma = [x for r in recs for x in r["total_reward_ma_sessions"]]
     slm = [x for r in recs for x in r["slm_total_reward_ma_sessions"]]
     mean_ma = sum(ma) / len(ma)
+    robust = stats.summary(ma)
     return {**{k: first[k] for k in ("spec_file", "spec_name", "env", "algorithm", "published", "platform", "cpus")},
-            "overrides": {k: v for k, v in first["overrides"].items() if k != "sessions"},
+            "overrides": {k: v for k, v in {**first["overrides"], "set": entry_sets(first)}.items()
+                          if k != "sessions" and v is not None},
             "sessions": len(ma), "frames_per_session": [x for r in recs for x in r["frames_per_session"]],
             "session_seeds": seeds, "total_reward_ma": mean_ma, "total_reward_ma_sessions": ma,
             "total_reward_ma_min": min(ma), "total_reward_ma_max": max(ma),
+            "total_reward_ma_iqm": robust["iqm"], "total_reward_ma_ci": robust["ci"],
             "slm_total_reward_ma": sum(slm) / len(slm), "slm_total_reward_ma_sessions": slm,
             "best_total_reward_ma_sessions": [x for r in recs for x in r["best_total_reward_ma_sessions"]],
             "met": None if first["published"] is None else mean_ma >= first["published"],
@@ -236,6 +262,41 @@ def combine(data: dict[str, dict[str, Any]], parts: list[str]) -> dict[str, Any]
             "combined_from": parts, "predir": [r["predir"] for r in recs], "resumed": False,
             "trial_graph": [r["trial_graph"] for r in recs],
             "date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
+
+
+def graph(data: dict[str, dict[str, Any]], items: list[str], data_dir: Path, out: Path) -> list[Any]:
+    """Write the PNG ``out`` of one ``lab compare`` curve per ``LABEL=KEY`` item (see ``--graph``); return the
+    curves (``orchestrator.report.compare.Curve``).
+
+    Raises:
+        SystemExit: an item is not ``LABEL=KEY``, a key has no record, or a record's run directory has no
+            session with a logged return under ``data_dir``.
+    """
+    from orchestrator.report.compare import Curve, compare_png, trial_dfs
+    from orchestrator.report.graphs import iqm_band, stack_sessions
+    from orchestrator.report.rundata import reward_threshold
+
+    curves = []
+    for item in items:
+        label, _, key = item.partition("=")
+        if not (label and key):
+            raise SystemExit(f"--graph expects LABEL=KEY, got {item!r}")
+        if key not in data:
+            raise SystemExit(f"--graph: no record {key!r} in the results file")
+        rec = data[key]
+        predirs = rec["predir"] if isinstance(rec["predir"], list) else [rec["predir"]]
+        dfs: dict[int, pd.DataFrame] = {}
+        for predir in predirs:
+            for df in trial_dfs(str(data_dir / predir), 0).get(0, {}).values():
+                dfs[len(dfs)] = df
+        if not dfs:
+            raise SystemExit(f"--graph: no session with a logged return in {predirs} under {data_dir}")
+        curves.append(Curve(label, rec["env"], len(dfs), iqm_band(stack_sessions(dfs))))
+    envs = dict.fromkeys(c.env for c in curves)
+    thresholds = {env: v for env in envs if (v := reward_threshold(env)) is not None}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(compare_png(curves, thresholds, " vs ".join(c.label for c in curves)))
+    return curves
 
 
 def merge(out: Path, key: str, record: dict[str, Any]) -> None:
@@ -297,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--graph-dir", help="copy the trial graph PNG here as {key}_trial_graph.png")
     ap.add_argument("--resume", help="a run directory of this entry: resume it (train@) with the overrides")
     ap.add_argument("--combine", nargs="+", metavar="KEY", help="KEY PART [PART ...]: pool the parts' sessions")
+    ap.add_argument("--graph", nargs="+", metavar="ARG", help="PNG LABEL=KEY [LABEL=KEY ...]: one curve per record")
     ap.add_argument("--key-suffix", help="store the run under {key}#SUFFIX (a second run of the same entry)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "learning.json"))
     args = ap.parse_args(argv)
@@ -313,8 +375,19 @@ def main(argv: list[str] | None = None) -> int:
         merge(out, args.combine[0], record)
         print(json.dumps({k: record[k] for k in ("spec_name", "sessions", "total_reward_ma", "published", "met")}))
         return 0
+    if args.graph:
+        if len(args.graph) < 2:
+            ap.error("--graph needs PNG and at least one LABEL=KEY")
+        curves = graph(json.loads(Path(args.out).read_text()), args.graph[1:], Path(args.data_dir),
+                       Path(args.graph[0]))
+        for curve in curves:
+            last = curve.band.iloc[-1]
+            print(f"{curve.label}: frame={int(curve.band.index[-1])} IQM total_reward_ma={last['iqm']:.1f} "
+                  f"95% CI [{last['low']:.1f}, {last['high']:.1f}] ({curve.sessions} sessions)")
+        print(f"graph: {args.graph[0]}")
+        return 0
     if not (args.spec_file and args.spec_name):
-        ap.error("SPEC_FILE and SPEC_NAME are required (or --table or --combine)")
+        ap.error("SPEC_FILE and SPEC_NAME are required (or --table, --combine or --graph)")
     bad = [kv for kv in args.set if "=" not in kv or kv.startswith("=")]
     if bad:
         ap.error(f"--set expects KEY=VALUE, got {bad}")
@@ -334,7 +407,8 @@ def main(argv: list[str] | None = None) -> int:
         record["trial_graph"] = os.path.relpath(dst, ROOT)
     merge(Path(args.out), key, record)
     print(json.dumps({k: record[k] for k in ("spec_name", "sessions", "total_reward_ma", "slm_total_reward_ma",
-                                             "total_reward_ma_sessions", "published", "met", "wall_s", "fps")}))
+                                             "total_reward_ma_sessions", "total_reward_ma_iqm",
+                                             "total_reward_ma_ci", "published", "met", "wall_s", "fps")}))
     return 0
 
 

@@ -7,6 +7,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,6 +34,8 @@ def test_combine_is_the_mean_over_every_pooled_session(tmp_path):
     rec = json.loads(out.read_text())["sac_cartpole"]
     assert rec["sessions"] == 4 and rec["session_seeds"] == [7, 8, 91, 92]
     assert rec["total_reward_ma"] == 350.0 and rec["total_reward_ma_min"] == 200.0
+    assert rec["total_reward_ma_iqm"] == 350.0  # the mean of the middle two of 200, 300, 400, 500
+    assert 200.0 <= rec["total_reward_ma_ci"][0] < 350.0 < rec["total_reward_ma_ci"][1] <= 500.0
     assert rec["slm_total_reward_ma"] == 340.0
     assert rec["met"] is False and rec["overrides"] == {} and rec["combined_from"] == ["a", "b"]
     assert rec["wall_s"] == 200.0 and rec["fps"] is None
@@ -72,13 +75,29 @@ def test_combine_refuses_parts_with_other_set_overrides(tmp_path):
         learning.main(["--out", str(out), "--combine", "k", "a", "b"])
 
 
+def test_combine_pools_parts_that_differ_only_in_their_seed(tmp_path):
+    """Two 2-session runs of one spec, one with ``--set meta.random_seed=3``: one record of 4 sessions whose
+    overrides keep the shared ``--set`` and drop the seed."""
+    a = part([1, 2], [1100.0, 1400.0])
+    b = part([3, 4], [900.0, 1200.0])
+    a["overrides"]["set"] = ["env.vectorization=envpool"]
+    b["overrides"]["set"] = ["env.vectorization=envpool", "meta.random_seed=3"]
+    rec = learning.combine({"a": a, "b": b}, ["a", "b"])
+    assert rec["session_seeds"] == [1, 2, 3, 4] and rec["total_reward_ma"] == 1150.0
+    assert rec["overrides"] == {"set": ["env.vectorization=envpool"]}
+    b["overrides"]["set"] = ["env.vectorization=sync", "meta.random_seed=3"]
+    with pytest.raises(SystemExit, match="not a run of"):
+        learning.combine({"a": a, "b": b}, ["a", "b"])
+
+
 def test_set_overrides_reach_lab_and_the_key(tmp_path, monkeypatch):
     seen = {}
 
     def fake_run_entry(spec_file, name, data_dir, max_frame, sessions, log_path, resume, extra_sets):
         seen.update(name=name, sets=extra_sets, log=log_path.name)
         return {"spec_name": name, "sessions": 1, "total_reward_ma": -20.0, "slm_total_reward_ma": -20.5,
-                "total_reward_ma_sessions": [-20.0], "published": None, "met": None, "wall_s": 1.0, "fps": 1.0,
+                "total_reward_ma_sessions": [-20.0], "total_reward_ma_iqm": -20.0,
+                "total_reward_ma_ci": [-20.0, -20.0], "published": None, "met": None, "wall_s": 1.0, "fps": 1.0,
                 "trial_graph": str(tmp_path / "g.png")}
     monkeypatch.setattr(learning, "run_entry", fake_run_entry)
     spec = tmp_path / "atari.json"
@@ -98,3 +117,29 @@ def test_set_without_equals_exits_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         learning.main([str(spec), "ppo_atari", "--set", "env", "--out", str(tmp_path / "o.json")])
     assert exc.value.code == 2 and "--set expects KEY=VALUE" in capsys.readouterr().err
+
+
+def test_graph_draws_one_curve_per_record_over_all_its_parts_sessions(tmp_path, monkeypatch):
+    """``--graph``: a combined record's curve pools its parts' sessions; the band is the per-frame IQM and CI."""
+    from orchestrator.report import compare
+
+    finals = {"r1": [100.0, 200.0], "r2": [300.0, 400.0], "r3": [50.0, 60.0]}
+    frames = [1000, 2000]
+
+    def fake_trial_dfs(predir, only):
+        assert only == 0
+        name = Path(predir).name
+        return {0: {s: pd.DataFrame({"frame": frames, "total_reward_ma": [0.0, v]})
+                    for s, v in enumerate(finals[name])}}
+    monkeypatch.setattr(compare, "trial_dfs", fake_trial_dfs)
+    data = {"pooled": {"env": "Hopper-v5", "predir": ["r1", "r2"]}, "one": {"env": "Hopper-v5", "predir": "r3"}}
+    out = tmp_path / "img" / "g.png"
+    curves = learning.graph(data, ["sync=pooled", "envpool=one"], tmp_path, out)
+    assert [(c.label, c.sessions) for c in curves] == [("sync", 4), ("envpool", 2)]
+    assert curves[0].band.loc[2000, "iqm"] == 250.0 and curves[1].band.loc[2000, "iqm"] == 55.0
+    assert curves[1].band.loc[2000, "low"] >= 50.0 and curves[1].band.loc[2000, "high"] <= 60.0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(SystemExit, match="LABEL=KEY"):
+        learning.graph(data, ["pooled"], tmp_path, out)
+    with pytest.raises(SystemExit, match="no record"):
+        learning.graph(data, ["x=missing"], tmp_path, out)

@@ -179,3 +179,31 @@ def test_playground_spec_defaults_to_envpool_and_refuses_unknown_ids():
         load_spec(SPECS, "ppo_cartpole", ["env.name=playground/CartpoleBalance", "env.vectorization=sync"])
     with pytest.raises(SpecError, match="env.name: env 'Taxi-v4' has no EnvPool version"):
         load_spec(SPECS, "ppo_cartpole", ["env.name=Taxi-v4", "env.vectorization=envpool"])
+
+
+def test_mujoco_hopper_steps_as_gymnasium_with_reset_noise_off():
+    """Hopper-v5 with ``reset_noise_scale=0`` and the same actions: EnvPool's MuJoCo build and gymnasium's (another
+    MuJoCo version) give the same observations, rewards (EnvPool's are float32), termination step and same-step
+    reset, through two episodes."""
+    actions = np.random.default_rng(0).uniform(-1, 1, (70, 1, 3))
+    pool = envpool_vec.EnvPoolVectorEnv("Hopper-v5", 1, 1, {"reset_noise_scale": 0.0})
+    ref = gym.make_vec("Hopper-v5", num_envs=1, vectorization_mode="sync", reset_noise_scale=0.0,
+                       vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    obs, _ = pool.reset(seed=[0])
+    ref_obs, _ = ref.reset(seed=0)
+    np.testing.assert_array_equal(obs, ref_obs)
+    first, ends = obs.copy(), []
+    for t, action in enumerate(actions):
+        obs, reward, term, trunc, info = pool.step(action)
+        ref_obs, ref_reward, ref_term, ref_trunc, ref_info = ref.step(action)
+        np.testing.assert_allclose(obs, ref_obs, rtol=0, atol=1e-9)
+        np.testing.assert_allclose(reward, ref_reward, rtol=1e-6)
+        np.testing.assert_array_equal(term, ref_term)
+        np.testing.assert_array_equal(trunc, ref_trunc)
+        if term[0]:
+            ends.append(t)
+            np.testing.assert_allclose(info["final_obs"][0], ref_info["final_obs"][0], rtol=0, atol=1e-9)
+            np.testing.assert_array_equal(obs, first)  # no reset noise: every episode starts at init_qpos
+    assert ends[:2] == [26, 54] and reward.dtype == np.float32
+    pool.close()
+    ref.close()
