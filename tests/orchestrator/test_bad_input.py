@@ -215,6 +215,8 @@ def test_search_value_no_machine_can_hold_exits_2_before_the_search(tmp_path, ca
 
 
 def test_search_value_that_fails_validation_exits_2(tmp_path, capsys):
-    assert dqn_dev(tmp_path / "data", "search", 'search={"agent.memory.batch_size__randint": [32, 200000]}') == 2
+    search = 'search={"agent.algorithm.training_start_step__randint": [32, 200000]}'
+    assert dqn_dev(tmp_path / "data", "search", search) == 2
     err = capsys.readouterr().err
-    assert "search agent.memory.batch_size=199999: agent.memory.batch_size: 199999 transitions per sample" in err
+    assert ("search agent.algorithm.training_start_step=199999: agent.algorithm.training_start_step: 199999 "
+            "transitions can never be stored") in err
