@@ -51,6 +51,8 @@ class MemorySpec:
         beta_start: ``PrioritizedReplay``: None: SLM-Lab's variant, no importance weights; a number: the paper's,
             importance-weight exponent at frame 0.
         beta_end_step: ``PrioritizedReplay``: frame at which beta reaches 1.
+        cross_entropy: ``OnPolicyCrossEntropy`` only: q in [0, 1], the quantile of episode returns an episode must
+            reach to be trained on (SLM-Lab v4's key; 1 keeps every episode).
         sil_replay_name: SIL / PPOSIL only: the kind of the self-imitation replay beside the on-policy memory
             ``name`` (``Replay`` or ``PrioritizedReplay``; null means ``Replay``; see ``SILReplay``).
     """
@@ -66,6 +68,7 @@ class MemorySpec:
     epsilon: float = field(default=1e-4, metadata={"ge": 0})
     beta_start: float | None = field(default=None, metadata={"origin": "lab", "ge": 0, "le": 1})
     beta_end_step: int = field(default=100000, metadata={"origin": "lab", "gt": 0})
+    cross_entropy: float = field(default=1.0, metadata={"ge": 0, "le": 1})
     sil_replay_name: str | None = field(default=None,
                                         metadata={"origin": "lab", "choices": ("Replay", "PrioritizedReplay")})
 
@@ -729,6 +732,53 @@ class OnPolicyReplay:
         self.current = [[] for _ in range(self.num_envs)]
 
 
+class OnPolicyCrossEntropy(OnPolicyReplay):
+    """``OnPolicyReplay`` that trains on its best episodes only: the cross-entropy method's elite selection
+    (SLM-Lab v4's ``OnPolicyCrossEntropy``; Kroese et al. 2013, "Cross-entropy method", section 2).
+
+    Args:
+        num_episodes, num_envs: as ``OnPolicyReplay``.
+        cross_entropy: q in [0, 1]. ``pop()`` keeps the completed episodes whose undiscounted return is at least
+            the q-quantile of the popped episodes' returns (``np.percentile(returns, 100 q)``, linear
+            interpolation, as SLM-Lab): q = 0.5 keeps the better half, ties at the bound all kept, the best
+            episode always kept; q = 1 keeps every episode (SLM-Lab filters only below 1).
+
+    Raises:
+        ValueError: if ``num_episodes`` is not positive or ``cross_entropy`` is outside [0, 1].
+    """
+
+    def __init__(self, num_episodes: int, num_envs: int, cross_entropy: float = 1.0) -> None:
+        if not 0 <= cross_entropy <= 1:
+            raise ValueError(f"cross_entropy must be in [0, 1], got {cross_entropy}")
+        super().__init__(num_episodes, num_envs)
+        self.cross_entropy = float(cross_entropy)
+
+    def pop(self) -> Batch:
+        """``OnPolicyReplay.pop`` of the kept episodes (every completed episode leaves the memory)."""
+        if self.cross_entropy < 1.0 and self.done_episodes:
+            returns = [sum(float(step[2]) for step in episode) for episode in self.done_episodes]
+            bound = np.percentile(returns, 100 * self.cross_entropy)
+            self.done_episodes = [ep for ep, ret in zip(self.done_episodes, returns) if ret >= bound]
+        return super().pop()
+
+
+EPISODIC = ("OnPolicyReplay", "OnPolicyCrossEntropy")  # memory names of whole-episode memories
+
+
+def episodic_memory(spec: MemorySpec, num_episodes: int, num_envs: int) -> OnPolicyReplay:
+    """The whole-episode memory ``spec.name`` names (one of ``EPISODIC``): ``OnPolicyReplay``, or
+    ``OnPolicyCrossEntropy`` with ``spec.cross_entropy``; ``num_episodes`` completed episodes make it ready.
+
+    Raises:
+        ValueError: for another name, or as the memory's constructor.
+    """
+    if spec.name == "OnPolicyCrossEntropy":
+        return OnPolicyCrossEntropy(num_episodes, num_envs, spec.cross_entropy)
+    if spec.name != "OnPolicyReplay":
+        raise ValueError(f"agent.memory.name: expected one of {list(EPISODIC)}, got {spec.name!r}")
+    return OnPolicyReplay(num_episodes, num_envs)
+
+
 class SumTree:
     """Binary sum tree over P leaves (P = the power of two >= capacity) in one float64 array (2P,): the
     root is node 1, node i has children 2i and 2i + 1, leaf j is node P + j. Each parent is recomputed as
@@ -1026,4 +1076,5 @@ class SILReplay:
 
 
 MEMORIES = {"Replay": Replay, "PrioritizedReplay": PrioritizedReplay, "OnPolicyReplay": OnPolicyReplay,
+            "OnPolicyCrossEntropy": OnPolicyCrossEntropy,
             "OnPolicyBatchReplay": OnPolicyBatchReplay}

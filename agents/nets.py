@@ -92,7 +92,9 @@ class NetSpec:
             (default: ``optim_spec`` for both).
         lr_scheduler_spec: ``{"name": one of agents.schedules.LR_SCHEDULERS, ...}`` in frames.
         update_type: target-net update, ``"replace"`` or ``"polyak"``.
-        update_frequency: frames between target-net updates.
+        update_frequency: frames between target-net updates; a fraction above 1 keeps its rate (2.5: 2 updates in
+            5 frames), one below 1 (SLM-Lab v4's ``ddqn_concat_lunar``: 0.9) means one update per frame, as SLM-Lab
+            v4 then updates at every step (``target_updates_due``).
         polyak_coef: polyak weight: kept of the old target (DQN family), or of the online critic (SAC, SLM-Lab v5.3's
             ``polyak_update``); docs/algorithms/sac.md "Target critics".
         shared: one body with actor and critic heads (actor-critic algorithms).
@@ -142,7 +144,7 @@ class NetSpec:
     critic_optim_spec: dict | None = None
     lr_scheduler_spec: dict | None = None
     update_type: str = field(default="replace", metadata={"choices": ("replace", "polyak")})
-    update_frequency: int = field(default=1, metadata={"gt": 0})
+    update_frequency: float = field(default=1, metadata={"gt": 0})
     polyak_coef: float = field(default=0.0, metadata={"ge": 0, "le": 1})
     shared: bool = False
     log_std_init: float | None = None
@@ -999,6 +1001,17 @@ def make_net(net_spec: NetSpec, obs_space: gym.Space, out_dims: int | Sequence[i
     if net_spec.type not in NETS:
         raise ValueError(f"unknown net type '{net_spec.type}'; expected one of {sorted(NETS)}")
     return NETS[net_spec.type].from_spec(net_spec, obs_space, out_dims, head_gains, extra_in_dim)
+
+
+def target_updates_due(frame: int, last_frame: int, update_frequency: float) -> int:
+    """Target-net updates due at ``frame``: the multiples of ``update_frequency`` frames crossed since ``last_frame``.
+
+    A fractional ``update_frequency`` below 1 counts as 1 (one update per frame): SLM-Lab v4 updates the target
+    whenever ``frame % update_frequency < num_envs`` (``util.frame_mod``), which then holds at every step; with one
+    sub-env that is once per frame. A fraction above 1 (e.g. 2.5: 2 updates in 5 frames) keeps its rate.
+    """
+    uf = max(float(update_frequency), 1.0)
+    return int(frame // uf - last_frame // uf)
 
 
 def polyak_update(src: nn.Module, dst: nn.Module, coef: float) -> None:

@@ -1,6 +1,6 @@
 """Spec fuzz: mutate one leaf of a benchmark spec at a time and run ``lab ... dev`` in-process.
 
-Every case must end in exit 0 (the mutated spec runs) or exit 2 (one ``error:`` message, no
+Every case must end in exit 0 (the mutated spec runs) or exit 2 (one ``error:`` message after any ``warning:`` lines, no
 traceback, no run directory created). Anything else is a finding: an exception escaping
 ``orchestrator.cli.main`` (``crash:{type}``), exit 1, an exit 2 that left a predir or printed a
 traceback (``bad_exit2``), or a run still going after ``--timeout`` seconds (``timeout``).
@@ -196,7 +196,8 @@ def classify(code: Any, stderr: str, data: Path) -> str:
         return "ok"
     if code == 2:
         predirs = [p for p in data.iterdir() if p.is_dir()] if data.exists() else []
-        return "exit2" if stderr.startswith("error:") and not predirs else "bad_exit2"
+        first = next((ln for ln in stderr.splitlines() if not ln.startswith("warning:")), "")  # warnings may precede
+        return "exit2" if first.startswith("error:") and not predirs else "bad_exit2"
     return f"exit{code}"
 
 

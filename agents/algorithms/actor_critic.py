@@ -35,7 +35,7 @@ import torch
 
 from agents import policy
 from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats, mean_metrics
-from agents.memory import OnPolicyBatchReplay, OnPolicyReplay
+from agents.memory import EPISODIC, OnPolicyBatchReplay, OnPolicyReplay, episodic_memory
 from agents.nets import POLICY_GAIN, VALUE_GAIN, make_loss, role_spec
 from agents.returns import ReturnNormalizer, calc_gaes, calc_nstep_returns, calc_returns, standardize
 from envs.clock import Clock
@@ -75,7 +75,7 @@ class ActorCritic(Algorithm):
     actor's optimizer (``Algorithm.add_log_std``)."""
 
     spec_cls = ActorCriticSpec
-    memory_names = ("OnPolicyBatchReplay", "OnPolicyReplay")
+    memory_names = ("OnPolicyBatchReplay", "OnPolicyReplay", "OnPolicyCrossEntropy")
     optim_keys = ("net.optim_spec", "net.actor_optim_spec", "net.critic_optim_spec")
     metric_names = ("policy_loss", "val_loss")
     role_arcs = True  # net.actor_arc / net.critic_arc
@@ -114,8 +114,8 @@ class ActorCritic(Algorithm):
 
     def init_memory(self) -> OnPolicyBatchReplay | OnPolicyReplay:
         """A rollout of ``horizon()`` vector steps, or ``training_frequency`` episodes (``OnPolicyReplay``)."""
-        if self.spec.memory.name == "OnPolicyReplay":
-            return OnPolicyReplay(self.algo.training_frequency, self.num_envs)
+        if self.spec.memory.name in EPISODIC:
+            return episodic_memory(self.spec.memory, self.algo.training_frequency, self.num_envs)
         return OnPolicyBatchReplay(self.horizon())
 
     def pdparam_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -26,6 +26,8 @@ algorithm):
   ``LossStats.metrics`` of the latest ``update`` (NaN before the first one);
 * ``role_arcs``: it builds its actor and critic from ``net.actor_arc`` / ``net.critic_arc`` when given
   (``agents.nets.role_spec``); other algorithms do not read those keys;
+* ``reads_loss``: it builds ``net.loss_spec`` (one of ``agents.nets.LOSSES``); false: the key is unread and any
+  torch.nn loss name is accepted, as SLM-Lab builds it unused (REINFORCE, Random);
 * trainable tensors outside nets (e.g. SAC's ``log_alpha``): ``add_tensor`` in ``init_nets``, once;
   the tensor is then saved with the nets, part of ``weights_sha256`` and, unless
   ``transfer=False``, of ``agent.net.init_from`` transfer.
@@ -214,6 +216,7 @@ class Algorithm:
     metric_names: ClassVar[tuple[str, ...]] = ()
     reads_critic_net: ClassVar[bool] = False  # builds its critics from agent.critic_net when given
     role_arcs: ClassVar[bool] = False  # builds its actor and critic from net.actor_arc / net.critic_arc when given
+    reads_loss: ClassVar[bool] = True  # builds net.loss_spec (else any torch.nn loss is accepted unread, as SLM-Lab)
 
     def __init__(self, spec: AgentSpec, obs_space: gym.Space, action_space: gym.Space,
                  num_envs: int, seed: int) -> None:

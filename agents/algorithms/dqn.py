@@ -35,7 +35,7 @@ import torch
 from agents import policy
 from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats, ReplayCadence
 from agents.memory import PrioritizedReplay, Replay
-from agents.nets import make_loss, polyak_update
+from agents.nets import make_loss, polyak_update, target_updates_due
 from envs.clock import Clock
 
 
@@ -199,8 +199,7 @@ class DQN(ReplayCadence, Algorithm):
         replace copies the online net; k polyak updates (old-target weight ``polyak_coef`` each) are
         one lerp with coefficient ``1 - polyak_coef ** k``.
         """
-        uf = self.net_spec.update_frequency
-        k = clock.frame // uf - self.last_target_frame // uf
+        k = target_updates_due(clock.frame, self.last_target_frame, self.net_spec.update_frequency)
         if k > 0 and self.use_target_net:
             self.last_target_frame = clock.frame
             coef = 1.0 if self.net_spec.update_type == "replace" else 1.0 - self.net_spec.polyak_coef ** k

@@ -26,7 +26,7 @@ import torch
 
 from agents.algorithms.actor_critic import ActorCritic, ActorCriticSpec
 from agents.algorithms.base import LossStats, mean_metrics, take_rows
-from agents.memory import OnPolicyBatchReplay, OnPolicyReplay
+from agents.memory import EPISODIC, OnPolicyBatchReplay, OnPolicyReplay, episodic_memory
 from agents.returns import PercentileNormalizer, symlog
 from agents.schedules import VarSchedule
 from envs.clock import Clock
@@ -70,7 +70,7 @@ class PPO(ActorCritic):
     """Proximal policy optimization; see module docstring."""
 
     spec_cls = PPOSpec
-    memory_names = ("OnPolicyBatchReplay", "OnPolicyReplay")
+    memory_names = ("OnPolicyBatchReplay", "OnPolicyReplay", "OnPolicyCrossEntropy")
     schedule_keys = ("explore_var_spec", "entropy_coef_spec", "clip_eps_spec")
     metric_names = ("policy_loss", "val_loss", "clip_frac", "approx_kl")
 
@@ -117,8 +117,8 @@ class PPO(ActorCritic):
         """An ``OnPolicyBatchReplay`` of ``time_horizon`` vector steps, or an ``OnPolicyReplay`` of
         ``training_frequency`` completed episodes (SLM-Lab's PPO refuses it; here its epochs and minibatches
         run over the episodes' steps)."""
-        if self.spec.memory.name == "OnPolicyReplay":
-            return OnPolicyReplay(self.algo.training_frequency, self.num_envs)
+        if self.spec.memory.name in EPISODIC:
+            return episodic_memory(self.spec.memory, self.algo.training_frequency, self.num_envs)
         return OnPolicyBatchReplay(self.horizon())
 
     def update(self, clock: Clock) -> LossStats:

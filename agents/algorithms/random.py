@@ -48,6 +48,7 @@ class Random(Algorithm):
     memory_names = tuple(MEMORIES)
     optim_keys = ()
     schedule_keys = ()
+    reads_loss = False
 
     def init_nets(self) -> None:
         """No nets; checks the action space."""

@@ -22,7 +22,7 @@ import torch
 
 from agents import policy
 from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats
-from agents.memory import OnPolicyBatchReplay, OnPolicyReplay
+from agents.memory import EPISODIC, OnPolicyBatchReplay, OnPolicyReplay, episodic_memory
 from agents.nets import POLICY_GAIN
 from agents.returns import calc_returns, standardize
 from envs.clock import Clock
@@ -50,8 +50,9 @@ class Reinforce(Algorithm):
     """Vanilla policy gradient; see module docstring. Net: one policy head (``pdparam_dim``)."""
 
     spec_cls = ReinforceSpec
-    memory_names = ("OnPolicyReplay", "OnPolicyBatchReplay")
+    memory_names = ("OnPolicyReplay", "OnPolicyBatchReplay", "OnPolicyCrossEntropy")
     metric_names = ("policy_loss",)
+    reads_loss = False  # SLM-Lab's Reinforce builds net.loss_spec and never calls it
 
     def init_nets(self) -> None:
         """Policy net (B, *O) -> (B, ``policy_out_dim()``), the ``log_std`` tensor when
@@ -61,8 +62,8 @@ class Reinforce(Algorithm):
 
     def init_memory(self) -> OnPolicyReplay | OnPolicyBatchReplay:
         """``OnPolicyReplay`` (episodes) or ``OnPolicyBatchReplay`` (vector steps), per the spec."""
-        if self.spec.memory.name == "OnPolicyReplay":
-            return OnPolicyReplay(self.algo.training_frequency, self.num_envs)
+        if self.spec.memory.name in EPISODIC:
+            return episodic_memory(self.spec.memory, self.algo.training_frequency, self.num_envs)
         return OnPolicyBatchReplay(self.algo.training_frequency)
 
     @torch.no_grad()

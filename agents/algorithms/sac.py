@@ -65,7 +65,7 @@ from agents import policy
 from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats, ReplayCadence
 from agents.algorithms.dqn import sample_batch
 from agents.memory import PrioritizedReplay, Replay
-from agents.nets import POLICY_GAIN, NetSpec, StackedMLP, make_loss, polyak_update, stackable
+from agents.nets import POLICY_GAIN, NetSpec, StackedMLP, make_loss, polyak_update, stackable, target_updates_due
 from envs.clock import Clock
 
 LOG_ALPHA_MIN, LOG_ALPHA_MAX = -5.0, 2.0
@@ -371,8 +371,8 @@ class SoftActorCritic(ReplayCadence, Algorithm):
     def replace_targets(self, clock: Clock) -> None:
         """With ``update_type: replace``: copy the critics once any multiple of ``net.update_frequency``
         frames was crossed since the last copy."""
-        uf = self.net_spec.update_frequency
-        if self.net_spec.update_type == "replace" and clock.frame // uf > self.last_target_frame // uf:
+        due = target_updates_due(clock.frame, self.last_target_frame, self.net_spec.update_frequency)
+        if self.net_spec.update_type == "replace" and due > 0:
             self.last_target_frame = clock.frame
             self.lerp_targets(1.0)
 

@@ -28,7 +28,7 @@ import torch
 
 from agents import policy
 from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats
-from agents.memory import OnPolicyBatchReplay, OnPolicyReplay
+from agents.memory import EPISODIC, OnPolicyBatchReplay, OnPolicyReplay, episodic_memory
 from agents.nets import make_loss
 from envs.clock import Clock
 
@@ -57,7 +57,7 @@ class SARSA(Algorithm):
     """
 
     spec_cls = SARSASpec
-    memory_names = ("OnPolicyBatchReplay", "OnPolicyReplay")
+    memory_names = ("OnPolicyBatchReplay", "OnPolicyReplay", "OnPolicyCrossEntropy")
     metric_names = ("q_mean", "td_error")
 
     def init_nets(self) -> None:
@@ -71,8 +71,8 @@ class SARSA(Algorithm):
 
     def init_memory(self) -> OnPolicyBatchReplay | OnPolicyReplay:
         """``training_frequency`` vector steps, or episodes with ``OnPolicyReplay``."""
-        if self.spec.memory.name == "OnPolicyReplay":
-            return OnPolicyReplay(self.algo.training_frequency, self.num_envs)
+        if self.spec.memory.name in EPISODIC:
+            return episodic_memory(self.spec.memory, self.algo.training_frequency, self.num_envs)
         return OnPolicyBatchReplay(self.algo.training_frequency)
 
     @torch.no_grad()

@@ -5,7 +5,8 @@ A spec can be valid field by field and still be unable to run on this machine:
 * the env cannot be built: a dependency is missing (Box2D, MuJoCo, ALE, ...) or its constructor
   fails. ``check_env`` builds the env once (one sub-env, as ``envs.make.make_env`` does) and names
   the pip command that installs what is missing;
-* sizes that allocate up front do not fit in memory: the replay buffer (``agent.memory.max_size``),
+* sizes that allocate up front do not fit in memory: the replay buffer (``agent.memory.max_size``) and a sample
+  of it (``agent.memory.batch_size``),
   the sub-envs (``env.num_envs``, ``meta.rigorous_eval``), a PPO/REINFORCE rollout
   (``agent.algorithm.time_horizon`` / ``training_frequency`` x ``env.num_envs``) and the net
   (``agent.net.hid_layers``). ``check_memory`` compares each with the memory one session can use:
@@ -274,6 +275,8 @@ def memory_needs(spec: dict[str, Any], shape: EnvShape) -> list[tuple[str, int, 
         size = int(memory["max_size"])
         per = replay_transition_bytes(spec, shape, obs_shape, memory["name"])
         needs.append(("agent.memory.max_size", size * per, f"replay of {size} transitions x {per} bytes"))
+        batch = int(memory["batch_size"])  # may exceed max_size: drawn with replacement, as SLM-Lab's Replay
+        needs.append(("agent.memory.batch_size", batch * step, f"sample of {batch} transitions x {step} bytes"))
     if getattr(ALGORITHMS.get(str(algo.get("name"))), "sil_replay", False):  # beside the on-policy memory
         size = int(memory["max_size"])
         sil = replay_transition_bytes(spec, shape, obs_shape, memory.get("sil_replay_name") or "Replay", False)

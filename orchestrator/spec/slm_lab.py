@@ -48,7 +48,7 @@ SLM_LAB_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
     "agent.net.lr_decay_frequency": ((ANY,), _V3_LR),
     "agent.net.lr_decay_min_timestep": ((ANY,), _V3_LR),
     "agent.net.lr_anneal_timestep": ((ANY,), _V3_LR),
-    "agent.memory.cross_entropy": ((), "SLM-Lab's OnPolicyCrossEntropy memory, which this lab does not have"),
+    "env.unity": ((None,), "SLM-Lab v4's Unity ML-Agents env settings (Unity envs are not installed here)"),
     "meta.train_mode": ((ANY,), "SLM-Lab v4's meta.train_mode, which its code reads nowhere (the mode is the MODE "
                                 "argument: dev, train, search)"),
     "agent.algorithm.normalize_state": ((ANY,), "SLM-Lab v3's normalization of sampled states, which v4 moved to "
@@ -71,9 +71,7 @@ SLM_LAB_NAMES: dict[str, dict[str, str]] = {
     "agent.net.type": {
         "HydraMLPNet": "SLM-Lab's multi-env hydra net; this lab runs one env per agent",
     },
-    "agent.memory.name": {
-        "OnPolicyCrossEntropy": "SLM-Lab's OnPolicyCrossEntropy memory",
-    },
+    "agent.memory.name": {},
     "optimizer": {},
     "agent.net.loss_spec.name": {
         "CrossEntropyLoss": "a classification loss (SLM-Lab's cross-entropy experiments); value and Q regression "

@@ -8,7 +8,10 @@ import dataclasses
 import difflib
 import math
 import typing
+import warnings
 from typing import Any
+
+import torch
 
 from agents.algorithms import ALGORITHMS
 from agents.memory import MEMORIES
@@ -143,6 +146,21 @@ def _unused_optim_problems(spec: dict[str, Any], problems: list[str]) -> None:
                             f"{[p.removeprefix('agent.') for p in paths]}")
 
 
+def _check_loss_name(spec: dict[str, Any], problems: list[str]) -> None:
+    """``agent.net.loss_spec.name``: one of ``LOSSES`` for an algorithm that reads the loss; for one that does not
+    (``reads_loss`` false: REINFORCE, Random), any torch.nn loss class, as SLM-Lab builds it and never calls it
+    (v4's ``reinforce_cross_entropy_cartpole``: ``CrossEntropyLoss``)."""
+    section = value_at(spec, "agent.net.loss_spec")
+    if not isinstance(section, dict):
+        return
+    algo_cls, name = algorithm_class(spec), section.get("name")
+    if algo_cls is None or algo_cls.reads_loss:
+        _name_checker(problems)("agent.net.loss_spec.name", name, LOSSES)
+    elif not (isinstance(name, str) and name.endswith("Loss") and isinstance(getattr(torch.nn, name, None), type)):
+        problems.append(f"agent.net.loss_spec.name: expected a torch.nn loss class name (unread by "
+                        f"{value_at(spec, 'agent.algorithm.name')}), got {name!r}")
+
+
 def _check_component_names(spec: dict[str, Any], problems: list[str]) -> None:
     """Optimizer, loss, LR scheduler and variable schedule names (and optimizer learning rates)."""
     check = _name_checker(problems)
@@ -160,10 +178,10 @@ def _check_component_names(spec: dict[str, Any], problems: list[str]) -> None:
             elif lr > MAX_LR:
                 problems.append(f"{path}.lr: must be <= {MAX_LR:g} (larger steps diverge at once), got {lr!r}")
     _unused_optim_problems(spec, problems)
-    for key, registry in (("loss_spec", LOSSES), ("lr_scheduler_spec", LR_SCHEDULERS)):
-        section = value_at(spec, f"agent.net.{key}")
-        if isinstance(section, dict):
-            check(f"agent.net.{key}.name", section.get("name"), registry)
+    _check_loss_name(spec, problems)
+    section = value_at(spec, "agent.net.lr_scheduler_spec")
+    if isinstance(section, dict):
+        check("agent.net.lr_scheduler_spec.name", section.get("name"), LR_SCHEDULERS)
     for path in _schedule_paths(spec):
         value = value_at(spec, path)
         if isinstance(value, dict):
@@ -210,16 +228,18 @@ def _check_autoreset(spec: dict[str, Any], problems: list[str]) -> None:
 
 
 def _check_sizes(spec: dict[str, Any], problems: list[str]) -> None:
-    """Cross-key size rules: a replay sample and the training start fit in the replay (Replay memory, or
-    SIL's replay beside its on-policy memory: on-policy memories ignore ``batch_size``/``max_size``), and
-    one vector step fits in the frame budget."""
+    """Cross-key size rules: the training start fits in the replay (Replay memory, or SIL's replay beside its
+    on-policy memory: on-policy memories ignore ``batch_size``/``max_size``), and one vector step fits in the frame
+    budget. A sample larger than the replay is a warning, not a problem: it repeats transitions, drawn uniformly
+    with replacement as in SLM-Lab's ``Replay.sample_idxs`` (SLM-Lab v4's ``base_memory``: 32 of 5)."""
     max_size = _int_at(spec, "agent.memory.max_size")
     replay = value_at(spec, "agent.memory.name") == "Replay" or getattr(algorithm_class(spec), "sil_replay", False)
     if replay and max_size is not None and max_size > 0:
         batch = _int_at(spec, "agent.memory.batch_size")
         if batch is not None and batch > max_size:
-            problems.append(f"agent.memory.batch_size: {batch} transitions per sample exceeds the replay's "
-                            f"capacity agent.memory.max_size={max_size}; expected batch_size <= max_size")
+            warnings.warn(f"agent.memory.batch_size: {batch} transitions per sample exceed the replay's capacity "
+                          f"agent.memory.max_size={max_size}, so every sample repeats transitions (drawn uniformly "
+                          "with replacement, as SLM-Lab's Replay)", stacklevel=2)
         start = _int_at(spec, "agent.algorithm.training_start_step")
         if start is not None and start > max_size:
             problems.append(f"agent.algorithm.training_start_step: {start} transitions can never be stored in a "

@@ -19,7 +19,8 @@ def vec_step(start: int, n: int, terminated=None, truncated=None):
 
 
 def test_registry_names():
-    assert set(MEMORIES) == {"Replay", "PrioritizedReplay", "OnPolicyReplay", "OnPolicyBatchReplay"}
+    assert set(MEMORIES) == {"Replay", "PrioritizedReplay", "OnPolicyReplay", "OnPolicyCrossEntropy",
+                             "OnPolicyBatchReplay"}
 
 
 # ---------------------------------------------------------------- Replay

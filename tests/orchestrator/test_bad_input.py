@@ -193,13 +193,6 @@ def test_replay_too_big_in_train_names_the_share_of_each_session(tmp_path, capsy
     assert not (tmp_path / "data").exists()
 
 
-def test_batch_size_beyond_replay_names_both_keys(tmp_path, capsys):
-    assert dqn_dev(tmp_path / "data", "dev", "agent.memory.batch_size=500", "agent.memory.max_size=100") == 2
-    err = capsys.readouterr().err
-    assert ("agent.memory.batch_size: 500 transitions per sample exceeds the replay's capacity "
-            "agent.memory.max_size=100") in err
-
-
 def test_training_start_beyond_replay_names_both_keys(tmp_path, capsys):
     assert dqn_dev(tmp_path / "data", "dev", "agent.algorithm.training_start_step=5000",
                    "agent.memory.max_size=1000", "agent.memory.batch_size=32") == 2
@@ -222,6 +215,8 @@ def test_search_value_no_machine_can_hold_exits_2_before_the_search(tmp_path, ca
 
 
 def test_search_value_that_fails_validation_exits_2(tmp_path, capsys):
-    assert dqn_dev(tmp_path / "data", "search", 'search={"agent.memory.batch_size__randint": [32, 200000]}') == 2
+    search = 'search={"agent.algorithm.training_start_step__randint": [32, 200000]}'
+    assert dqn_dev(tmp_path / "data", "search", search) == 2
     err = capsys.readouterr().err
-    assert "search agent.memory.batch_size=199999: agent.memory.batch_size: 199999 transitions per sample" in err
+    assert ("search agent.algorithm.training_start_step=199999: agent.algorithm.training_start_step: 199999 "
+            "transitions can never be stored") in err

@@ -55,8 +55,22 @@ def test_memory_shared_by_sessions_and_the_total():
         "agent.memory.max_size: replay of 1000000 transitions x 48 bytes needs 48000000 bytes (45.8 MiB), "
         "but a session can use 30000000 bytes (28.6 MiB) (60000000 bytes (57.2 MiB) available, shared by "
         "2 sessions)"]
-    with pytest.raises(SpecError, match="env.num_envs, agent.memory.max_size, agent.net.hid_layers: together need"):
+    keys = "env.num_envs, agent.memory.max_size, agent.memory.batch_size, agent.net.hid_layers"
+    with pytest.raises(SpecError, match=f"{keys}: together need"):
         preflight.check_memory(spec, SHAPE, sessions=1, available=48_000_000)
+
+
+def test_a_sample_larger_than_the_replay_is_counted():
+    """A batch_size above max_size is allowed (with a warning): the sample's rows are counted, and refused when they
+    cannot be held."""
+    with pytest.warns(UserWarning, match="agent.memory.batch_size: 1000000 transitions per sample exceed"):
+        spec = load_spec(SPECS, "dqn_cartpole", ["agent.memory.batch_size=1000000", "agent.memory.max_size=1000"])
+    needs = {key: (need, what) for key, need, what in preflight.memory_needs(spec, SHAPE)}
+    assert needs["agent.memory.batch_size"] == (48_000_000, "sample of 1000000 transitions x 48 bytes")
+    with pytest.raises(SpecError) as err:
+        preflight.check_memory(spec, SHAPE, sessions=1, available=40_000_000)
+    assert err.value.problems[0].startswith("agent.memory.batch_size: sample of 1000000 transitions x 48 bytes needs "
+                                            "48000000 bytes (45.8 MiB), but only 40000000 bytes")
 
 
 def test_concurrent_sessions_per_mode():

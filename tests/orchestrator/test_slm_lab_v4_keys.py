@@ -1,20 +1,23 @@
 """SLM-Lab v4's keys with their v4 meaning: optimizers RAdam / Lookahead, ``batch_norm``, ``env.image_downsize``,
 ``meta.train_mode`` and ``agent.algorithm.normalize_state`` (unread in v4), ``spec_params`` (one combination per
-command), v4 placeholders, a broken ``search`` section outside search mode; and SLM-Lab v5.3's ``actor_arc`` /
+command), v4 placeholders, a broken ``search`` section outside search mode, a fractional ``update_frequency``,
+``OnPolicyCrossEntropy``, a ``batch_size`` above ``max_size``, ``env.unity``; and SLM-Lab v5.3's ``actor_arc`` /
 ``critic_arc`` and ``LinearToMin``."""
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
 from agents.lookahead import Lookahead
 from agents.nets import TorchArcNet
+from envs.clock import Clock
 from envs.make import EnvSpec, make_sub_env
 from orchestrator.errors import SpecError
 from orchestrator.spec.load import load_spec
-from tests.agents.algorithms.helpers import SLM_SPECS, make_algo
+from tests.agents.algorithms.helpers import SLM_SPECS, drive, make_algo, run_slm_dev
 from tests.orchestrator.test_slm_lab_compat import PPO, problems, with_, write
 
 READERS = ['ActorCritic', 'PPO', 'PPOSIL', 'SIL']
@@ -174,3 +177,116 @@ def test_slm_lab_ppo_playground_entry_runs_in_dev(tmp_path):
     df = pd.read_parquet(df_file)
     assert df.frame.iloc[-1] == 600 and df.opt_step.iloc[-1] == 5 * 2 * 2  # 5 rollouts of 30 x 4, 2 epochs of 2
     assert df.lr.iloc[-1] == pytest.approx(1e-3 * 0.033)  # the last update at frame 600: LinearToMin's floor
+
+
+# ---------------------------------------------------------------- fractional update_frequency, OnPolicyCrossEntropy,
+# a sample larger than the replay, an unread loss
+
+@pytest.mark.parametrize("update_frequency", [0.9, 1, 2.5, 6])
+def test_target_updates_per_frame_follow_slm_lab_v4_frame_mod(update_frequency):
+    """With one sub-env, the target updates due at each frame are SLM-Lab v4's ``frame % f < num_envs``
+    (``util.frame_mod``): every frame for 0.9 and 1, 2 in 5 frames for 2.5, 1 in 6 for 6."""
+    from agents.nets import target_updates_due
+    due = [target_updates_due(frame, frame - 1, update_frequency) for frame in range(1, 31)]
+    assert due == [int(frame % update_frequency < 1) for frame in range(1, 31)]
+    assert target_updates_due(30, 0, update_frequency) == sum(due) == {0.9: 30, 1: 30, 2.5: 12, 6: 5}[update_frequency]
+
+
+def test_fractional_update_frequency_loads_and_updates_the_dqn_target_every_frame(monkeypatch):
+    """ddqn_concat_lunar's ``update_frequency: 0.9`` loads as 0.9 and gives one polyak update per frame."""
+    algo = make_algo("ddqn_cartpole", ["agent.net.update_frequency=0.9", "agent.net.update_type=polyak",
+                                       "agent.algorithm.training_frequency=4", "agent.algorithm.training_start_step=1",
+                                       "agent.memory.batch_size=4", "agent.net.hid_layers=[8]"])
+    assert algo.net_spec.update_frequency == 0.9
+    counts = []
+    orig = algo.update_target
+    monkeypatch.setattr(algo, "update_target", lambda clock: counts.append(orig(clock)) or counts[-1])
+    clock = Clock(120, 1)
+    drive(algo, clock, 120)
+    assert counts == [4] * 30  # a training round every 4 frames, each with the 4 frames' updates
+
+
+def episodes_memory(cross_entropy, returns):
+    """An ``OnPolicyCrossEntropy`` (one sub-env) holding one completed episode per return, each of two steps
+    with rewards (ret - 1, 1), observation = episode index."""
+    from agents.memory import OnPolicyCrossEntropy
+    memory = OnPolicyCrossEntropy(len(returns), 1, cross_entropy)
+    for i, ret in enumerate(returns):
+        for t, reward in enumerate((ret - 1.0, 1.0)):
+            obs = np.full((1, 2), i, np.float32)
+            memory.add(obs, np.zeros(1, np.int64), np.array([reward], np.float32), obs, np.array([t == 1]),
+                       np.zeros(1, bool))
+    return memory
+
+
+@pytest.mark.parametrize("cross_entropy, returns, kept", [
+    (0.5, [1, 3, 2, 5], [1, 3]),  # median 2.5: the better half, in stored order
+    (0.75, [1, 3, 2, 5], [3]),  # 75th percentile 3.5 (linear interpolation)
+    (0.5, [2, 2, 1], [0, 1]),  # ties at the bound all kept
+    (0.0, [1, 3, 2], [0, 1, 2]),  # the minimum: every episode
+    (1.0, [1, 3, 2], [0, 1, 2]),  # 1: no filter (SLM-Lab filters only below 1)
+])
+def test_cross_entropy_memory_keeps_episodes_at_or_above_the_return_quantile(cross_entropy, returns, kept):
+    memory = episodes_memory(cross_entropy, returns)
+    assert memory.ready()
+    batch = memory.pop()
+    assert batch["obs"][:, 0].tolist() == [float(i) for i in kept for _ in range(2)]
+    assert batch["reward"].reshape(-1, 2).sum(axis=1).tolist() == [float(returns[i]) for i in kept]
+    assert batch["terminated"].tolist() == [False, True] * len(kept)
+    assert len(memory) == 0 and not memory.ready()
+
+
+def test_v4_reinforce_cross_entropy_entry_loads_and_builds_its_memory(tmp_path):
+    """reinforce_cross_entropy_cartpole's memory and its unread ``CrossEntropyLoss``; an unread loss must still be
+    a torch.nn loss, and an algorithm that reads the loss still refuses it by feature."""
+    from agents.memory import OnPolicyCrossEntropy
+    spec = with_(with_(PPO, "agent.algorithm", {"name": "Reinforce", "training_frequency": 16}), "agent.memory",
+                 {"name": "OnPolicyCrossEntropy", "cross_entropy": 0.5})
+    spec = with_(spec, "agent.net.loss_spec", {"name": "CrossEntropyLoss"})
+    algo = make_algo("s", [], spec_file=write(tmp_path, v4(spec)))
+    assert type(algo.memory) is OnPolicyCrossEntropy
+    assert (algo.memory.cross_entropy, algo.memory.num_episodes) == (0.5, 16)
+    assert problems(tmp_path, with_(spec, "agent.net.loss_spec", {"name": "Cross"})) == [
+        "agent.net.loss_spec.name: expected a torch.nn loss class name (unread by Reinforce), got 'Cross'"]
+    assert problems(tmp_path, with_(spec, "agent.memory.cross_entropy", 1.5)) == [
+        "agent.memory.cross_entropy: must be <= 1, got 1.5"]
+    assert problems(tmp_path, with_(spec, "agent.algorithm.name", "PPO"))[0].startswith(
+        "agent.net.loss_spec.name: 'CrossEntropyLoss' (a classification loss")
+
+
+@pytest.mark.parametrize("rel_file, name", [
+    ("experimental/reinforce/reinforce_cartpole.json", "reinforce_cross_entropy_cartpole"),
+    ("experimental/dqn/ddqn_lunar_search.json", "ddqn_concat_lunar"),
+])
+def test_slm_lab_entries_of_these_features_run_in_dev(tmp_path, rel_file, name):
+    df = run_slm_dev(tmp_path, rel_file, name, max_frame=500)  # REINFORCE: 16 CartPole episodes per update
+    assert df.opt_step.iloc[-1] > 0
+
+
+def test_sample_larger_than_the_replay_warns_and_repeats_transitions(tmp_path):
+    """SLM-Lab v4's base_memory (batch_size 32, max_size 5) loads with one warning naming both keys; a sample
+    draws 32 of the 5 stored rows uniformly with replacement."""
+    from agents.memory import Replay
+    spec = with_(with_(PPO, "agent.algorithm", {"name": "DQN", "training_start_step": 1}), "agent.memory",
+                 {"name": "Replay", "batch_size": 32, "max_size": 5})
+    with pytest.warns(UserWarning) as record:
+        loaded = load_spec(write(tmp_path, spec), "s")
+    assert loaded["agent"]["memory"]["batch_size"] == 32
+    assert [str(w.message) for w in record] == [
+        "agent.memory.batch_size: 32 transitions per sample exceed the replay's capacity agent.memory.max_size=5, so "
+        "every sample repeats transitions (drawn uniformly with replacement, as SLM-Lab's Replay)"]
+    replay = Replay(5, (1,), (), np.int64, 32)
+    for i in range(7):  # the ring wraps: rows hold observations 5, 6, 2, 3, 4
+        replay.add(np.full((1, 1), i, np.float32), np.zeros(1, np.int64), np.zeros(1, np.float32),
+                   np.zeros((1, 1), np.float32), np.zeros(1, bool), np.zeros(1, bool))
+    rng = np.random.default_rng(0)
+    obs = replay.sample(rng)["obs"][:, 0]
+    idx = np.random.default_rng(0).integers(0, 5, size=32)
+    assert obs.tolist() == [[5, 6, 2, 3, 4][i] for i in idx]
+    assert len(set(obs.tolist())) <= 5 and len(obs) == 32
+
+
+def test_unity_env_settings_are_refused_by_feature(tmp_path):
+    assert problems(tmp_path, with_(PPO, "env.unity", {"gridSize": 6}))[0] == (
+        "env.unity: SLM-Lab key not supported here: SLM-Lab v4's Unity ML-Agents env settings (Unity envs are not "
+        "installed here); allowed only as null, got {'gridSize': 6}")
