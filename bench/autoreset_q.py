@@ -5,7 +5,7 @@ mode (``same_step``, ``next_step``), one torch thread, then reads the online net
 observations: all of them, the pre-failure ones (``terminated`` rows: target r = 1, nothing after) and, under
 ``next_step``, the reset rows' (reward 0, not terminated: a finished episode's final observation followed by the
 next episode's first). It asks whether the reset rows raise the values of the states before a failure, the
-hypothesis of docs/BENCHMARKS.md "Learning at SLM-Lab's budgets" for the next-step DQN CartPole miss. Each mode
+hypothesis of docs/algorithms/dqn.md "Results" for the next-step DQN CartPole miss. Each mode
 runs in its own process.
 
 Usage:

@@ -15,7 +15,7 @@ class SessionHosts:
     sessions of the next trial that process runs (``SessionActor.run(session=...)``).
 
     A new session actor is a new Python process that imports torch and the lab before its session starts
-    (seconds, most of a short search trial's fixed cost: docs/BENCHMARKS.md "Search overhead"). A search's
+    (seconds, most of a short search trial's fixed cost: docs/search.md "Scheduling and sampling"). A search's
     Tune trial actor is reused for the next trial Tune starts with the same resources (``reuse_actors``),
     within the same placement group, so the session actors it started stay in that placement group's
     bundles and host the next trial's sessions. An actor is reused only after its session ended ``done``

@@ -41,6 +41,12 @@ def test_site_builds_strict(tmp_path):
     assert (tmp_path / "site" / "img" / "ppo_acrobot.png").exists()
 
 
+def test_benchmarks_page_is_short():
+    """docs/BENCHMARKS.md stays a page of figures and commands (about 30 KB at most): detail goes to the page a reader
+    looks for it on (an algorithm's results, Envs, Clusters, Search, ...)."""
+    assert len((ROOT / "docs" / "BENCHMARKS.md").read_bytes()) <= 30_000
+
+
 def test_generated_references_are_current():
     """The committed docs/reference pages are what the generator writes from the code now."""
     out = subprocess.run([sys.executable, "tools/gen_reference.py", "--check"], cwd=ROOT, capture_output=True,

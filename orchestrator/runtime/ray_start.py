@@ -21,7 +21,7 @@ def init_ray(address: str | None, dashboard: bool = False, prestart: bool = True
         prestart: let a local Ray start one idle worker process per CPU when the driver connects (Ray's
             default; the first session actor of a ``train`` takes one). False for a ``search``: Tune starts its
             trial actors with their own ``runtime_env``, so they and their session actors never take those
-            workers, which only cost the start-up CPU time (docs/BENCHMARKS.md "Search overhead").
+            workers, which only cost the start-up CPU time (docs/search.md "Scheduling and sampling").
 
     Raises:
         UsageError: ``dashboard`` without the dashboard's packages installed.

@@ -160,7 +160,7 @@ def search_trial(config: dict[str, Any], spec: dict[str, Any], predir: str) -> N
     t = trial_index(ctx.get_trial_name())
     values = {k: plain(v) for k, v in config.items()}
     # the session actors start now (their processes import torch while this one waits), and one of them checks the
-    # spec: this process imports no torch (docs/BENCHMARKS.md "Search overhead")
+    # spec: this process imports no torch (docs/search.md "Scheduling and sampling")
     hosts = HOSTS.warm_up(host_key(spec["meta"]), int(spec["meta"]["max_session"]))
     try:
         trial_spec = ray.get(hosts[0].check_spec.remote(apply_values(spec, values)))
