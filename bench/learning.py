@@ -33,12 +33,12 @@ Usage:
 
 ``--combine KEY PART ...`` pools the sessions of runs of one entry (same spec file, spec name, frames per
 session, same overrides but for a ``--set meta.random_seed=S``) made at different times into one record under
-``KEY``, as a trial of all their sessions: its score is the mean over the pooled sessions, exactly what one trial of that many sessions reports,
-since sessions of a non-distributed trial are independent and each has its own seed (the parts' seeds must all
-differ: a run without ``meta.random_seed`` draws a fresh base seed, and ``--set meta.random_seed=3`` on a 2-session
-run gives seeds 3 and 4). The record lists its parts
-(``combined_from``) and has no fps or trial graph of its own (the parts' graphs stay). ``--key-suffix S``
-stores a run under ``{key}#S`` so that a second run of the same entry and overrides keeps the first.
+``KEY``, as a trial of all their sessions: its score is the mean over the pooled sessions, exactly what one trial
+of that many sessions reports, since sessions of a non-distributed trial are independent and each has its own
+seed (the parts' seeds must all differ: a run without ``meta.random_seed`` draws a fresh base seed, and ``--set
+meta.random_seed=3`` on a 2-session run gives seeds 3 and 4). The record lists its parts (``combined_from``) and
+has no fps or trial graph of its own (the parts' graphs stay). ``--key-suffix S`` stores a run under ``{key}#S``
+so that a second run of the same entry and overrides keeps the first.
 
 ``--graph PNG LABEL=KEY ...`` draws one curve per record as ``lab compare`` does (the IQM of ``total_reward_ma``
 across sessions against frames, its 95% bootstrap CI as a band, the env's reward threshold dotted), a combined
@@ -66,6 +66,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from orchestrator.report import stats  # noqa: E402
+
 SLM_MA_WINDOW = 100  # SLM-Lab's viz.PLOT_MA_WINDOW: log rows in its total_reward_ma
 
 # SLM-Lab v5.3.0's published final total_reward_ma (its docs/BENCHMARKS.md; issues 10 and 11), by the
@@ -344,6 +345,32 @@ def result_key(args: argparse.Namespace) -> str:
     return key
 
 
+def combine_command(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``--combine KEY PART ...``: pool the parts' sessions into one record; returns the exit code."""
+    if len(args.combine) < 3:
+        ap.error("--combine needs KEY and at least two PART keys")
+    out = Path(args.out)
+    if not out.exists():
+        ap.error(f"--combine: no results file {out}")
+    record = combine(json.loads(out.read_text()), args.combine[1:])
+    merge(out, args.combine[0], record)
+    print(json.dumps({k: record[k] for k in ("spec_name", "sessions", "total_reward_ma", "published", "met")}))
+    return 0
+
+
+def graph_command(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``--graph PNG LABEL=KEY ...``: one curve per record; returns the exit code."""
+    if len(args.graph) < 2:
+        ap.error("--graph needs PNG and at least one LABEL=KEY")
+    curves = graph(json.loads(Path(args.out).read_text()), args.graph[1:], Path(args.data_dir), Path(args.graph[0]))
+    for curve in curves:
+        last = curve.band.iloc[-1]
+        print(f"{curve.label}: frame={int(curve.band.index[-1])} IQM total_reward_ma={last['iqm']:.1f} "
+              f"95% CI [{last['low']:.1f}, {last['high']:.1f}] ({curve.sessions} sessions)")
+    print(f"graph: {args.graph[0]}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry (see module docstring); returns the exit code."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -366,26 +393,9 @@ def main(argv: list[str] | None = None) -> int:
         print(table(json.loads(Path(args.out).read_text())))
         return 0
     if args.combine:
-        if len(args.combine) < 3:
-            ap.error("--combine needs KEY and at least two PART keys")
-        out = Path(args.out)
-        if not out.exists():
-            ap.error(f"--combine: no results file {out}")
-        record = combine(json.loads(out.read_text()), args.combine[1:])
-        merge(out, args.combine[0], record)
-        print(json.dumps({k: record[k] for k in ("spec_name", "sessions", "total_reward_ma", "published", "met")}))
-        return 0
+        return combine_command(ap, args)
     if args.graph:
-        if len(args.graph) < 2:
-            ap.error("--graph needs PNG and at least one LABEL=KEY")
-        curves = graph(json.loads(Path(args.out).read_text()), args.graph[1:], Path(args.data_dir),
-                       Path(args.graph[0]))
-        for curve in curves:
-            last = curve.band.iloc[-1]
-            print(f"{curve.label}: frame={int(curve.band.index[-1])} IQM total_reward_ma={last['iqm']:.1f} "
-                  f"95% CI [{last['low']:.1f}, {last['high']:.1f}] ({curve.sessions} sessions)")
-        print(f"graph: {args.graph[0]}")
-        return 0
+        return graph_command(ap, args)
     if not (args.spec_file and args.spec_name):
         ap.error("SPEC_FILE and SPEC_NAME are required (or --table, --combine or --graph)")
     bad = [kv for kv in args.set if "=" not in kv or kv.startswith("=")]
