@@ -363,10 +363,9 @@ def graph_command(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if len(args.graph) < 2:
         ap.error("--graph needs PNG and at least one LABEL=KEY")
     curves = graph(json.loads(Path(args.out).read_text()), args.graph[1:], Path(args.data_dir), Path(args.graph[0]))
-    for curve in curves:
-        last = curve.band.iloc[-1]
-        print(f"{curve.label}: frame={int(curve.band.index[-1])} IQM total_reward_ma={last['iqm']:.1f} "
-              f"95% CI [{last['low']:.1f}, {last['high']:.1f}] ({curve.sessions} sessions)")
+    from orchestrator.report.compare import final_lines
+
+    print("\n".join(final_lines(curves)))
     print(f"graph: {args.graph[0]}")
     return 0
 

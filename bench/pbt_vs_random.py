@@ -46,6 +46,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.vec_env import cpu_model  # noqa: E402
 from orchestrator.report.stats import bootstrap_ci, iqm  # noqa: E402
 
 CPU_PER_SESSION = 0.5
@@ -149,15 +150,7 @@ def _quote(arg: str) -> str:
 
 def machine() -> dict[str, Any]:
     """The machine a run measured on."""
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cpus": os.cpu_count(), "python": platform.python_version()}
+    return {"cpu": cpu_model(), "cpus": os.cpu_count(), "python": platform.python_version()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from bench.vec_env import cpu_model  # noqa: E402
 from orchestrator.session.loop import Session  # noqa: E402
 from orchestrator.spec.load import load_spec  # noqa: E402
 from orchestrator.store import storage  # noqa: E402
@@ -85,15 +86,7 @@ def machine_info() -> dict[str, Any]:
     """CPU, versions and load averages (the box is shared; wall-clock numbers depend on load)."""
     import gymnasium
     import numpy
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cpu_count": os.cpu_count(), "python": platform.python_version(),
+    return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
             "torch": torch.__version__, "gymnasium": gymnasium.__version__, "numpy": numpy.__version__,
             "torch_threads": torch.get_num_threads()}
 

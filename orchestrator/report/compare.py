@@ -246,6 +246,16 @@ def default_template() -> dict[str, Any] | None:
 
 # ---------------------------------------------------------------- the command
 
+def final_lines(curves: list[Curve]) -> list[str]:
+    """One line per curve: its last frame and the IQM of ``total_reward_ma`` there with its 95% CI."""
+    lines = []
+    for curve in curves:
+        last = curve.band.iloc[-1]
+        lines.append(f"{curve.label}: frame={int(curve.band.index[-1])} IQM total_reward_ma={last['iqm']:.4g} "
+                     f"95% CI [{last['low']:.4g}, {last['high']:.4g}] ({curve.sessions} sessions)")
+    return lines
+
+
 def compare_command(sources: list[str], out: str | None) -> int:
     """``lab compare``: write ``{out}.png`` and ``{out}.html`` and print their paths; returns 0.
 
@@ -263,10 +273,7 @@ def compare_command(sources: list[str], out: str | None) -> int:
     title = " vs ".join(c.label for c in curves) if len(curves) <= 3 else f"{len(curves)} trials"
     storage.write_bytes(stem + ".png", compare_png(curves, thresholds, title))
     write_html(stem + ".html", compare_figure(curves, thresholds, title), title)
-    for curve in curves:
-        last = curve.band.iloc[-1]
-        print(f"{curve.label}: frame={int(curve.band.index[-1])} IQM total_reward_ma={last['iqm']:.4g} "
-              f"95% CI [{last['low']:.4g}, {last['high']:.4g}] ({curve.sessions} sessions)")
+    print("\n".join(final_lines(curves)))
     print(f"graph: {stem}.png\ngraph: {stem}.html")
     return 0
 
