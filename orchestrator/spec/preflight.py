@@ -193,6 +193,21 @@ def replay_transition_bytes(spec: dict[str, Any], shape: EnvShape, obs_shape: tu
     return math.ceil(transition_bytes(memory, space, shape.act_shape, shape.act_dtype, name, store_next_obs))
 
 
+def conv_net_bytes(conv_hid_layers: list[Any], fc_hid_layers: list[int], out_dim: int) -> int:
+    """A lower bound of the bytes of a ConvNet with its gradients and Adam state: ``NET_COPIES`` x 4 x the parameters
+    of its conv layers (``[out, kernel, ...]``, from one input channel) and of its fc layers from a 1x1 feature map.
+    Huge channel or fc widths are refused by it before torch tries to allocate them."""
+    params, channels = 0, 1
+    for layer in conv_hid_layers:
+        out, kernel = int(layer[0]), layer[1]
+        area = int(np.prod(kernel, dtype=object)) if isinstance(kernel, (list, tuple)) else int(kernel) ** 2
+        params += channels * out * area + out
+        channels = out
+    dims = [channels, *(int(d) for d in fc_hid_layers), out_dim]
+    params += sum(d_in * d_out + d_out for d_in, d_out in zip(dims, dims[1:]))
+    return NET_COPIES * FLOAT32_BYTES * params
+
+
 def net_bytes(in_dim: int, hid_layers: list[int], out_dim: int) -> int:
     """Bytes of one MLP with its gradients and Adam state: ``NET_COPIES`` x 4 x parameters (a lower
     bound of the agent's nets: actor-critic and target nets add more)."""
@@ -287,6 +302,11 @@ def memory_needs(spec: dict[str, Any], shape: EnvShape) -> list[tuple[str, int, 
         needs.append((f"agent.algorithm.{horizon_key}", 2 * steps * n_envs * step,
                       f"rollout of {steps} steps x {n_envs} sub-envs x {step} bytes, stacked once"))
     obs_dim = int(np.prod(shape.obs_shape, dtype=object))
+    if "Conv" in str(net.get("type")) and net.get("conv_hid_layers"):
+        conv, fc = list(net["conv_hid_layers"]), list(net.get("fc_hid_layers") or [])
+        needs.append(("agent.net.conv_hid_layers", conv_net_bytes(conv, fc, shape.n_actions),
+                      f"conv net {conv} + fc {fc} (at least) with gradients and optimizer state"))
+        return needs
     needs.append(("agent.net.hid_layers", net_bytes(obs_dim, list(net["hid_layers"]), shape.n_actions),
                   f"net {[obs_dim, *net['hid_layers'], shape.n_actions]} with gradients and optimizer state"))
     return needs

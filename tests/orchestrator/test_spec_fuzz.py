@@ -73,3 +73,13 @@ def test_fuzz_findings_exit_2_naming_the_path(name, path, kind, value, tmp_path)
     outcome, stderr = fuzz.run_case(SPECS[name], fuzz.Case(name, path, kind, value), tmp_path, timeout_s=10)
     assert outcome == "exit2", (outcome, stderr[-2000:])
     assert f"  {'.'.join(path[:-1]) if kind == 'unknown_key' else '.'.join(path)}" in stderr, stderr
+
+
+@pytest.mark.parametrize("name, path", [("ddqn_atari", ("agent", "net", "conv_hid_layers", 2, 0)),
+                                        ("dueling_ddqn_atari", ("agent", "net", "fc_hid_layers", 0))],
+                         ids=["conv channels", "fc width"])
+def test_a_huge_conv_net_exits_2_naming_its_layers(name, path, tmp_path):
+    """Found by the fuzz (all 1709 cases): a conv net of 10**12 channels or fc units reached torch's allocator."""
+    outcome, stderr = fuzz.run_case(SPECS[name], fuzz.Case(name, path, "huge", 10**12), tmp_path, timeout_s=60)
+    assert outcome == "exit2", (outcome, stderr[-2000:])
+    assert "  agent.net.conv_hid_layers: conv net" in stderr and "bytes" in stderr, stderr
