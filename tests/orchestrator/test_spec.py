@@ -263,12 +263,14 @@ def test_unknown_net_type():
 def test_unknown_memory():
     assert only(problems_of(["agent.memory.name=FancyReplay"])) == (
         "agent.memory.name: unknown name 'FancyReplay'; "
-        "expected one of ['OnPolicyBatchReplay', 'OnPolicyReplay', 'PrioritizedReplay', 'Replay']")
+        "expected one of ['OnPolicyBatchReplay', 'OnPolicyCrossEntropy', 'OnPolicyReplay', 'PrioritizedReplay', "
+        "'Replay']")
 
 
 def test_memory_not_allowed_for_algorithm():
     assert only(problems_of(["agent.memory.name=Replay"])) == \
-        "agent.memory.name: PPO needs one of ['OnPolicyBatchReplay', 'OnPolicyReplay'], got 'Replay'"
+        "agent.memory.name: PPO needs one of ['OnPolicyBatchReplay', 'OnPolicyReplay', 'OnPolicyCrossEntropy'], " \
+        "got 'Replay'"
 
 
 def test_unknown_optimizer_loss_and_lr_scheduler():
