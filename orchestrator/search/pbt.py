@@ -109,12 +109,12 @@ class Population:
         """
         return self.check(apply_values(self.spec, config))
 
-    def write_trial(self, t: int, config: dict[str, Any], status: str) -> None:
-        """Trial ``t``'s spec files and ``trial.json`` with its current values."""
+    def write_trial(self, t: int, config: dict[str, Any], status: str, **extra: Any) -> None:
+        """Trial ``t``'s spec files and ``trial.json`` with its current values (and ``extra`` keys)."""
         write_spec_files(self.predir, self.trial_spec(config), t)
         uri = trial_json(self.predir, t)
         info = storage.read_json(uri) if storage.exists(uri) else {"trial": t, "started": now_iso()}
-        storage.write_json(uri, {**info, "values": config, "status": status})
+        storage.write_json(uri, {**info, "values": config, "status": status, **extra})
 
     # ---------------------------------------------------------------- one generation
     def run_generation(self, frame: int, specs: dict[int, dict[str, Any]],
@@ -167,11 +167,12 @@ class Population:
             dst = predir_mod.session_dir(self.predir, t, s)
             source = CheckpointStore(src)
             storage.delete(storage.join(dst, "ckpt"))
-            for f in source.frames():
+            for f in (f for f in source.frames() if f <= frame):  # the donor's state at the decision's frame
                 storage.copy_tree(source.frame_uri(f), CheckpointStore(dst).frame_uri(f), last=MANIFEST_NAME)
-            for name in EXPORTED:
-                if storage.exists(storage.join(src, name)):
-                    storage.write_bytes(storage.join(dst, name), storage.read_bytes(storage.join(src, name)))
+            held = source.manifest(frame).files
+            for name in EXPORTED:  # the user copies, from the donor's checkpoint at the decision's frame
+                if name in held:
+                    storage.write_bytes(storage.join(dst, name), source.read_file(frame, name))
             storage.append_text(storage.join(dst, "log.txt"),
                                 f"[{now_iso()}] PBT generation {record['generation']}: continues from t{donor}_s{s}'s "
                                 f"checkpoint at frame {frame}; values {json.dumps(record['config'])}\n")
@@ -192,7 +193,11 @@ class Population:
                 if g <= applied:
                     continue
                 configs = self.configs_after(records, g - 1)
-                code = self.run_generation(frame, {t: self.trial_spec(configs[t]) for t in self.trials}, seeds)
+                # decisions recorded but not all applied (killed mid-exploit): a recipient's ckpt/ may be half
+                # copied, so nothing trains before the exploits are applied again
+                recorded = sum(int(r["generation"]) == g for r in records) == len(self.trials)
+                code = 0 if recorded else self.run_generation(
+                    frame, {t: self.trial_spec(configs[t]) for t in self.trials}, seeds)
                 if code != 0:
                     return code
                 if frame == self.boundaries[-1]:
@@ -203,10 +208,7 @@ class Population:
         finally:
             self.hosts.clear()
         for t, config in self.configs_after(records, len(self.boundaries)).items():
-            self.write_trial(t, config, "done")
-            info = storage.read_json(trial_json(self.predir, t))
-            storage.write_json(trial_json(self.predir, t), {**info, "frame": self.boundaries[-1],
-                                                            "finished": now_iso()})
+            self.write_trial(t, config, "done", frame=self.boundaries[-1], finished=now_iso())
         return 0
 
     def decide_and_apply(self, records: list[dict[str, Any]], g: int, frame: int,

@@ -291,3 +291,22 @@ def test_a_population_larger_than_the_cluster_runs_as_many_sessions_as_fit(ray_l
             assert pd.read_parquet(predir / f"t{t}/s{s}/train_df.parquet")["frame"].tolist() == [200, 400, 600, 800]
     records = [json.loads(line) for line in (predir / "pbt.jsonl").read_text().splitlines()]
     assert [(r["generation"], r["trial"]) for r in records] == [(1, t) for t in range(4)]
+
+
+def test_killed_mid_exploit_reapplies_the_recorded_decision(uninterrupted, ray_local, tmp_path):
+    """Decision 4 recorded, its exploit half done (the recipient's ``ckpt/`` gone), ``pbt.json`` still at 3:
+    ``search@`` trains nothing before applying decision 4 again, and ends with the uninterrupted run's train_dfs."""
+    import shutil
+
+    predir = tmp_path / "data" / uninterrupted.name
+    shutil.copytree(uninterrupted, predir)
+    (predir / "pbt.json").write_text(json.dumps({"applied": 3, "frame": 1200}))
+    records = [json.loads(line) for line in (predir / "pbt.jsonl").read_text().splitlines()]
+    recipient = next(r["trial"] for r in records if r["generation"] == 4 and r["donor"] is not None)
+    shutil.rmtree(predir / f"t{recipient}/s0/ckpt")
+    assert run_cli(SPECS, "ppo_cartpole", "search@latest", "--data-dir", str(tmp_path / "data"), *overrides(PBT)) == 0
+    text, dfs = read_run(predir)
+    want_text, want = read_run(uninterrupted)
+    assert text == want_text
+    for t in range(4):
+        pd.testing.assert_frame_equal(dfs[t], want[t], check_exact=True)
