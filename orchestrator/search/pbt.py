@@ -42,6 +42,7 @@ from typing import Any, Callable
 from orchestrator.errors import EXIT_RESUMABLE, UsageError
 from orchestrator.search.pbt_policy import decide, initial_config, lineage
 from orchestrator.search.trials import trial_json, write_spec_files
+from orchestrator.session_actor import EXPORTED_FILES
 from orchestrator.session_hosts import SessionHosts, capacity, host_key
 from orchestrator.spec.pbt import PBTSettings
 from orchestrator.spec.search_space import SearchVar, apply_values, parse_search
@@ -55,7 +56,6 @@ from orchestrator.trial import Trial
 from orchestrator.verify import session_done
 
 RECORDS, STATE = "pbt.jsonl", "pbt.json"
-EXPORTED = ("train_df.parquet", "eval_df.parquet")
 
 
 def read_records(predir: str) -> list[dict[str, Any]]:
@@ -170,7 +170,7 @@ class Population:
             for f in (f for f in source.frames() if f <= frame):  # the donor's state at the decision's frame
                 storage.copy_tree(source.frame_uri(f), CheckpointStore(dst).frame_uri(f), last=MANIFEST_NAME)
             held = source.manifest(frame).files
-            for name in EXPORTED:  # the user copies, from the donor's checkpoint at the decision's frame
+            for name in EXPORTED_FILES:  # the user copies, from the donor's checkpoint at the decision's frame
                 if name in held:
                     storage.write_bytes(storage.join(dst, name), source.read_file(frame, name))
             storage.append_text(storage.join(dst, "log.txt"),
