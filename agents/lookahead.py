@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from orchestrator.runtime import torch_optim
+from agents import torch_optim
 
 
 class Lookahead(torch.optim.Optimizer):

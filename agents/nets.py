@@ -37,7 +37,7 @@ from torch.nn.parameter import is_lazy
 
 import agents.batch_renorm  # noqa: F401  (registers BatchRenorm1d / LazyBatchRenorm1d in torch.nn for arcs)
 from agents.lookahead import Lookahead, check_args
-from orchestrator.runtime import torch_optim
+from agents import torch_optim
 
 HIDDEN_GAIN = math.sqrt(2.0)
 POLICY_GAIN = 0.01

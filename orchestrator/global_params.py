@@ -112,9 +112,7 @@ class GlobalParams:
         Raises:
             ValueError: ``grads`` does not match the optimizers' parameters (count or shapes).
         """
-        from orchestrator.runtime import (
-            torch_optim,  # here: the driver imports this module and must not load torch
-        )
+        from agents import torch_optim  # here: the driver imports this module and must not load torch
 
         params = optim_params(self.algorithm, optim_names)
         if len(grads) != len(params):

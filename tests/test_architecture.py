@@ -37,6 +37,7 @@ def test_import_contracts_hold():
     ("envs/clock.py", "import agents.memory  # noqa", "Layers"),
     ("orchestrator/report/stats.py", "from orchestrator.report import analysis  # noqa", "No import cycles"),
     ("orchestrator/session/loop.py", "import ray  # noqa", "without Ray"),
+    ("agents/schedules.py", "from orchestrator.errors import SpecError  # noqa", "never import the orchestrator"),
 ])
 def test_import_contracts_catch_a_violation(tmp_path, module, line, broken):
     for name in PACKAGES:
@@ -75,13 +76,14 @@ def test_orchestrator_modules_are_short_or_say_why_they_are_kept_whole():
 
 
 def test_every_private_api_patch_applies_to_the_pinned_library():
-    """Each patch in orchestrator/runtime/ recognizes the library it was checked on; a new torch or Ray that changes
+    """Each patch in orchestrator/runtime/ and agents/torch_optim.py recognizes the library it was checked on; a new torch or Ray that changes
     the patched names fails here (the patch then falls back to the public API: re-measure, re-check or remove)."""
-    from orchestrator.runtime import ray_drain, ray_params, torch_optim
+    from agents import torch_optim
+    from orchestrator.runtime import ray_drain, ray_params
 
     assert ray_params.applies(), f"Ray changed under orchestrator/runtime/ray_params.py ({ray_params.CHECKED_ON})"
     assert ray_drain.applies(), f"Ray changed under orchestrator/runtime/ray_drain.py ({ray_drain.CHECKED_ON})"
-    assert torch_optim.applies(), f"torch changed under orchestrator/runtime/torch_optim.py ({torch_optim.CHECKED_ON})"
+    assert torch_optim.applies(), f"torch changed under agents/torch_optim.py ({torch_optim.CHECKED_ON})"
 
 
 def test_pyarrow_still_probes_pandas_and_the_patch_stops_it():

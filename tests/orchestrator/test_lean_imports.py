@@ -15,7 +15,7 @@ SPECS = str(REPO / "specs/benchmark/cartpole.json")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled",
        "RAY_USAGE_STATS_ENABLED": "0"}
 # loaded by none of a CartPole session's work: plotting, Tune, the DataFrame library, TorchArcNet's builder, Atari,
-# EnvPool, torch's compiler stack (its optimizers' wrappers import it: orchestrator/runtime/torch_optim.py),
+# EnvPool, torch's compiler stack (its optimizers' wrappers import it: agents/torch_optim.py),
 # TensorBoard's S3/fsspec
 # backends in a session actor (installed with the test extra; its writer writes locally: tracking.LEAN_PROCESS)
 NOT_IN_SESSION = ("pandas", "matplotlib", "plotly", "ray.tune", "torcharc", "ale_py", "envpool", "torch._dynamo",

@@ -1,4 +1,4 @@
-"""``orchestrator.runtime.torch_optim``: optimizer steps and state round trips without ``torch._dynamo``, bit-identical
+"""``agents.torch_optim``: optimizer steps and state round trips without ``torch._dynamo``, bit-identical
 to torch's
 own ``optim.step()``. The subject is a process that has not loaded ``torch._dynamo``, so each check runs in a fresh
 interpreter (pytest's own process may have loaded it, which turns ``torch_optim.step`` into ``optim.step()``)."""
@@ -11,14 +11,14 @@ from pathlib import Path
 
 import torch
 
-from orchestrator.runtime import torch_optim
+from agents import torch_optim
 
 REPO = Path(__file__).resolve().parents[2]
 
 CHILD = """
 import json, sys
 import torch
-from orchestrator.runtime import torch_optim
+from agents import torch_optim
 from agents.nets import make_optim
 
 def run(optim_spec, eager, steps=7):

@@ -3,7 +3,7 @@ importing the compiler stack.
 
 Checked on: torch 2.13.0 (``CHECKED_ON``). Fallback below. Measured gain: 73 MB RSS and 1-3 s of each session
 process's start (docs/BENCHMARKS.md "Start-up and exit", "Process memory"), 2-6% of the 45 s CartPole ``train``
-timed there. ``tests/orchestrator/test_runtime_patches.py`` fails when a new torch changes the wrappers.
+timed there. ``tests/test_architecture.py`` fails when a new torch changes the wrappers.
 
 torch (2.x) wraps its ``Optimizer`` methods for ``torch.compile``: ``step`` with ``_use_grad_for_differentiable``,
 which imports ``torch._dynamo`` and calls ``torch._dynamo.graph_break()`` on every step, and ``add_param_group``
@@ -21,7 +21,7 @@ an optimizer's arithmetic:
   ``differentiable`` optimizer. Optimizer step hooks (``register_step_pre_hook`` and the like) are not run by the
   undecorated step; the lab registers none.
 
-The same parameters, gradients and state give bit-identical results either way (``tests/agents/test_eager_optim.py``).
+The same parameters, gradients and state give bit-identical results either way (``tests/agents/test_torch_optim.py``).
 Where a future torch changes these wrappers, ``defer_dynamo`` leaves a method it does not recognize alone and
 ``step`` falls back to ``optim.step()``: the import comes back, nothing else changes
 (``tests/orchestrator/test_lean_imports.py`` notices).
