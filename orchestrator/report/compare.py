@@ -9,8 +9,9 @@ every session has a value; sessions are read from their newest verified checkpoi
 train_df), as ``lab analyze`` does. Each curve has its own colour (matplotlib's ``tab10``) in both
 files, and each env's gymnasium ``reward_threshold`` is a dotted horizontal line.
 
-Outputs: ``{out}.png`` (matplotlib) and ``{out}.html`` (plotly; its ``plotly.min.js`` is written once
-beside it, so the page works offline and several pages share it); ``--out`` defaults to
+Outputs: ``{out}.png`` (matplotlib) and ``{out}.html`` (plotly; it loads the data dir's shared
+``.assets/plotly-{version}.min.js`` when the page is inside a data dir, else that file written once beside it,
+so the page works offline); ``--out`` ending in ``.png`` or ``.html`` is taken as given; it defaults to
 ``compare_{YYYY_MM_DD_HHMMSS}`` in the working directory. Nothing is written into the compared runs.
 """
 
@@ -269,13 +270,37 @@ def compare_command(sources: list[str], out: str | None) -> int:
     if not curves:
         raise UsageError(f"compare: no session of {', '.join(sources)} has a logged return yet")
     thresholds = {env: v for env in dict.fromkeys(c.env for c in curves) if (v := reward_threshold(env)) is not None}
-    stem = storage.absolute(out or f"compare_{datetime.now().strftime(predir_mod.TS_FORMAT)}")
+    png, html = output_paths(out or f"compare_{datetime.now().strftime(predir_mod.TS_FORMAT)}")
     title = " vs ".join(c.label for c in curves) if len(curves) <= 3 else f"{len(curves)} trials"
-    storage.write_bytes(stem + ".png", compare_png(curves, thresholds, title))
-    write_html(stem + ".html", compare_figure(curves, thresholds, title), title)
+    storage.write_bytes(png, compare_png(curves, thresholds, title))
+    write_html(html, compare_figure(curves, thresholds, title), title, js_dir=assets_dir(storage.dirname(html)))
     print("\n".join(final_lines(curves)))
-    print(f"graph: {stem}.png\ngraph: {stem}.html")
+    print(f"graph: {png}\ngraph: {html}")
     return 0
+
+
+def output_paths(out: str) -> tuple[str, str]:
+    """The PNG and HTML paths of ``--out``: taken as given when it ends in ``.png`` or ``.html`` (the other file
+    gets the same stem), else ``{out}.png`` and ``{out}.html``."""
+    out = storage.absolute(out)
+    stem, ext = posixpath.splitext(out)
+    if ext.lower() in (".png", ".html", ".htm"):
+        other = stem + (".html" if ext.lower() == ".png" else ".png")
+        return (out, other) if ext.lower() == ".png" else (other, out)
+    return out + ".png", out + ".html"
+
+
+def assets_dir(page_dir: str) -> str:
+    """Where a page in ``page_dir`` finds plotly's JavaScript: the ``ASSETS_DIR`` of the data dir that holds it
+    (the nearest ancestor with one), else ``page_dir`` itself (a versioned ``plotly-{version}.min.js`` there)."""
+    d = page_dir
+    while True:
+        if storage.is_dir(storage.join(d, ASSETS_DIR)):
+            return storage.join(d, ASSETS_DIR)
+        parent = storage.dirname(d)
+        if not parent or parent == d:
+            return page_dir
+        d = parent
 
 
 def parse_compare(argv: list[str]) -> argparse.Namespace:
@@ -287,9 +312,9 @@ def compare_parser() -> argparse.ArgumentParser:
     """The argument parser of ``lab compare`` (also read by tools/gen_reference.py for docs/reference/cli.md)."""
     parser = argparse.ArgumentParser(
         prog="lab compare", description="One graph of several runs or trials: the IQM of total_reward_ma "
-        "across sessions vs frames with its 95%% bootstrap CI, one colour each, the reward threshold marked.")
+        "across sessions vs frames with its 95% bootstrap CI, one colour each, the reward threshold marked.")
     parser.add_argument("sources", nargs="+", metavar="PREDIR_OR_TRIAL",
                         help="run directory (each trial a curve) or {predir}/t{T}; path or URI")
     parser.add_argument("--out", default=None, metavar="PATH",
-                        help="output path without extension (default: compare_{timestamp} here)")
+                        help="output path: PATH.png and PATH.html, or as given when it ends in .png or .html (default: compare_{timestamp} here)")
     return parser

@@ -3,6 +3,7 @@ and ``lab compare`` writing a valid PNG and HTML page."""
 
 import json
 import struct
+from importlib.metadata import version
 
 import numpy as np
 import pandas as pd
@@ -75,9 +76,31 @@ def test_lab_compare_writes_png_and_html(tmp_path, capsys):
     assert (width, height) == (640, 304)
     html = (tmp_path / "out/cmp.html").read_text()
     assert html.lower().startswith("<!doctype html>") and html.rstrip().endswith("</html>")
-    assert 'src="plotly.min.js"' in html
+    js = f"plotly-{version('plotly')}.min.js"  # outside a data dir: one named copy beside the page
+    assert f'src="{js}"' in html
     assert f"{a.name} (4 sessions)" in html and "CartPole-v1 reward_threshold 475" in html
-    assert (tmp_path / "out/plotly.min.js").stat().st_size > 1_000_000
+    assert (tmp_path / "out" / js).stat().st_size > 1_000_000
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(["cmp.png", "cmp.html", js])
+
+
+@pytest.mark.parametrize("given, png, html", [("cmp2.png", "cmp2.png", "cmp2.html"),
+                                              ("cmp3.html", "cmp3.png", "cmp3.html"),
+                                              ("cmp4", "cmp4.png", "cmp4.html")])
+def test_lab_compare_takes_out_as_given(tmp_path, given, png, html):
+    a = fake_run(tmp_path, "2026_01_01_000000", [100.0, 200.0])
+    assert run_cli("compare", str(a), "--out", str(tmp_path / "o" / given)) == 0
+    assert sorted(p.name for p in (tmp_path / "o").iterdir() if "plotly" not in p.name) == sorted([png, html])
+
+
+def test_lab_compare_inside_a_data_dir_uses_its_shared_plotly_copy(tmp_path):
+    a = fake_run(tmp_path, "2026_01_01_000000", [100.0, 200.0])
+    js = f"plotly-{version('plotly')}.min.js"
+    (tmp_path / ".assets").mkdir()
+    (tmp_path / ".assets" / js).write_text("// shared")
+    assert run_cli("compare", str(a), "--out", str(tmp_path / "cmp" / "x")) == 0
+    assert f'src="../.assets/{js}"' in (tmp_path / "cmp" / "x.html").read_text()
+    assert sorted(p.name for p in (tmp_path / "cmp").iterdir()) == ["x.html", "x.png"]
+    assert (tmp_path / ".assets" / js).read_text() == "// shared"  # never rewritten
 
 
 def test_html_page_is_plotlys_validated_page_without_validation(tmp_path):
