@@ -36,8 +36,8 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 import agents.batch_renorm  # noqa: F401  (registers BatchRenorm1d / LazyBatchRenorm1d in torch.nn for arcs)
-from agents.lookahead import Lookahead, check_args
 from agents import torch_optim
+from agents.lookahead import Lookahead, check_args
 
 HIDDEN_GAIN = math.sqrt(2.0)
 POLICY_GAIN = 0.01

@@ -76,8 +76,9 @@ def test_orchestrator_modules_are_short_or_say_why_they_are_kept_whole():
 
 
 def test_every_private_api_patch_applies_to_the_pinned_library():
-    """Each patch in orchestrator/runtime/ and agents/torch_optim.py recognizes the library it was checked on; a new torch or Ray that changes
-    the patched names fails here (the patch then falls back to the public API: re-measure, re-check or remove)."""
+    """Each patch in orchestrator/runtime/ and agents/torch_optim.py recognizes the library it was checked on; a new
+    torch or Ray that changes the patched names fails here (the patch then falls back to the public API: re-measure,
+    re-check or remove)."""
     from agents import torch_optim
     from orchestrator.runtime import ray_drain, ray_params
 

@@ -49,12 +49,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents import policy
+from agents import policy, torch_optim
 from agents.memory import MEMORIES, MemorySpec
 from agents.nets import ConvNet, NetSpec, make_net, make_optim
 from agents.schedules import FrameLR, VarSchedule, make_lr_scheduler
 from envs.clock import Clock
-from agents import torch_optim
 
 # optimizer spec keys that live in torch param groups and are re-applied from the spec after a restore (lr is the
 # LR scheduler's base lr)

@@ -316,5 +316,6 @@ def compare_parser() -> argparse.ArgumentParser:
     parser.add_argument("sources", nargs="+", metavar="PREDIR_OR_TRIAL",
                         help="run directory (each trial a curve) or {predir}/t{T}; path or URI")
     parser.add_argument("--out", default=None, metavar="PATH",
-                        help="output path: PATH.png and PATH.html, or as given when it ends in .png or .html (default: compare_{timestamp} here)")
+                        help="output path: PATH.png and PATH.html, or as given when it ends in .png or "
+                             ".html (default: compare_{timestamp} here)")
     return parser
