@@ -53,78 +53,16 @@ from orchestrator.report.metrics import (
     session_metrics,
     trial_metrics,
 )
-from orchestrator.report.rundata import committed_df, reward_threshold, session_keys
+from orchestrator.report.rundata import committed_df, no_episode_note, reward_threshold, session_keys
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
 
-# ---------------------------------------------------------------- metrics
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-# ---------------------------------------------------------------- random baseline
-
-
-
-
-
-
-
-
-
-# ---------------------------------------------------------------- reading a run
-
-
-
-
-
-
-
-
-
-
-
-# ---------------------------------------------------------------- graphs
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-# ---------------------------------------------------------------- whole runs
 
 def analyze_predir(predir: str, cache_dir: str | None = None, trials: list[int] | None = None) -> dict[str, Any]:
     """Compute and write every session's and trial's metrics and graphs of a run (see module docstring).
 
-    Sessions without any log row with a return are skipped (no metrics, no graph). The resume and
+    Sessions without any log row with a return get the graph of what they logged (losses, lr, entropy, ...) and
+    no metrics; they are listed in ``no_episode`` with their last logged frame. The resume and
     restart marks of trial T come from ``t{T}/run.json`` when it exists (a search trial's own
     record), else from the predir's ``run.json``.
 
@@ -134,7 +72,8 @@ def analyze_predir(predir: str, cache_dir: str | None = None, trials: list[int] 
         trials: analyze only these trials (default: all); other trials' files are not touched.
 
     Returns:
-        ``{"sessions": {"t0_s0": metrics}, "trials": {"t0": metrics}, "graphs": [uri, ...]}``; a
+        ``{"sessions": {"t0_s0": metrics}, "trials": {"t0": metrics}, "graphs": [uri, ...],
+        "no_episode": {"t0_s1": frame}}``; a
         session's and a trial's metrics include ``total_reward_ma``, the final moving average (a
         trial's: the mean over its sessions).
 
@@ -143,7 +82,7 @@ def analyze_predir(predir: str, cache_dir: str | None = None, trials: list[int] 
     """
     spec = _run_spec(predir)
     rand = run_baseline(predir, spec["env"], cache_dir or default_cache_dir())["mean"]
-    out: dict[str, Any] = {"sessions": {}, "trials": {}, "graphs": []}
+    out: dict[str, Any] = {"sessions": {}, "trials": {}, "graphs": [], "no_episode": {}}
     per_trial: dict[int, dict[int, SessionResult]] = {}
     runs: dict[int, dict[str, Any]] = {}
     for t, s in session_keys(predir):
@@ -223,9 +162,15 @@ def _analyze_session(predir: str, name: str, t: int, s: int, run: dict[str, Any]
     """Write one session's metrics JSON and graph (recorded in ``out``); None if it has no return yet."""
     sdir = predir_mod.session_dir(predir, t, s)
     df = committed_df(sdir, "train_df.parquet")
-    if df is None or df["total_reward"].notna().sum() == 0:
+    if df is None or df.empty:
         return None
     key = f"t{t}_s{s}"
+    graph = storage.join(predir, "graph", f"{name}_{key}_session_graph.png")
+    if df["total_reward"].notna().sum() == 0:  # no episode ended yet: the graph of what was logged, no metrics
+        storage.write_bytes(graph, plot_session(df, markers(run, [key]), f"{name} {key}"))
+        out["graphs"].append(graph)
+        out["no_episode"][key] = int(df["frame"].iloc[-1])
+        return None
     scalar, local = session_metrics(df, rand)
     record = {"train": json_safe(scalar), "random_baseline": rand, "frame": int(df["frame"].iloc[-1]),
               "total_reward_ma": _final_ma(df)}
@@ -234,7 +179,6 @@ def _analyze_session(predir: str, name: str, t: int, s: int, run: dict[str, Any]
         record["eval"] = json_safe(session_metrics(eval_df, rand)[0])
     storage.write_json(storage.join(sdir, "session_metrics.json"), record)
     out["sessions"][key] = record
-    graph = storage.join(predir, "graph", f"{name}_{key}_session_graph.png")
     storage.write_bytes(graph, plot_session(df, markers(run, [key]), f"{name} {key}"))
     out["graphs"].append(graph)
     return df, (scalar, local)
@@ -275,19 +219,19 @@ def analyze_after_run(predir: str, trials: list[int] | None = None) -> dict[str,
         return None
 
 
-
-
 def summary_lines(predir: str, out: dict[str, Any]) -> list[str]:
     """A short end-of-run summary of ``analyze_predir``'s result: per session and trial the final
     ``total_reward_ma`` and ``strength``, the env's reward_threshold (when gymnasium has one) and
     the random policy's return, and the graphs written.
 
     Returns:
-        Lines to print, indented by two spaces ([] when no session has a logged return).
+        Lines to print, indented by two spaces: a session with no finished episode says so and why
+        (``rundata.no_episode_note``); [] when no session logged anything.
     """
+    env_spec = _run_spec(predir)["env"]
+    lines = [f"  {key}: {no_episode_note(env_spec, frame)}" for key, frame in out.get("no_episode", {}).items()]
     if not out["sessions"]:
-        return []
-    lines = []
+        return lines + [f"  graph: {uri}" for uri in out["graphs"]]
     for key, record in out["sessions"].items():
         lines.append(f"  {key}: frame={record['frame']} total_reward_ma={_fmt(record.get('total_reward_ma'))} "
                      f"strength={_fmt(record['train'].get('strength'))}")
@@ -300,7 +244,7 @@ def summary_lines(predir: str, out: dict[str, Any]) -> list[str]:
             lines.append(f"  {key} across sessions: total_reward_ma IQM={_fmt(robust['iqm'])} "
                          f"95% CI [{_fmt(robust['ci'][0])}, {_fmt(robust['ci'][1])}] "
                          f"mean={_fmt(robust['mean'])} std={_fmt(robust['std'])}")
-    env = _run_spec(predir)["env"]["name"]
+    env = env_spec["name"]
     threshold = reward_threshold(env)
     rand = next(iter(out["trials"].values()))["random_baseline"]
     lines.append(f"  {env}: reward_threshold={_fmt(threshold) if threshold is not None else 'none'}, "
@@ -322,8 +266,8 @@ def analyze_command(predir: str) -> int:
     if not storage.is_dir(predir):
         raise UsageError(f"run directory '{predir}' does not exist")
     out = analyze_predir(predir)
-    if not out["sessions"]:
-        print(f"{predir}: no session has a logged return yet; nothing to analyze")
+    if not out["sessions"] and not out["no_episode"]:
+        print(f"{predir}: no session has logged a row yet; nothing to analyze")
         return 0
     print(f"analysis: {predir}")
     print("\n".join(summary_lines(predir, out)))

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.report.rundata import session_keys
+from orchestrator.report.rundata import no_episode_note, session_keys
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
 from orchestrator.store.checkpoint import CheckpointError, CheckpointStore
@@ -34,13 +34,16 @@ class SessionInfo:
 
 @dataclass(frozen=True)
 class RunInfo:
-    """One run: its predir name, spec name, ``max_frame`` (frames), sessions and resumability."""
+    """One run: its predir name, spec name, ``max_frame`` (frames), sessions, resumability, the spec's env section
+    and when it was created (run.json ``created``, ISO 8601; '' where unknown)."""
 
     name: str
     spec_name: str
     max_frame: int
     sessions: list[SessionInfo]
     resumable: str
+    env: dict[str, Any]
+    created: str
 
     @property
     def best(self) -> float | None:
@@ -112,7 +115,7 @@ def run_info(predir: str) -> RunInfo | None:
     sessions = [session_info(predir, key, run) for key in sorted(keys, key=_key_order)]
     max_frame = int(spec["env"]["max_frame"])
     return RunInfo(storage.basename(predir), spec_name, max_frame, sessions,
-                   resumability(sessions, max_frame, is_dev(run)))
+                   resumability(sessions, max_frame, is_dev(run)), spec["env"], str(run.get("created", "")))
 
 
 def _key_order(key: str) -> tuple[int, ...]:
@@ -120,15 +123,20 @@ def _key_order(key: str) -> tuple[int, ...]:
 
 
 def list_runs(data_dir: str) -> list[RunInfo]:
-    """Every run directory directly under ``data_dir``: the timestamped ones oldest first (by the timestamp in the
-    name), then those started with ``--name``, by name."""
+    """Every run directory directly under ``data_dir``, oldest first: by run.json's ``created`` time, timestamped
+    and ``--name`` runs alike (a run without one: by the timestamp in its name, else last), then by name."""
     entries = storage.listdir(data_dir)
-    names = [n for n in entries if re.search(rf"_{predir_mod.TS_RE}$", n)]
-    names.sort(key=lambda n: (n[-17:], n))
-    names += sorted(n for n in entries if n not in names and predir_mod.RUN_NAME_RE.match(n)
-                    and predir_mod.has_run(storage.join(data_dir, n)))
-    infos = (run_info(storage.join(data_dir, n)) for n in names)
-    return [info for info in infos if info is not None]
+    names = [n for n in entries if re.search(rf"_{predir_mod.TS_RE}$", n)
+             or (predir_mod.RUN_NAME_RE.match(n) and predir_mod.has_run(storage.join(data_dir, n)))]
+    infos = [info for info in (run_info(storage.join(data_dir, n)) for n in names) if info is not None]
+    return sorted(infos, key=lambda info: (info.created or _name_time(info.name), info.name))
+
+
+def _name_time(name: str) -> str:
+    """The ``YYYY-MM-DDTHH:MM:SS`` of a timestamped predir name (comparable with run.json's ISO ``created``), else
+    a string after every date."""
+    m = re.search(r"_(\d{4})_(\d{2})_(\d{2})_(\d{2})(\d{2})(\d{2})$", name)
+    return f"{m[1]}-{m[2]}-{m[3]}T{m[4]}:{m[5]}:{m[6]}" if m else "~"
 
 
 def format_run(info: RunInfo) -> list[str]:
@@ -136,6 +144,9 @@ def format_run(info: RunInfo) -> list[str]:
     best = "-" if info.best is None else f"{info.best:.2f}"
     lines = [f"{info.name}  spec={info.spec_name}  max_frame={info.max_frame}  best={best}  "
              f"resumable={info.resumable}"]
+    frame = max((s.frame for s in info.sessions), default=0)
+    if info.best is None and frame > 0:
+        lines.append(f"  {no_episode_note(info.env, frame)}")
     for s in info.sessions:
         sbest = "-" if s.best is None else f"{s.best:.2f}"
         lines.append(f"  {s.key:<8} {s.status:<12} {s.frame:>10}/{info.max_frame:<10} best {sbest}")

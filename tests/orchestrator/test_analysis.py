@@ -324,3 +324,47 @@ def test_html_graphs_of_every_run_share_one_plotly_js_per_data_dir(tmp_path):
         src = page.read_text().split('<script charset="utf-8" src="', 1)[1].split('"', 1)[0]
         assert src == f"../../.assets/{js.name}" and (page.parent / src).resolve() == js.resolve()
     assert len(list(data.glob("*/graph/*.html"))) == 2
+
+
+def test_a_run_with_no_finished_episode_gets_its_logged_graphs_and_says_why(tmp_path, capsys):
+    """No episode ended (returns all NaN, losses logged): the session graph of what was logged is drawn, no metrics,
+    and the summary, ``lab analyze`` and ``lab ls`` name the frames, the env's episode limit and the sub-envs."""
+    from orchestrator.session.loop import TRAIN_COLUMNS
+
+    spec = load_spec(SPECS, "ppo_cartpole", ["meta.max_session=1", "env.max_frame=4000", "env.num_envs=8"])
+    predir = tmp_path / "data" / "ppo_cartpole_2026_01_02_030405"
+    predir_mod.save_specs(str(predir), spec, 0, [1])
+    nan = float("nan")
+    df = train_df([nan, nan, nan, nan]).assign(total_reward_ma=nan, loss=[0.9, 0.7, 0.6, 0.5], lr=1e-3,
+                                               entropy=[0.69, 0.68, 0.66, 0.65])
+    (predir / "t0/s0").mkdir(parents=True)
+    df.reindex(columns=list(TRAIN_COLUMNS)).to_parquet(predir / "t0/s0/train_df.parquet")
+    (predir / "run.json").write_text(json.dumps({"mode": "dev", "sessions": {}, "created": "2026-01-02T03:04:05"}))
+    note = ("no episode finished in 4000 frames (episodes of CartPole-v1 last up to 500 steps; "
+            "with 8 sub-envs the first ends after about 4000 frames)")
+
+    out = analysis.analyze_predir(str(predir), cache_dir=str(tmp_path / "cache"))
+    assert out["sessions"] == {} and out["trials"] == {} and out["no_episode"] == {"t0_s0": 4000}
+    assert_png(predir / "graph" / "ppo_cartpole_t0_s0_session_graph.png")
+    assert not (predir / "t0/s0/session_metrics.json").exists()
+    assert analysis.summary_lines(str(predir), out)[0] == f"  t0_s0: {note}"
+
+    assert run_cli("analyze", str(predir)) == 0
+    printed = capsys.readouterr().out
+    assert f"t0_s0: {note}" in printed and "session_graph.png" in printed and "nothing to analyze" not in printed
+    assert run_cli("ls", "--data-dir", str(tmp_path / "data")) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "best=-" in lines[0] and lines[1] == f"  {note}"
+
+
+def test_ls_lists_runs_oldest_first_named_and_timestamped_alike(tmp_path, capsys):
+    data = tmp_path / "data"
+    created = {"zz-named-early": "2026-01-01T00:00:00+00:00", "ppo_cartpole_2026_01_02_030405": None,
+               "aa-named-late": "2026-01-03T00:00:00+00:00"}
+    for name, when in created.items():
+        dev_run(data, name)
+        if when:
+            (data / name / "run.json").write_text(json.dumps({"mode": "dev", "sessions": {}, "created": when}))
+    assert run_cli("ls", "--data-dir", str(data)) == 0
+    headers = [x.split()[0] for x in capsys.readouterr().out.splitlines() if not x.startswith(" ")]
+    assert headers == ["zz-named-early", "ppo_cartpole_2026_01_02_030405", "aa-named-late"]
