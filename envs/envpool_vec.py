@@ -31,6 +31,7 @@ seeds are int32), so every sub-env keeps its own ``sub_env_seeds`` stream.
 
 from __future__ import annotations
 
+import difflib
 import math
 import pickle
 import time
@@ -92,8 +93,12 @@ def resolve_envpool_id(name: str) -> str:
                 warnings.warn(f"env '{name}' (MuJoCo Playground, MJX) runs as EnvPool's CPU task '{candidate}'",
                               stacklevel=2)
                 return candidate
+        tasks = {i.split("/")[-1].removesuffix("-v1").lower(): i.split("/")[-1].removesuffix("-v1")
+                 for i in ids if i.endswith("-v1")}
+        close = difflib.get_close_matches(task.lower(), list(tasks), n=1)
+        hint = f"; did you mean '{PLAYGROUND_PREFIX}{tasks[close[0]]}'?" if close else ""
         raise ValueError(f"env '{name}': EnvPool has no MuJoCo Playground task '{task}' (neither "
-                         f"'MuJoCoPlayground/{task}-v1' nor '{task}-v1'), so it cannot run here")
+                         f"'MuJoCoPlayground/{task}-v1' nor '{task}-v1'), so it cannot run here{hint}")
     if name in ids:
         return name
     gym_id = resolve_env_id(name)  # ValueError for ids gymnasium does not know either

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.spec import pbt
+from orchestrator.spec.hints import did_you_mean
 from orchestrator.spec.slm_lab import ANY, SLM_LAB_KEYS
 
 # type -> (number of numeric arguments, optional trailing ones): grid_search and choice take a list of values
@@ -148,7 +149,8 @@ def parse_search(spec: dict[str, Any]) -> tuple[list[SearchVar], list[str]]:
                             f"use one of {list(SPACE_TYPES)}")
             continue
         if kind not in SPACE_TYPES:
-            problems.append(f"{where}: unknown space type '{kind}'; expected one of {list(SPACE_TYPES)}")
+            problems.append(f"{where}: unknown space type '{kind}'{did_you_mean(kind, SPACE_TYPES)} "
+                            f"(expected one of {list(SPACE_TYPES)})")
             continue
         if path.split(".")[0] in ("search", "name"):
             problems.append(f"{where}: '{path}' cannot be searched")

@@ -5,7 +5,6 @@ optimizers)."""
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import typing
 import warnings
@@ -14,7 +13,8 @@ from typing import Any
 import torch
 
 from agents.algorithms import ALGORITHMS
-from agents.memory import MEMORIES
+from agents.algorithms.base import AlgorithmSpec
+from agents.memory import MEMORIES, MemorySpec
 from agents.nets import (
     ACTIVATIONS,
     GLOBAL_OPTIMIZERS,
@@ -32,6 +32,7 @@ from agents.nets import (
 from agents.schedules import DECAYS, LR_SCHEDULERS, VarSchedule, lr_factor
 from envs import envpool_vec
 from envs.make import is_atari, resolve_env_id
+from orchestrator.spec.hints import did_you_mean
 from orchestrator.spec.schema import (
     AGENT_KEYS,
     MAX_LR,
@@ -70,8 +71,7 @@ def _check_section(section: Any, cls: type, path: str, problems: list[str]) -> N
                 problem = problem and problem.replace(table_key, dotted, 1)
                 problems.extend([problem] if problem else [])
                 continue
-            close = difflib.get_close_matches(key, list(fields), n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else f"; valid keys: {sorted(fields)}"
+            hint = did_you_mean(key, fields) or f"; valid keys: {sorted(fields)}"
             problems.append(f"{dotted}: unknown key{hint}")
             continue
         if not type_ok(value, hints[key]):
@@ -99,7 +99,8 @@ def _name_checker(problems: list[str]) -> Any:
     def check(path: str, value: Any, valid: Any) -> None:
         if registered(valid, value) is None:
             problems.append(slm_lab_name_problem(path, value, sorted(valid))
-                            or f"{path}: unknown name {value!r}; expected one of {sorted(valid)}")
+                            or f"{path}: unknown name {value!r}{did_you_mean(str(value), valid)} "
+                               f"(expected one of {sorted(valid)})")
     return check
 
 
@@ -268,9 +269,8 @@ def _check_resources(spec: dict[str, Any], problems: list[str]) -> None:
     for key, value in res.items():
         path = f"meta.resources.{key}"
         if key not in RESOURCE_KEYS:
-            close = difflib.get_close_matches(key, RESOURCE_KEYS, n=1)
-            problems.append(f"{path}: unknown key" + (f"; did you mean '{close[0]}'?" if close else
-                                                      f"; valid keys: {list(RESOURCE_KEYS)}"))
+            problems.append(f"{path}: unknown key" + (did_you_mean(key, RESOURCE_KEYS)
+                                                      or f"; valid keys: {list(RESOURCE_KEYS)}"))
         elif not type_ok(value, float) or not 0 <= value <= MAX_RESOURCE:
             unit = "CPUs" if key == "num_cpus" else "GPUs"
             problems.append(f"{path}: expected a number in [0, {MAX_RESOURCE}] ({unit} per session), got {value!r}")
@@ -411,7 +411,8 @@ def _check_net_build_args(net: dict[str, Any], path: str, problems: list[str], r
     for key, valid in (("hid_layers_activation", ACTIVATIONS), ("out_layer_activation", ACTIVATIONS),
                        ("init_fn", INIT_FNS)):
         if net.get(key) is not None and registered(valid, net[key]) is None:
-            problems.append(f"{path}.{key}: unknown name {net[key]!r}; expected one of {sorted(valid)}")
+            problems.append(f"{path}.{key}: unknown name {net[key]!r}{did_you_mean(str(net[key]), valid)} "
+                            f"(expected one of {sorted(valid)})")
     _check_layers(net, problems, path, role_arcs)
     loss = net.get("loss_spec")
     if isinstance(loss, dict) and registered(LOSSES, loss.get("name")):
@@ -443,8 +444,16 @@ def _check_agent_keys(agent: dict[str, Any], problems: list[str]) -> None:
             problem = slm_lab_key_problem(f"agent.{key}", agent[key])
             problems.extend([problem] if problem else [])
         elif key not in AGENT_KEYS:
-            close = difflib.get_close_matches(key, AGENT_KEYS, n=1)
-            problems.append(f"agent.{key}: unknown key" + (f"; did you mean '{close[0]}'?" if close else ""))
+            problems.append(f"agent.{key}: unknown key" + (did_you_mean(key, AGENT_KEYS) or _section_hint(key)))
+
+
+def _section_hint(key: str) -> str:
+    """``"; did you mean 'agent.net.optim_spec'?"`` for an agent-level key that is a key of one of its sections
+    (``agent.optim_spec``), else ''."""
+    for section, cls in (("net", NetSpec), ("algorithm", AlgorithmSpec), ("memory", MemorySpec)):
+        if key in {f.name for f in dataclasses.fields(cls)}:
+            return f"; did you mean 'agent.{section}.{key}'?"
+    return ""
 
 
 def validate(spec: dict[str, Any]) -> list[str]:
@@ -452,8 +461,7 @@ def validate(spec: dict[str, Any]) -> list[str]:
     problems: list[str] = []
     for key in spec:
         if key not in TOP_KEYS:
-            close = difflib.get_close_matches(key, TOP_KEYS, n=1)
-            problems.append(f"{key}: unknown top-level key" + (f"; did you mean '{close[0]}'?" if close else ""))
+            problems.append(f"{key}: unknown top-level key" + did_you_mean(key, TOP_KEYS))
     agent = spec.get("agent")
     if not isinstance(agent, dict):
         return problems + [f"agent: expected an object with {list(AGENT_KEYS[1:])}, got {agent!r}"]

@@ -250,21 +250,21 @@ def test_nonpositive_max_frame(value):
 
 def test_unknown_algorithm_lists_valid_names():
     problem = only(problems_of(["agent.algorithm.name=PPO2"]))
-    assert problem.startswith("agent.algorithm.name: unknown name 'PPO2'; expected one of")
+    assert problem.startswith("agent.algorithm.name: unknown name 'PPO2'; did you mean 'PPO'? (expected one of")
     for name in ALGORITHMS:
         assert f"'{name}'" in problem
 
 
 def test_unknown_net_type():
     assert only(problems_of(["agent.net.type=ConvNett"])) == \
-        f"agent.net.type: unknown name 'ConvNett'; expected one of {sorted(NETS)}"
+        f"agent.net.type: unknown name 'ConvNett'; did you mean 'ConvNet'? (expected one of {sorted(NETS)})"
 
 
 def test_unknown_memory():
     assert only(problems_of(["agent.memory.name=FancyReplay"])) == (
-        "agent.memory.name: unknown name 'FancyReplay'; "
-        "expected one of ['OnPolicyBatchReplay', 'OnPolicyCrossEntropy', 'OnPolicyReplay', 'PrioritizedReplay', "
-        "'Replay']")
+        "agent.memory.name: unknown name 'FancyReplay'; did you mean 'OnPolicyReplay'? "
+        "(expected one of ['OnPolicyBatchReplay', 'OnPolicyCrossEntropy', 'OnPolicyReplay', 'PrioritizedReplay', "
+        "'Replay'])")
 
 
 def test_memory_not_allowed_for_algorithm():
@@ -273,10 +273,23 @@ def test_memory_not_allowed_for_algorithm():
         "got 'Replay'"
 
 
+@pytest.mark.parametrize("override, hint", [
+    ('agent.optim_spec={"name":"Adam","lr":0.01}',
+     "agent.optim_spec: unknown key; did you mean 'agent.net.optim_spec'?"),
+    ("agent.algorithm.name=PPo", "agent.algorithm.name: unknown name 'PPo'; did you mean 'PPO'?"),
+    ("agent.net.optim_spec.name=adam", "agent.net.optim_spec.name: unknown name 'adam'; did you mean 'Adam'?"),
+    ("env.name=playground/CartPoleBalance", "did you mean 'playground/CartpoleBalance'?"),
+    ('search={"agent.net.optim_spec.lr__logunform": [0.001, 0.01]}',
+     "search.agent.net.optim_spec.lr__logunform: unknown space type 'logunform'; did you mean 'loguniform'?"),
+])
+def test_typos_get_the_closest_valid_word(override, hint):
+    assert hint in only(problems_of([override]))
+
+
 def test_unknown_optimizer_loss_and_lr_scheduler():
     assert only(problems_of(["agent.net.optim_spec.name=Adamm"])) == (
-        "agent.net.optim_spec.name: unknown name 'Adamm'; expected one of ['Adam', 'AdamW', 'GlobalAdam', "
-        "'GlobalRMSprop', 'Lookahead', 'RAdam', 'RMSprop', 'SGD']")
+        "agent.net.optim_spec.name: unknown name 'Adamm'; did you mean 'Adam'? (expected one of ['Adam', 'AdamW', "
+        "'GlobalAdam', 'GlobalRMSprop', 'Lookahead', 'RAdam', 'RMSprop', 'SGD'])")
     assert "agent.net.loss_spec.name: unknown name 'L1'" in \
         only(problems_of(['agent.net.loss_spec={"name":"L1"}']))
     assert "agent.net.lr_scheduler_spec.name: unknown name 'Exp'" in \
@@ -298,7 +311,7 @@ def test_bad_optimizer_and_schedule_arguments():
 
 def test_unknown_activation_init_and_bad_widths():
     assert only(problems_of(["agent.net.hid_layers_activation=relux"])).startswith(
-        "agent.net.hid_layers_activation: unknown name 'relux'; expected one of ['elu'")
+        "agent.net.hid_layers_activation: unknown name 'relux'; did you mean 'relu'? (expected one of ['elu'")
     assert only(problems_of(["agent.net.init_fn=he"])).startswith("agent.net.init_fn: unknown name 'he'")
     assert only(problems_of(['agent.net.hid_layers=[64,"a"]'])) == \
         "agent.net.hid_layers: expected a list of positive ints, got [64, 'a']"

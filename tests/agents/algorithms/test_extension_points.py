@@ -44,9 +44,9 @@ def alpha_algo(monkeypatch):
 def test_declared_optimizer_key_is_checked_and_is_no_schedule(alpha_algo):
     with pytest.raises(SpecError) as err:
         load_spec(SPECS, "reinforce_cartpole", [*alpha_algo, "agent.algorithm.alpha_optim_spec.name=Adamm"])
-    assert err.value.problems == ["agent.algorithm.alpha_optim_spec.name: unknown name 'Adamm'; expected one of "
-                                  "['Adam', 'AdamW', 'GlobalAdam', 'GlobalRMSprop', 'Lookahead', 'RAdam', 'RMSprop', "
-                                  "'SGD']"]
+    assert err.value.problems == ["agent.algorithm.alpha_optim_spec.name: unknown name 'Adamm'; did you mean 'Adam'? "
+                                  "(expected one of ['Adam', 'AdamW', 'GlobalAdam', 'GlobalRMSprop', 'Lookahead', "
+                                  "'RAdam', 'RMSprop', 'SGD'])"]
     load_spec(SPECS, "reinforce_cartpole", alpha_algo)  # a *_spec that is not a schedule: no decay check
 
 
