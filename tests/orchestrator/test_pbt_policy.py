@@ -297,6 +297,8 @@ def test_a_pbt_resume_refuses_population_edits_by_name(tmp_path):
         with pytest.raises(SpecError) as err:
             resume_spec(str(tmp_path), new)
         assert any(p.startswith(f"{key}: the run was saved with") for p in err.value.problems), err.value.problems
+    with pytest.raises(SpecError, match=r"search.agent.net.optim_spec.lr__loguniform: the run was saved with"):
+        resume_spec(str(tmp_path), {**spec, "search": {f"{LR}__loguniform": [1e-5, 1e-2]}})
     with pytest.raises(SpecError, match=r"meta.max_session: .* \(a PBT population keeps it"):
         resume_spec(str(tmp_path), {**spec, "meta": {**spec["meta"], "max_session": 6}})
     plain_spec = load_spec(SPECS, "ppo_cartpole", ["meta.max_session=2"])  # a train@ may raise it
