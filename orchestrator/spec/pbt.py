@@ -17,6 +17,12 @@ hyperparameters (re-applied to the optimizers' param groups after every restore)
 GAE's lambda, the start/end values and frames of frame-driven schedules (pure functions of the frame), gradient
 clipping and the LR scheduler's arguments. A key outside them (a net's layers, a batch size, the memory) is an exit 2
 naming it: its change would contradict the checkpointed state.
+
+The interval must fall on a log row and a checkpoint (a multiple of ``meta.log_frequency``,
+``meta.checkpoint_frequency`` and ``env.num_envs``; the message names the nearest valid values) and below
+``env.max_frame``; a searched distribution must reach values the schema allows for its key (``key_range``, which
+the explore step also clamps to); a resume keeps the population's ``env.max_frame`` and ``meta.max_session``
+(``PBT_RESUME_FIXED``, checked by ``orchestrator.spec.resume``).
 """
 
 from __future__ import annotations
