@@ -207,6 +207,11 @@ def test_integer_perturbations_move_at_least_one_step_and_exclusive_bounds_hold(
     assert explore_key(ints, 4, up, rng)[1]["clamped"]
     assert max(sample(ints, rng) for _ in range(300)) == 4
     assert max(perturb(ints, 4, PBTSettings(400, 0.25, 1.0), rng) for _ in range(300)) == 4  # resampled
+    pb2 = PBTSettings(400, 0.5, method="PB2")  # PB2's picks are fitted too: never randint's high
+    picks = [r["config"]["agent.algorithm.training_epoch"] for seed in range(30)
+             for r in decide(1, 400, {0: 1.0, 1: 2.0}, {0: {ints.path: 1}, 1: {ints.path: 2}}, [ints], pb2, seed)
+             if r["donor"] is not None]
+    assert set(picks) == {1, 2, 3, 4}
     log = SearchVar("agent.algorithm.training_epoch", "lograndint", [1, 8])
     assert perturb(log, 7, up, rng) == 7 and perturb(log, 1, up, rng) == 2
     grid = SearchVar("agent.algorithm.training_epoch", "qrandint", [4, 20, 4])
