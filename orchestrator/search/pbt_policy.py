@@ -41,6 +41,8 @@ from orchestrator.spec.search_space import INT_TYPES, NORMAL_TYPES, SearchVar, p
 SEED_INITIAL, SEED_DECIDE, SEED_EXPLORE, SEED_RESEED, SEED_PB2 = 0, 1, 2, 3, 4  # stream tags of the kinds of draws
 VERSION = 2  # pbt.jsonl records with ``version``, ``rank``, ``failed``, ``explore``, ``redraws``, ``reseed``
 MAX_REDRAWS = 16
+OPEN_MARGIN = 1e-9  # a float clamped to an open bound (a schema ``gt``) lands this far inside it (relative, or absolute
+# below 1); not the next float: a subnormal is flushed to 0 where torch set the CPU's flush-to-zero mode
 RESEED_RANGE = 2**31  # reseed values fit every RNG the sessions seed (int32 for EnvPool)
 
 Problems = Callable[[dict[str, Any]], list[str]]
@@ -88,17 +90,17 @@ def sample(var: SearchVar, rng: np.random.Generator) -> Any:
 
 def bounds(var: SearchVar, key: KeyRange | None = None) -> tuple[float, float]:
     """The closed interval of values ``var`` may take after explore: the distribution's (``space_box``; unbounded for
-    normal types) within the schema's ``key`` range (an open bound moved to the next integer, grid point or float),
+    normal types) within the schema's ``key`` range (an open bound moved to the next grid point, or ``OPEN_MARGIN``),
     shrunk to the grid of a quantized or integer type."""
     low, high = space_box(var) or (-math.inf, math.inf)
     step = _step(var)
     if key is not None and key.low is not None:
         edge = key.low if not key.low_open else \
-            (math.floor(key.low / step) + 1) * step if step else math.nextafter(key.low, math.inf)
+            (math.floor(key.low / step) + 1) * step if step else key.low + OPEN_MARGIN * max(abs(key.low), 1.0)
         low = max(low, edge)
     if key is not None and key.high is not None:
         edge = key.high if not key.high_open else \
-            (math.ceil(key.high / step) - 1) * step if step else math.nextafter(key.high, -math.inf)
+            (math.ceil(key.high / step) - 1) * step if step else key.high - OPEN_MARGIN * max(abs(key.high), 1.0)
         high = min(high, edge)
     if step and math.isfinite(low):
         low = math.ceil(low / step - 1e-9) * step
