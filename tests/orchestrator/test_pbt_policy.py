@@ -328,3 +328,16 @@ def test_every_pbt_example_of_the_readme_and_docs_passes_the_spec_check():
         items = [f"search={json.dumps(fragment['search'])}"] + \
             [f"meta.{k}={json.dumps(v)}" for k, v in fragment["meta"].items()]
         assert load_spec(SPECS, "ppo_cartpole", items)["meta"]["search_scheduler"]["name"] in ("PBT", "PB2")
+
+
+def test_the_population_samples_and_checks_within_the_schema(tmp_path):
+    """``orchestrator.search.pbt.Population`` wires ranges and the full check into the policy: N(0.99, 0.05) gives
+    gamma above 1 for some of 16 trials, which start at 1 instead of exiting 2."""
+    from orchestrator.search.pbt import Population
+
+    spec = pbt_spec({"agent.algorithm.gamma__normal": [0.99, 0.05]}, extra=("meta.max_trial=16",))
+    pop = Population(str(tmp_path), spec, None, True, check)
+    gammas = [c[GAMMA] for c in pop.initial.values()]
+    assert max(gammas) == 1.0 and min(gammas) < 1.0
+    assert pop.config_problems({GAMMA: 1.2}) == ["agent.algorithm.gamma: must be <= 1, got 1.2"]
+    assert all(pop.config_problems(c) == [] for c in pop.initial.values())
