@@ -39,12 +39,12 @@ import sys
 import threading
 from typing import Any, Callable
 
-from orchestrator.errors import EXIT_RESUMABLE, UsageError
-from orchestrator.search.pbt_policy import decide, initial_config, lineage
+from orchestrator.errors import EXIT_RESUMABLE, SpecError, UsageError
+from orchestrator.search.pbt_policy import decide, format_exploit, initial_config, lineage
 from orchestrator.search.trials import trial_json, write_spec_files
 from orchestrator.session_actor import EXPORTED_FILES
 from orchestrator.session_hosts import SessionHosts, capacity, host_key
-from orchestrator.spec.pbt import PBTSettings
+from orchestrator.spec.pbt import PBTSettings, key_range
 from orchestrator.spec.search_space import SearchVar, apply_values, parse_search
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
@@ -90,7 +90,9 @@ class Population:
         self.hosts = SessionHosts()
         self.current: Trial | None = None  # the generation's Trial while it runs (signals stop it)
         self.stop_requested = False
-        self.initial = {t: initial_config(self.variables, self.seed, t) for t in self.trials}
+        self.ranges = {v.path: key_range(spec, v.path) for v in self.variables}
+        self.initial = {t: initial_config(self.variables, self.seed, t, self.ranges, self.config_problems)
+                        for t in self.trials}
 
     # ---------------------------------------------------------------- configs and specs
     def configs_after(self, records: list[dict[str, Any]], generation: int) -> dict[int, dict[str, Any]]:
@@ -108,6 +110,14 @@ class Population:
             SpecError: a value makes the spec invalid (names the key).
         """
         return self.check(apply_values(self.spec, config))
+
+    def config_problems(self, config: dict[str, Any]) -> list[str]:
+        """The problems of the spec with ``config`` applied (``trial_spec``'s check; empty when it is valid)."""
+        try:
+            self.trial_spec(config)
+            return []
+        except SpecError as err:
+            return err.problems
 
     def write_trial(self, t: int, config: dict[str, Any], status: str, **extra: Any) -> None:
         """Trial ``t``'s spec files and ``trial.json`` with its current values (and ``extra`` keys)."""
@@ -222,7 +232,8 @@ class Population:
         decided = [r for r in records if int(r["generation"]) == g]
         if len(decided) != len(self.trials):
             decided = decide(g, frame, self.scores(frame, self.trials), configs, self.variables, self.settings,
-                             self.seed, records, len(self.boundaries))
+                             self.seed, records, len(self.boundaries), ranges=self.ranges,
+                             problems=self.config_problems)
             records = [r for r in records if int(r["generation"]) < g] + decided
             storage.write_text(storage.join(self.predir, RECORDS), "".join(json.dumps(r) + "\n" for r in records))
         for r in decided:
@@ -237,11 +248,7 @@ class Population:
         """One line per exploit of a generation."""
         for r in decided:
             if r["donor"] is not None:
-                values = ", ".join(f"{k.rsplit('.', 1)[-1]}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                   for k, v in r["config"].items())
-                print(f"{self.settings.method} generation {r['generation']} (frame {r['frame']}): t{r['trial']} "
-                      f"(score {_fmt(r['score'])}) continues from t{r['donor']} (score {_fmt(r['donor_score'])}) "
-                      f"with {values}", flush=True)
+                print(format_exploit(r, self.settings.method), flush=True)
 
     def run_with_signals(self) -> int:
         """``run`` with SIGINT/SIGTERM/SIGUSR1 handled: the generation's sessions commit their checkpoints and stop
@@ -267,10 +274,6 @@ class Population:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-
-
-def _fmt(score: float | None) -> str:
-    return "n/a" if score is None else f"{score:.4g}"
 
 
 # ---------------------------------------------------------------- replay
