@@ -157,3 +157,19 @@ def test_the_manifest_memory_flag_and_train_df_of_a_stored_replay_resume_equal_t
     resumed = interrupted_then_resumed(spec, 7, 333, str(tmp_path / "dqn_cartpole_2026_01_01_000000"))
     pd.testing.assert_frame_equal(COMPARED(straight.train_df), COMPARED(resumed.train_df))
     assert resumed.exact is True and resumed.exact_reason is None
+
+
+def test_a_search_resume_says_once_which_sessions_cannot_be_exact(tmp_path, capsys):
+    """``search@``'s driver-side verification (``verify_trials``) prints the same one line for a search's trials."""
+    import json
+
+    from orchestrator.modes import search
+
+    spec = load_spec(CARTPOLE, "dqn_cartpole", [*DQN, "meta.max_session=1"])
+    predir = tmp_path / "dqn_cartpole_2026_01_01_000000"
+    commit(predir, spec, 0, 250)
+    (predir / "t0" / "trial.json").write_text(json.dumps({"trial": 0, "values": {}, "status": "running"}))
+    capsys.readouterr()
+    search.verify_trials(str(predir), spec)
+    lines = [line for line in capsys.readouterr().err.splitlines() if "exact" in line]
+    assert lines == [f"note: this resume cannot equal the uninterrupted run (exact: false): t0_s0: {REPLAY_NOT_STORED}"]
