@@ -99,7 +99,7 @@ def download(version: str, root: Path, listing: Path | None = None) -> Path:
         with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response, \
                 tarfile.open(fileobj=response, mode="r|gz") as archive:
             for member in archive:
-                top, _, inner = member.name.partition("/")
+                inner = member.name.partition("/")[2]  # below the top folder (any name)
                 rel = inner[len(SPEC_DIR):] if inner.startswith(SPEC_DIR) else None
                 if not member.isfile() or rel not in files:
                     continue
