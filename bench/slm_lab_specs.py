@@ -1,7 +1,8 @@
 """SLM-Lab spec compatibility: validate every spec entry of SLM-Lab's own spec files, tally the outcomes.
 
-Walks every ``*.json`` / ``*.yaml`` / ``*.yml`` file under each SLM-Lab spec folder (default
-``$SLM_LAB_SPECS`` or ``../shared/slm_lab_specs`` beside the checkout: its ``v5.3.0/`` and, if present, ``v4/``), and
+Walks every ``*.json`` / ``*.yaml`` / ``*.yml`` file under each SLM-Lab spec folder (``--root``, default
+``$SLM_LAB_SPECS``, else SLM-Lab's pinned spec files downloaded into a cache and checked as the tests get them,
+``tests/slm_lab_fetch.py``: its ``v5.3.0/`` and, if present, ``v4/``), and
 for every spec entry in a file runs what ``lab FILE NAME dev`` runs before anything starts:
 ``orchestrator.spec.load_spec`` (read, normalise, fill ``${var}`` templates from ``--set``, defaults,
 validation). Each entry ends in one outcome:
@@ -60,7 +61,6 @@ import argparse
 import contextlib
 import io
 import json
-import os
 import re
 import signal
 import sys
@@ -75,8 +75,6 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-# the shared/ folder beside the repository checkout holds SLM-Lab's spec files, unmodified
-DEFAULT_ROOT = Path(os.environ.get("SLM_LAB_SPECS", REPO.parent / "shared" / "slm_lab_specs"))
 VERSIONS = ("v5.3.0", "v4")
 CLASSIC = ("CartPole", "Acrobot", "MountainCar", "Pendulum")
 
@@ -372,7 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the sweep (or merge shards), print the tallies, write the JSON record; 1 if any entry crashed
     or a dev run ended other than 0 or 2."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT)
+    parser.add_argument("--root", type=Path, default=None,
+                        help="folder holding v5.3.0/ (default $SLM_LAB_SPECS, else the tests' cached download)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--dev", type=int, default=0, metavar="FRAMES", help="dev-run ok classic entries")
     parser.add_argument("--dev-all", type=int, default=0, metavar="FRAMES",
@@ -393,6 +392,13 @@ def main(argv: list[str] | None = None) -> int:
         result = summarize([rec for part in args.merge for rec in json.loads(part.read_text())["records"]])
     else:
         k, n = (int(x) for x in args.shard.split("/"))
+        if args.root is None:
+            from tests.slm_lab_fetch import SpecsUnavailable, ensure
+            try:
+                args.root = ensure()
+            except SpecsUnavailable as err:
+                print(f"error: {err}", file=sys.stderr)
+                return 2
         result = sweep(args.root, args.overrides, args.dev_all or args.dev, args.limit, args.verbose,
                        dev_all=bool(args.dev_all), timeout=args.timeout, only=args.only, shard=(k, n),
                        analysis=not args.no_analysis)

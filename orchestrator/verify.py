@@ -42,6 +42,21 @@ def check_session(predir: str, plan: SessionPlan) -> Selection:
     return selection
 
 
+def inexact_note(selections: list[tuple[str, Selection]]) -> str | None:
+    """One line saying which sessions a resume restores from ``exact: false`` checkpoints and why (grouped by
+    ``exact_reason``), or None when every restored checkpoint is exact. ``selections``: (session key, its
+    selection) of the sessions being resumed; one with no checkpoint is left out."""
+    by_reason: dict[str, list[str]] = {}
+    for key, selection in selections:
+        meta = selection.manifest.meta if selection.manifest is not None else {}
+        if meta.get("exact") is False:
+            by_reason.setdefault(meta.get("exact_reason") or "not exact", []).append(key)
+    if not by_reason:
+        return None
+    parts = "; ".join(f"{', '.join(keys)}: {reason}" for reason, keys in by_reason.items())
+    return f"note: this resume cannot equal the uninterrupted run (exact: false): {parts}"
+
+
 def export_committed(predir: str, plan: SessionPlan, selection: Selection) -> list[str]:
     """Make a session's user copies (train_df/eval_df parquet) equal to its checkpoint's.
 

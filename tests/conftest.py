@@ -5,6 +5,26 @@ import uuid
 
 import pytest
 
+
+# ---------------------------------------------------------------- SLM-Lab's spec files
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slm_lab_specs: reads SLM-Lab's own spec files (tests/slm_lab_fetch.py)")
+
+
+@pytest.hookimpl(trylast=True)  # after -k / -m deselection: only the tests that will run count
+def pytest_collection_modifyitems(session, config, items):
+    """When a selected test reads SLM-Lab's spec files, make sure they are there once for the whole session
+    (``$SLM_LAB_SPECS``, else the checked download into the cache); if they cannot be had, end the session
+    with one line naming ``SLM_LAB_SPECS`` instead of failing each such test."""
+    if config.option.collectonly or not any(item.get_closest_marker("slm_lab_specs") for item in items):
+        return
+    from tests.slm_lab_fetch import SpecsUnavailable, ensure
+
+    try:
+        ensure()
+    except SpecsUnavailable as err:
+        pytest.exit(f"error: {err}", returncode=pytest.ExitCode.TESTS_FAILED)
+
 # ---------------------------------------------------------------- S3 (moto server) fixtures
 # A local S3-compatible server for storage/checkpoint tests. pyarrow's S3 client is C++, so moto's
 # in-process mocks do not reach it: the server listens on 127.0.0.1 and the AWS_* variables point

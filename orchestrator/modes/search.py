@@ -66,7 +66,7 @@ from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
 from orchestrator.store.lease import Lease
 from orchestrator.store.record import RunRecord, SessionPlan
-from orchestrator.verify import export_committed, session_done
+from orchestrator.verify import export_committed, inexact_note, session_done
 
 # ---------------------------------------------------------------- search space and Tune config
 
@@ -298,11 +298,13 @@ def verify_trials(predir: str, spec: dict[str, Any]) -> None:
     Corrupt newest checkpoints are set aside here, so their warnings reach the terminal (Tune's trial
     processes do not print to it); each is recorded under the session in ``t{T}/run.json``
     (``set_aside``). Sessions at ``max_frame`` get their train_df/eval_df copies re-exported from
-    their checkpoint. The trials then plan from the verified checkpoints.
+    their checkpoint. The trials then plan from the verified checkpoints. When any unfinished session resumes from
+    an ``exact: false`` checkpoint, one line on stderr says which and why (``verify.inexact_note``).
 
     Raises:
         UsageError: a session's checkpoints cannot be read.
     """
+    restored = []
     for t in sorted(lab_trials(predir)):
         record = None
         for s in range(int(spec["meta"]["max_session"])):
@@ -312,12 +314,17 @@ def verify_trials(predir: str, spec: dict[str, Any]) -> None:
             is_done, selection = session_done(predir, plan, int(spec["env"]["max_frame"]))
             if is_done:  # also for trials Tune does not run again
                 export_committed(predir, plan, selection)
+            else:
+                restored.append((plan.key, selection))
             if plan.set_aside:
                 record = record or RunRecord.load_or_new(storage.join(predir, f"t{t}"), spec["name"])
                 entry = record.data["sessions"].setdefault(plan.key, {})
                 entry["set_aside"] = entry.get("set_aside", []) + plan.set_aside
         if record is not None:
             record.save()
+    note = inexact_note(restored)
+    if note:
+        print(note, file=sys.stderr)
 
 
 def resumed_spec(predir: str, new_spec: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:

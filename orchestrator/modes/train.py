@@ -26,7 +26,7 @@ from orchestrator.store.lease import Lease
 from orchestrator.store.predir import session_seed
 from orchestrator.store.record import RunRecord, SessionPlan, now_iso
 from orchestrator.trial import Trial, aggregate_trial
-from orchestrator.verify import export_committed, session_done
+from orchestrator.verify import export_committed, inexact_note, session_done
 
 
 def plan_fresh(spec: dict[str, Any], data_dir: str, predir: str | None = None) -> tuple[str, list[SessionPlan]]:
@@ -94,7 +94,8 @@ def plan_resume(predir: str, merged: dict[str, Any], saved_sessions: int, allow_
     Each saved session is verified here, in the driver (``check_session``): its plan's ``frame`` is
     the frame of its newest checkpoint that verifies (newer corrupt ones are set aside, with a
     warning, and listed in ``set_aside``). A session whose valid checkpoint is at ``max_frame`` is
-    done: its train_df/eval_df copies are re-exported from that checkpoint.
+    done: its train_df/eval_df copies are re-exported from that checkpoint. When any session resumes from an
+    ``exact: false`` checkpoint, one line on stderr says which and why (``verify.inexact_note``).
 
     Returns:
         (plans to run, plans of the sessions already done).
@@ -103,7 +104,7 @@ def plan_resume(predir: str, merged: dict[str, Any], saved_sessions: int, allow_
         UsageError: sessions with no valid checkpoint (unless ``allow_fresh``); unreadable checkpoints.
     """
     base, max_frame = merged["meta"]["random_seed"], merged["env"]["max_frame"]
-    plans, done, missing = [], [], []
+    plans, done, missing, restored = [], [], [], []
     for s in range(merged["meta"]["max_session"]):
         plan = SessionPlan(0, s, session_seed(base, 0, s), resume=False)
         if s >= saved_sessions:  # max_session raised: a fresh session
@@ -119,11 +120,15 @@ def plan_resume(predir: str, merged: dict[str, Any], saved_sessions: int, allow_
                                        if bad else ""))
         plan.resume, plan.frame = selection.frame is not None, selection.frame or 0
         plans.append(plan)
+        restored.append((plan.key, selection))
     if missing:
         raise UsageError(f"train@{predir}: no committed checkpoint for session(s) {', '.join(missing)}; "
                          "pass --allow-fresh to start them from frame 0")
     for plan, selection in done if export else ():
         export_committed(predir, plan, selection)
+    note = inexact_note(restored)
+    if note:
+        print(note, file=sys.stderr)
     return plans, [plan for plan, _ in done]
 
 

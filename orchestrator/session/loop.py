@@ -67,6 +67,13 @@ EVAL_COLUMNS = ("frame", "epi", "opt_step", "wall_t", "total_reward", "total_rew
 
 LogCallback = Callable[["Session", dict[str, Any]], None]
 
+# Why a checkpoint's resume cannot equal the uninterrupted run (its manifest's ``exact_reason``; docs/resume.md)
+REPLAY_NOT_STORED = ("agent.memory.checkpoint is false: the replay is not stored, a resume refills it before "
+                     "training")
+REPLAY_NOT_RESTORED = "resumed from a checkpoint without the replay (refilled)"
+ENV_NOT_RESTORED = "resumed from a checkpoint without env state (the env was reset)"
+RNG_REDERIVED = "resumed from a torch RNG state of another device kind (re-derived from its hash)"
+
 
 def seed_globals(seed: int) -> None:
     """Seed python ``random``, numpy's and torch's global RNGs (for library code that uses them), and flush
@@ -160,8 +167,8 @@ class Session:
         self.eval_rows: list[dict[str, Any]] = []
         self.refilling = False
         self.stop_requested = False  # set from a signal handler: run_rl returns after this step
-        self.exact = True  # false once a restore could not bring back the env state
-        self.exact_reason: str | None = None  # why not exact, when set from outside (meta.distributed)
+        self.exact = True  # false once a restore could not bring back the whole state (or meta.distributed)
+        self.exact_reason: str | None = None  # why not ("; "-joined causes), see not_exact
         self._eval_env: Any = None
         self._last_log = (0, 0.0)  # (frame, wall_t) of the previous log row
         self._train_parquet = ParquetRows(self.train_columns)  # checkpoints encode only the rows added since the last
@@ -306,6 +313,12 @@ class Session:
         """Transitions a restored off-policy session collects before training resumes (``Algorithm.refill_size``)."""
         return self.algorithm.refill_size()
 
+    def not_exact(self, reason: str) -> None:
+        """Record that this session can no longer equal its uninterrupted run, and why (causes accumulate)."""
+        self.exact = False
+        causes = self.exact_reason.split("; ") if self.exact_reason else []
+        self.exact_reason = "; ".join(causes + [reason] * (reason not in causes))
+
     def state_dict(self) -> dict[str, Any]:
         """Everything but the env and the dataframes, as tensors/numbers (``weights_only`` loadable)."""
         np_state = np.random.get_state()
@@ -325,25 +338,27 @@ class Session:
 
         Files: ``state.pt`` (``state_dict``, torch format), ``env.pkl`` (the pickled vector env,
         when it pickles), ``train_df.parquet`` and, once it has rows, ``eval_df.parquet``. Metadata: clock,
-        ``weights_sha256`` per net, ``exact`` (false when the env could not be pickled), ``exact_reason`` (why not,
-        or None),
-        ``total_reward_ma`` of the last log row, and whether the replay buffer is included.
+        ``weights_sha256`` per net, ``exact`` and ``exact_reason`` (None, or why a resume from this checkpoint
+        cannot equal the uninterrupted run, causes joined by "; ": the env does not pickle, the replay is not
+        stored, and any cause recorded by ``not_exact``: an earlier inexact restore, ``meta.distributed``),
+        ``total_reward_ma`` of the last log row, and whether the replay buffer is included (``memory``).
         """
         buf = io.BytesIO()
         torch.save(self.state_dict(), buf)
         files = {"state.pt": buf.getvalue(), "train_df.parquet": self._train_parquet.encode(self.train_rows)}
         if self.eval_rows:
             files["eval_df.parquet"] = self._eval_parquet.encode(self.eval_rows)
-        exact = self.exact
-        reason = None if exact else \
-            self.exact_reason or "restored from a checkpoint without env state or with another device kind's RNG"
+        causes = [] if self.exact else (self.exact_reason or "not exact").split("; ")
         try:
             files["env.pkl"] = pickle.dumps(self.env)
         except Exception as err:  # async envs, Box2D (envs.wrappers.SimStatePickle)  # noqa: BLE001
-            exact, reason = False, f"{type(self.env.unwrapped).__name__} not pickled: {type(err).__name__}: {err}"
+            causes.insert(0, f"{type(self.env.unwrapped).__name__} not pickled: {type(err).__name__}: {err}")
+        if not self.memory_in_checkpoint:  # the replay's transitions are dropped (REPLAY_NOT_STORED covers
+            causes = [c for c in causes if c != REPLAY_NOT_RESTORED] + [REPLAY_NOT_STORED]  # an earlier refill)
         last = self.train_rows[-1]["total_reward_ma"] if self.train_rows else math.nan
         meta = {"clock": self.clock.state_dict(), "spec_hash": spec_hash(self.spec.raw),
-                "weights_sha256": self.weights_sha256(), "exact": exact, "exact_reason": reason,
+                "weights_sha256": self.weights_sha256(), "exact": not causes,
+                "exact_reason": "; ".join(causes) or None,
                 "total_reward_ma": None if math.isnan(last) else last, "memory": self.memory_in_checkpoint}
         return files, meta
 
@@ -359,7 +374,7 @@ class Session:
         episodes, and ``exact`` becomes false; it is also false when the torch RNG state was saved on
         another device kind (see ``Algorithm.load_state_dict``). A replay buffer left out of the
         checkpoint is refilled: rows logged until it holds ``training_start_step`` transitions have
-        ``refill``.
+        ``refill``, and ``exact`` becomes false. Each cause is recorded by ``not_exact``.
 
         Args:
             files: file name -> bytes, as ``to_checkpoint`` returned them (``env.pkl`` optional).
@@ -368,7 +383,8 @@ class Session:
             KeyError / RuntimeError: the state does not fit this spec (names the part).
         """
         state = load_state(files["state.pt"])
-        self.exact = self.algorithm.load_state_dict(state["algorithm"]) and self.exact
+        if not self.algorithm.load_state_dict(state["algorithm"]):
+            self.not_exact(RNG_REDERIVED)
         self.clock.load_state_dict(state["clock"])
         self.clock.resume_count += 1
         self.returns.clear()
@@ -384,13 +400,16 @@ class Session:
                              *rng["numpy"][2:]))
         self.train_rows = _read_parquet(files["train_df.parquet"])
         self.eval_rows = _read_parquet(files["eval_df.parquet"]) if "eval_df.parquet" in files else []
-        self.refilling = not self.memory_in_checkpoint or bool(state["refilling"])
+        replay_lost = getattr(self.algorithm.memory, "has_replay", False) and not _has_replay(state["algorithm"])
+        self.refilling = replay_lost or bool(state["refilling"])
+        if replay_lost:
+            self.not_exact(REPLAY_NOT_RESTORED)
         if "env.pkl" in files:
             self.env.close()
             self.env = pickle.loads(files["env.pkl"])
             self.obs = state["obs"].numpy()
         else:
-            self.exact = False
+            self.not_exact(ENV_NOT_RESTORED)
             self.algorithm.memory.cut_episodes()
             self.clock.t = 0
             self.obs = self.reset_env(self.clock.resume_count)
@@ -413,6 +432,13 @@ class Session:
         self.env.close()
         if self._eval_env is not None:
             self._eval_env.close()
+
+
+def _has_replay(algorithm_state: dict[str, Any]) -> bool:
+    """Whether a saved algorithm state holds its replay: a ``memory`` entry (``Algorithm.state_dict(with_memory)``),
+    and for ``SILReplay``, whose on-policy part is always saved, its ``replay`` entry."""
+    memory = algorithm_state.get("memory")
+    return memory is not None and ("onpolicy" not in memory or "replay" in memory)
 
 
 def _to_torch(tree: Any) -> Any:

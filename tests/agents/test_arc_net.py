@@ -115,6 +115,7 @@ def test_bad_arcs_are_refused_with_the_key():
      "agent.net.arc: torcharc cannot build it"),
     ([1, 2], "agent.net.arc: expected dict"),
 ])
+@pytest.mark.slm_lab_specs
 def test_spec_validation_names_agent_net_arc(arc, message):
     overrides = ["agent.net.type=TorchArcNet"] + ([] if arc is None else [f"agent.net.arc={arc!r}"])
     with pytest.raises(SpecError) as err:
@@ -123,6 +124,7 @@ def test_spec_validation_names_agent_net_arc(arc, message):
     assert any(message in p for p in err.value.problems), err.value.problems
 
 
+@pytest.mark.slm_lab_specs
 def test_separate_actor_critic_and_target_nets_are_materialized_before_optimizers():
     """ppo_cartpole_arc (shared: false): actor and critic are separate arc nets, their optimizers hold every
     parameter; DQN's target copy has the online net's weights."""
@@ -145,10 +147,12 @@ def test_separate_actor_critic_and_target_nets_are_materialized_before_optimizer
     ("benchmark_arc/sarsa/sarsa_arc.yaml", "sarsa_boltzmann_cartpole_arc"),
     ("benchmark_arc/sac/sac_classic_arc.yaml", "sac_pendulum_arc"),
 ])
+@pytest.mark.slm_lab_specs
 def test_slm_lab_arc_entries_run_unmodified(tmp_path, rel_file, name):
     run_slm_dev(tmp_path, rel_file, name)
 
 
+@pytest.mark.slm_lab_specs
 def test_arc_resume_is_exact(tmp_path):
     """ppo_cartpole_arc stopped at frame 300 and resumed: same train_df, weights_sha256 and clock."""
     overrides = ["env.max_frame=600", "agent.algorithm.time_horizon=32", "agent.algorithm.minibatch_size=32",

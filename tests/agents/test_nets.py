@@ -30,6 +30,7 @@ def test_orthogonal_gains_are_the_fields():
     assert all(float(m.bias.detach().abs().max()) == 0 for m in net.modules() if isinstance(m, torch.nn.Linear))
 
 
+@pytest.mark.slm_lab_specs
 def test_xavier_uses_slm_labs_activation_gain_on_every_layer():
     """xavier_uniform_ as SLM-Lab v5.3's init_layers: gain calculate_gain(hid_layers_activation) on hidden layers
     and heads alike, so every weight of a (fan_in, fan_out) layer lies within gain * sqrt(6 / (fan_in + fan_out))

@@ -59,7 +59,7 @@ def test_file_stem_has_no_link_breaking_characters():
 
 
 def test_recorded_spec_file_names_no_machine_path(tmp_path):
-    slm = tmp_path / "shared" / "slm_lab_specs" / "v5.3.0" / "benchmark" / "sac" / "sac_pendulum.json"
+    slm = tmp_path / "cache" / "slm_lab_specs" / "v5.3.0" / "benchmark" / "sac" / "sac_pendulum.json"
     assert learning.recorded_spec_file(slm) == "benchmark/sac/sac_pendulum.json"
     assert learning.recorded_spec_file(REPO / "specs" / "benchmark" / "atari.json") == "specs/benchmark/atari.json"
     assert learning.recorded_spec_file(tmp_path / "mine.json") == str(tmp_path / "mine.json")

@@ -162,6 +162,7 @@ def test_arc_keys_are_checked_by_role(tmp_path):
     assert same["agent"]["net"]["critic_arc"] == arc_of(8)
 
 
+@pytest.mark.slm_lab_specs
 def test_slm_lab_ppo_playground_entry_runs_in_dev(tmp_path):
     """SLM-Lab's ppo_playground (actor_arc 2x64 SiLU, critic_arc 3x256 SiLU, LinearToMin) on Pendulum-v1 for
     600 frames (num_envs and minibatch scaled down from 2048 sub-envs)."""
@@ -258,6 +259,7 @@ def test_v4_reinforce_cross_entropy_entry_loads_and_builds_its_memory(tmp_path):
     ("experimental/reinforce/reinforce_cartpole.json", "reinforce_cross_entropy_cartpole"),
     ("experimental/dqn/ddqn_lunar_search.json", "ddqn_concat_lunar"),
 ])
+@pytest.mark.slm_lab_specs
 def test_slm_lab_entries_of_these_features_run_in_dev(tmp_path, rel_file, name):
     df = run_slm_dev(tmp_path, rel_file, name, max_frame=500)  # REINFORCE: 16 CartPole episodes per update
     assert df.opt_step.iloc[-1] > 0

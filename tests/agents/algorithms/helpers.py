@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import gymnasium as gym
@@ -14,6 +13,7 @@ from agents.algorithms import ALGORITHMS, Algorithm
 from envs.clock import Clock
 from orchestrator.session.loop import Session
 from orchestrator.spec.load import build, load_spec
+from tests.slm_lab_fetch import specs_root
 
 REPO = Path(__file__).resolve().parents[3]
 SPECS = str(REPO / "specs" / "benchmark" / "cartpole.json")
@@ -47,8 +47,9 @@ def drive(algo: Algorithm, clock: Clock, vector_steps: int, seed: int = 0, done_
     return updates
 
 
-# SLM-Lab's own spec files, unmodified: $SLM_LAB_SPECS, else the shared/ folder beside the repository checkout
-SLM_SPECS = Path(os.environ.get("SLM_LAB_SPECS", REPO.parent / "shared" / "slm_lab_specs")) / "v5.3.0"
+# SLM-Lab v5.3.0's own spec files, unmodified: $SLM_LAB_SPECS, else the checked download into the cache
+# (tests/slm_lab_fetch.py); a test reading them is marked ``slm_lab_specs`` so that tests/conftest.py gets them
+SLM_SPECS = specs_root() / "v5.3.0"
 
 
 def assert_resume_exact(tmp_path: Path, name: str, overrides: list[str], stop_frame: int, seed: int = 7,
@@ -73,7 +74,7 @@ def run_slm_dev(tmp_path: Path, rel_file: str, name: str, max_frame: int = 300) 
 
     spec_file = str(SLM_SPECS / rel_file)
     if not Path(spec_file).exists():
-        pytest.fail(f"SLM-Lab spec file not found: {spec_file} (set SLM_LAB_SPECS to the folder holding v5.3.0/)")
+        pytest.fail(f"SLM-Lab spec file not found: {spec_file} (is the test marked slm_lab_specs?)")
     data_dir = tmp_path / "data"
     code = cli.main([spec_file, name, "dev", "-s", f"env.max_frame={max_frame}", "--data-dir", str(data_dir),
                      "--quiet"])

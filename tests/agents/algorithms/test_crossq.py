@@ -132,6 +132,7 @@ def test_policy_delay_steps_the_actor_once_per_three_critic_steps(tmp_path):
     assert steps == {k: n if k.startswith("q") else n // 3 for k in steps}
 
 
+@pytest.mark.slm_lab_specs
 def test_critic_net_spec_builds_the_critics():
     """SLM-Lab's agent.critic_net: SAC's critics (and their optimizer, loss, clip) come from it; CrossQ builds
     SLM-Lab's crossq_cartpole critics from its TorchArc arc with LazyBatchRenorm1d layers (materialized)."""
@@ -151,6 +152,7 @@ def test_critic_net_spec_builds_the_critics():
     assert crossq.optims["q1_net"].param_groups[0]["lr"] == 3e-4
 
 
+@pytest.mark.slm_lab_specs
 def test_net_batch_norm_builds_batch_norm_critics_as_slm_lab(tmp_path):
     """SLM-Lab's roadmap ``crossq_cartpole`` (``net.batch_norm: true``, no critic_net): the critics are MLPNets of
     agent.net with a BatchNorm1d after each hidden Linear (SLM-Lab v5.3's CrossQ builds them from net_spec), no
