@@ -91,6 +91,7 @@ def run_search(args: argparse.Namespace) -> int:
             given = with_saved_overrides(args, resolve_predir(target, args.data_dir, args.spec_name))
         except UsageError:
             pass  # resume_search names the problem once the spec is known to be good
+    pause_point("spec_check")  # test hook (orchestrator.runtime.signals)
     new_spec = load_spec(args.spec_file, args.spec_name, args.overrides)
     if named is not None and target == named and named_complete(named, new_spec):
         print(f"{args.mode} --name {args.name}: the search {named} is already complete; nothing to do")

@@ -153,8 +153,10 @@ class StopHandler:
         raise Stopped(signum)
 
     def leave_at_once(self, name: str) -> None:
-        """A second Ctrl-C: end the children, print why, exit ``leave_code`` now (no cleanup; ``os._exit``)."""
-        self.end_children(grace_s=0.5)
+        """A second Ctrl-C: SIGKILL every process below this one (the spec check, a local Ray's processes and its
+        session actors: none is left behind), print why, exit ``leave_code`` now (``os._exit``, no cleanup)."""
+        kill_descendants()
+        self.children = []
         say(f"{name} again: leaving at once; every committed checkpoint stays resumable"
             + (f": {self.resume_command}" if self.resume_command else " (run the same command again)"))
         os._exit(self.leave_code)
@@ -214,6 +216,33 @@ class StopHandler:
 
 
 STOP = StopHandler()
+
+
+def kill_descendants() -> None:
+    """SIGKILL every process below this one (read from ``/proc``; elsewhere only the adopted children)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        STOP.end_children(grace_s=0.0)
+        return
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    todo, below = [os.getpid()], []
+    while todo:
+        for child in children.get(todo.pop(), []):
+            below.append(child)
+            todo.append(child)
+    for pid in below:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def say(line: str) -> None:
