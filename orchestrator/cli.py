@@ -22,10 +22,12 @@ Other commands (handled before the SPEC_FILE SPEC_NAME MODE form):
   lab compare PREDIR_OR_TRIAL ... [--out PATH]
                               one graph (PNG + HTML) of several runs or trials: IQM and 95% CI
 
-Exit codes: 0 success (or nothing left to do); 1 a session failed or could not be checkpointed; 2 bad input
-(spec, paths, arguments): one clear message, no traceback, nothing existing is changed; 75 (EX_TEMPFAIL)
-interrupted, resumable (SIGTERM, SIGINT; train also SIGUSR1): run the same command again to continue. A resume
-(``train@``, ``search@``, ``--name``) applies the ``-s`` overrides the run was started with before new ones.
+Exit codes: 0 success (or nothing left to do); 1 a session failed; 2 bad input (spec, paths, arguments): one clear
+message, no traceback, nothing existing is changed; 75 (EX_TEMPFAIL) stopped, resumable: SIGTERM, SIGINT or SIGUSR1
+at any moment of a train or search (``orchestrator.runtime.signals``: a repeated SIGTERM/SIGUSR1 is the same stop,
+a second Ctrl-C leaves at once), or a storage fault: run the same command again to continue; 130 a dev run stopped.
+A resume (``train@``, ``search@``, ``--name``) applies the ``-s`` overrides the run was started with before new
+ones.
 """
 
 from __future__ import annotations
