@@ -7,9 +7,10 @@ The contract (docs/reference/cli.md "Exit codes"):
   stop. While work that commits is running (a ``Trial``'s sessions, a PBT population, a Tune ``fit``), the stop is
   handed to that work's **target** (``STOP.target``): its sessions commit a final checkpoint within
   ``meta.shutdown_grace_s`` and the mode returns ``EXIT_RESUMABLE`` (75), or 0 when the work was already complete
-  (the signal came during the final analysis). Anywhere else (spec check, Ray start, lease wait, checkpoint
-  verification) nothing is being trained, so there is nothing to commit: the handler raises ``Stopped`` in the
-  main thread, which unwinds (leases released, the spec-check child ended by ``end_children``) to
+  (the signal came during the final analysis, or once the work had returned: ``work_ended``). Anywhere else
+  (spec check, Ray start, lease wait, checkpoint verification) nothing is being trained, so there is nothing to
+  commit: the handler raises ``Stopped`` in the main thread, which unwinds (leases released, the spec-check child
+  ended by ``end_children``) to
   ``orchestrator.cli.main``, which prints one line and returns 75. Short writes that must be all or nothing run
   under ``STOP.deferred()``: a stop that arrives inside raises ``Stopped`` at its end.
 - **The same request again.** SLURM and Kubernetes signal every process of a job, a batch script's trap may add
@@ -85,6 +86,7 @@ class StopHandler:
         self.targets: list[Callable[[int], str]] = []
         self.deferring = 0
         self.children: list[subprocess.Popen] = []
+        self.work_ended = False  # the outermost target's work returned: what follows only finishes (0 or 75)
 
     # ---------------------------------------------------------------- installing
     def install(self, leave_code: int = EXIT_RESUMABLE, dev: bool = False) -> None:
@@ -147,8 +149,9 @@ class StopHandler:
             lines = [stop(signum) for stop in list(self.targets)]  # outermost first (a population, then its trial)
             say(f"\n{name}: {lines[-1]}")
             return
-        if self.deferring:
-            say(f"\n{name}: stopping (Ctrl-C twice leaves at once)")
+        if self.deferring or self.work_ended:
+            say(f"\n{name}: " + ("the work has ended; finishing" if self.work_ended else "stopping")
+                + " (Ctrl-C twice leaves at once)")
             return
         raise Stopped(signum)
 
@@ -163,7 +166,7 @@ class StopHandler:
 
     def check(self) -> None:
         """Raise ``Stopped`` when a stop was asked and no target takes it (a phase boundary)."""
-        if self.signum is not None and not self.targets and not self.deferring:
+        if self.signum is not None and not self.targets and not self.deferring and not self.work_ended:
             raise Stopped(self.signum)
 
     # ---------------------------------------------------------------- phases
@@ -172,12 +175,14 @@ class StopHandler:
         """While the block runs, a stop request goes to ``stop(signum)`` (it asks the work to stop and returns the
         line to print, e.g. ``committing final checkpoints (up to 30 s)``) instead of raising ``Stopped``. A stop
         asked before the block (within ``deferred``) is handed over at once. Nests: every target gets the stop,
-        outermost first; the innermost's line is printed."""
+        outermost first; the innermost's line is printed. Once the outermost block has returned, the work is done
+        and a first stop only lets the command finish (its summary, the release of its lease)."""
         self.targets.append(stop)
         try:
             if self.signum is not None:
                 stop(self.signum)
             yield
+            self.work_ended = self.work_ended or len(self.targets) == 1
         finally:
             self.targets.remove(stop)
 

@@ -235,7 +235,8 @@ def test_a_final_commit_past_its_grace_exits_75(address, tmp_path):
 
 def test_the_handler_semantics_in_process(monkeypatch):
     """Unit level: a stop with no target raises ``Stopped``; with a target it goes to every target and repeats are
-    the same request; ``deferred`` raises at its end; a second SIGINT leaves with ``leave_code``."""
+    the same request; once the work returned a stop only lets the command finish; ``deferred`` raises at its end;
+    a second SIGINT leaves with ``leave_code``."""
     handler = signals.StopHandler()
     with pytest.raises(signals.Stopped):
         handler.handle(signal.SIGTERM, None)
@@ -246,6 +247,11 @@ def test_the_handler_semantics_in_process(monkeypatch):
             handler.handle(signal.SIGUSR1, None)
             handler.handle(signal.SIGTERM, None)  # the same request: no second call
     assert got == [("outer", signal.SIGUSR1), ("inner", signal.SIGUSR1)]
+    handler = signals.StopHandler()
+    with handler.target(lambda s: "work"):
+        pass
+    handler.handle(signal.SIGTERM, None)  # the work has returned: the command only finishes (no Stopped)
+    handler.check()
     handler = signals.StopHandler()
     with pytest.raises(signals.Stopped):
         with handler.deferred():
