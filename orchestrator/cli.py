@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_mode(argv: list[str]) -> int:
     """``lab SPEC_FILE SPEC_NAME MODE [options]`` under the stop handler; returns the exit code (see ``main``)."""
     args = parse_args(argv)
-    if args.mode == "dev":
+    if args.mode == "dev" or args.mode.startswith("enjoy@"):  # nothing to resume: Ctrl-C is 130, as in Python
         STOP.install(leave_code=130, dev=True)
     elif args.name:  # a --name run is resumed by the command the user typed
         STOP.resume_command = shlex.join(["lab", *argv])
