@@ -334,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
             return run_mode(argv)
         except Stopped as stop:  # a stop where nothing trained: spec check, Ray start, lease wait, verification
             STOP.end_children()
-            print(f"{signal_name(stop.signum)}: stopped before any session trained; nothing is lost. Resume with:\n  "
+            print(f"{signal_name(stop.signum)}: stopped before any session started; nothing is lost. Resume with:\n  "
                   + (STOP.resume_command or "the same command"), file=sys.stderr, flush=True)
             return EXIT_RESUMABLE
 

@@ -181,7 +181,7 @@ def test_a_stop_in_any_phase_exits_75_and_the_same_command_finishes(ray_local, a
             assert "resume with:\n  lab " + " ".join(stop.argv[:3]) in stop.out + stop.err, stop.out
             assert "@" not in stop.out.split("resume with:")[-1], stop.out  # the typed command, not mode@PREDIR
         else:
-            assert f"{name}: stopped before any session trained; nothing is lost" in stop.err, stop.err
+            assert f"{name}: stopped before any session started; nothing is lost" in stop.err, stop.err
             assert not list(stop.predir.glob("*_spec.json")), f"{name}: a run was started"
     rerun = next((s for s in stops if RERUN.get(phase) == s.sig), None)
     if rerun is not None:
