@@ -45,7 +45,8 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-EXIT_RESUMABLE = 75  # as orchestrator.errors.EXIT_RESUMABLE (runtime sits below errors in the layers)
+from orchestrator.errors import EXIT_RESUMABLE
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 
 
