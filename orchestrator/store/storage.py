@@ -352,6 +352,7 @@ def delete(uri: str) -> None:
         StorageError: the delete failed, or the URI's bucket does not exist.
     """
     fs, path = resolve(uri)
+    kind = pafs.FileType.NotFound  # stays so when the lookup itself fails and the path then turns out missing
     try:
         kind = fs.get_file_info(path).type
         if kind == pafs.FileType.Directory:
