@@ -150,7 +150,7 @@ def _gcs_request(what: str, uri: str, method: str, url: str, data: bytes | None 
     import urllib.request
 
     base, anonymous = _gcs_endpoint()
-    headers = {"Content-Type": "application/json"} if data is not None else {}
+    headers = {"Content-Type": "application/octet-stream"} if data is not None else {}
     if not anonymous:
         from google.auth.transport.requests import Request
 
