@@ -5,6 +5,7 @@ run then resumes to the end and equals an uninterrupted run."""
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import subprocess
@@ -26,7 +27,7 @@ from lab_helpers import (
 )
 
 from orchestrator.errors import EXIT_RESUMABLE
-from orchestrator.store import storage
+from orchestrator.store import faults, storage
 from orchestrator.store.checkpoint import CheckpointStore
 
 sys.path.insert(0, str(REPO / "tests"))
@@ -159,6 +160,77 @@ def test_local_fault_stops_cleanly_then_resumes_exactly(ray_local, small_disk, t
     run = storage.read_json(str(predir / "run.json"))
     assert run["sessions"]["t0_s0"]["status"] == "done" and "interrupted" not in run
     assert_resumed_equals_uninterrupted(pd.read_parquet(predir / "t0/s0/train_df.parquet"))
+
+
+# ---------------------------------------------------------------- local / network file system: transient errno
+class FlakyFileSystem:
+    """A local pyarrow filesystem whose calls on paths below ``root`` raise ``OSError(code)``: the first ``times``
+    of them, or every one (``times=None``); ``calls`` counts the faulted calls."""
+
+    def __init__(self, root: str, code: int, times: int | None = None) -> None:
+        import pyarrow.fs as pafs
+
+        self.fs, self.root, self.code, self.times, self.calls = pafs.LocalFileSystem(), root, code, times, 0
+
+    def __getattr__(self, name: str):
+        real = getattr(self.fs, name)
+
+        def call(*args, **kwargs):
+            target = getattr(args[0], "base_dir", args[0]) if args else ""
+            if isinstance(target, str) and target.startswith(self.root) and (self.times is None or self.times > 0):
+                self.calls += 1
+                if self.times is not None:
+                    self.times -= 1
+                raise OSError(self.code, os.strerror(self.code), target)
+            return real(*args, **kwargs)
+
+        return call
+
+
+def flaky(monkeypatch, root: Path, code: int, times: int | None = None) -> FlakyFileSystem:
+    """Make ``storage`` see ``root`` through a ``FlakyFileSystem``."""
+    fs = FlakyFileSystem(str(root), code, times)
+    real = storage.resolve
+    monkeypatch.setattr(storage, "resolve", lambda uri: (fs, real(uri)[1]) if str(uri).startswith(str(root))
+                        else real(uri))
+    return fs
+
+
+@pytest.mark.parametrize("code", [errno.EIO, errno.ESTALE, errno.ETIMEDOUT, errno.ENOTCONN])
+def test_transient_local_errors_are_retried(tmp_path, monkeypatch, capsys, code):
+    """EIO, ESTALE, ETIMEDOUT, a lost connection (an NFS or Lustre mount that hiccups): retried with a logged line,
+    and the write then succeeds."""
+    monkeypatch.setattr(faults, "RETRY_FIRST_WAIT_S", 0.01)
+    fs = flaky(monkeypatch, tmp_path, code, times=2)
+    storage.write_text(str(tmp_path / "run.json"), "{}")
+    assert fs.calls == 2 and (tmp_path / "run.json").read_text() == "{}"
+    err = capsys.readouterr().err
+    assert "retry 1 of 6" in err and "retry 2 of 6" in err and os.strerror(code) in err, err
+
+
+def test_persistent_local_error_is_a_resumable_fault(tmp_path, monkeypatch):
+    """A file system still failing after every attempt: a ``StorageError`` with the hint (exit 75 at the command)."""
+    monkeypatch.setattr(faults, "RETRY_FIRST_WAIT_S", 0.01)
+    monkeypatch.setenv("LAB_STORAGE_ATTEMPTS", "3")
+    fs = flaky(monkeypatch, tmp_path, errno.ESTALE)
+    with pytest.raises(storage.StorageError, match=r"Stale file handle.*\(failed 3 times\)") as err:
+        storage.read_bytes(str(tmp_path / "run.json"))
+    assert fs.calls == 3 and err.value.hint == faults.LOCAL_TRANSIENT_HINT
+    assert faults.fault_of(OSError(errno.EIO, "Input/output error")) == faults.LOCAL_TRANSIENT_HINT
+
+
+def test_train_on_a_failing_network_file_system_exits_75(tmp_path, monkeypatch, capsys):
+    """``train --name`` on a data dir whose mount answers EIO to every call: exit 75 (resumable), one message with
+    the error and what to do, no traceback."""
+    monkeypatch.setattr(faults, "RETRY_FIRST_WAIT_S", 0.01)
+    monkeypatch.setenv("LAB_STORAGE_ATTEMPTS", "2")
+    data = tmp_path / "nfs"
+    flaky(monkeypatch, data, errno.EIO)
+    code = run_cli(SPECS, "reinforce_cartpole", "train", "--name", "job", "--data-dir", str(data))
+    err = capsys.readouterr().err
+    assert code == EXIT_RESUMABLE, err
+    assert "error: storage fault: " in err and "Input/output error" in err and "(failed 2 times)" in err, err
+    assert f"{faults.LOCAL_TRANSIENT_HINT}, then run the same command" in err and "Traceback" not in err
 
 
 # ---------------------------------------------------------------- object store: faults through a proxy
