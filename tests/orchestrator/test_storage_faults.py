@@ -340,7 +340,7 @@ def run_through_chaos(proxy: FaultProxy, argv: list[str], tmp_path: Path, env: d
     """``lab *argv`` with every request through ``proxy`` at ``CHAOS_RATE``: exit 0, no traceback, and retries
     logged; its stdout and stderr."""
     proxy.chaos(CHAOS_RATE, seed=56)
-    code, out, err = run_through(start_lab(argv, tmp_path, LAB_STORAGE_ATTEMPTS="7", **env), timeout=300)
+    code, out, err = run_through(start_lab(argv, tmp_path, **{"LAB_STORAGE_ATTEMPTS": "7", **env}), timeout=300)
     proxy.chaos(0.0, seed=0)
     assert code == 0, err[-4000:]
     assert "Traceback" not in err + out and "storage fault" not in err
