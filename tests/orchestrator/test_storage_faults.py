@@ -351,7 +351,7 @@ def run_through_chaos(proxy: FaultProxy, argv: list[str], tmp_path: Path, env: d
 def assert_every_kind_faulted(proxy: FaultProxy, kinds: tuple[str, ...]) -> None:
     """Each request kind was faulted at least once, and about ``CHAOS_RATE`` of all requests were."""
     total, faulted = proxy.fault_counts()
-    assert all(faulted.get(kind, 0) >= 1 for kind in kinds), (total, faulted)
+    assert all(faulted.get(kind, 0) >= 1 for kind in kinds), f"requests {total}, faulted {faulted}"
     share = sum(faulted.values()) / sum(total.values())
     assert 0.05 < share < 0.2 and sum(total.values()) > 100, (total, faulted)
 
