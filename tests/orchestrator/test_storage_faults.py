@@ -208,6 +208,14 @@ def test_transient_local_errors_are_retried(tmp_path, monkeypatch, capsys, code)
     assert "retry 1 of 6" in err and "retry 2 of 6" in err and os.strerror(code) in err, err
 
 
+def test_delete_whose_lookup_fails_on_a_missing_path(tmp_path, monkeypatch):
+    """``delete``'s first lookup fails and the path then turns out missing (it was deleted meanwhile, or never
+    there): missing is fine (once an UnboundLocalError that failed a session under 503s)."""
+    fs = flaky(monkeypatch, tmp_path, errno.EIO, times=1)
+    storage.delete(str(tmp_path / "ckpt" / ".staging-0"))
+    assert fs.calls == 1
+
+
 def test_persistent_local_error_is_a_resumable_fault(tmp_path, monkeypatch):
     """A file system still failing after every attempt: a ``StorageError`` with the hint (exit 75 at the command)."""
     monkeypatch.setattr(faults, "RETRY_FIRST_WAIT_S", 0.01)
