@@ -6,7 +6,7 @@ A fault is one of ``"503"`` (S3's ``SlowDown``), ``"500"`` (``InternalError``), 
 carry S3's XML body, or GCS's JSON one for a proxy in front of a GCS server (``flavour="gcs"``).
 
 Besides faults injected for matching requests, ``chaos`` answers a seeded random fraction of every request with a
-fault (what an object store under load does), and the ``n``-th request of each kind (``request_kind``: HEAD, GET,
+fault (what an object store under load does), and the first (``nth``) request of each kind (``request_kind``: HEAD, GET,
 LIST, PUT, PART, DELETE) in any case, so that every kind that occurs often enough is faulted at least once.
 """
 
@@ -203,7 +203,7 @@ class FaultProxy:
                     return self.chaos_fault
         return None
 
-    def chaos(self, rate: float, seed: int, nth: int = 3, fault: str = "503") -> None:
+    def chaos(self, rate: float, seed: int, nth: int = 1, fault: str = "503") -> None:
         """Answer a fraction ``rate`` of all later requests (drawn from a ``random.Random(seed)``), and the ``nth``
         request of each kind in any case, with ``fault``; ``rate=0`` stops."""
         with self.lock:

@@ -366,7 +366,7 @@ def assert_every_kind_faulted(proxy: FaultProxy, kinds: tuple[str, ...]) -> None
 
 def test_s3_train_and_multipart_writes_ride_out_503s_on_every_request_kind(ray_local, tmp_path, s3_server, s3_bucket,
                                                                            monkeypatch):
-    """REINFORCE CartPole, 2 sessions, through a proxy answering 10% of every kind of S3 request (and the 3rd of each
+    """REINFORCE CartPole, 2 sessions, through a proxy answering 10% of every kind of S3 request (and the first of each
     kind) with 503 SlowDown: exit 0 and train_dfs equal to the same run on local disk; multipart uploads (parts,
     create, complete) faulted the same way write whole objects."""
     local = local_run(tmp_path, "reinforce_cartpole", "train", TRAIN)
