@@ -6,8 +6,8 @@ A fault is one of ``"503"`` (S3's ``SlowDown``), ``"500"`` (``InternalError``), 
 carry S3's XML body, or GCS's JSON one for a proxy in front of a GCS server (``flavour="gcs"``).
 
 Besides faults injected for matching requests, ``chaos`` answers a seeded random fraction of every request with a
-fault (what an object store under load does), and the first (``nth``) request of each kind (``request_kind``: HEAD, GET,
-LIST, PUT, PART, DELETE) in any case, so that every kind that occurs often enough is faulted at least once.
+fault (what an object store under load does), and the first (``nth``) request of each kind (``request_kind``:
+HEAD, GET, LIST, PUT, PART, DELETE) in any case, so that every kind that occurs is faulted at least once.
 """
 
 from __future__ import annotations
