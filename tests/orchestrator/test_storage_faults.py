@@ -336,6 +336,12 @@ def local_run(tmp_path: Path, spec: str, mode: str, items: list[str]) -> str:
     return str(data / "job")
 
 
+@pytest.fixture(scope="module")
+def local_train(ray_local, tmp_path_factory) -> str:
+    """Predir of the REINFORCE ``TRAIN`` run on local disk, shared by the S3 and GCS tests."""
+    return local_run(tmp_path_factory.mktemp("local_train"), "reinforce_cartpole", "train", TRAIN)
+
+
 def assert_same_train_dfs(remote: str, local: str, sessions: list[str]) -> None:
     """Every session's train_df of the remote run equals the local run's (but ``wall_t``/``fps``)."""
     for session in sessions:
@@ -364,12 +370,12 @@ def assert_every_kind_faulted(proxy: FaultProxy, kinds: tuple[str, ...]) -> None
     assert 0.05 < share < 0.2 and sum(total.values()) > 100, (total, faulted)
 
 
-def test_s3_train_and_multipart_writes_ride_out_503s_on_every_request_kind(ray_local, tmp_path, s3_server, s3_bucket,
+def test_s3_train_and_multipart_writes_ride_out_503s_on_every_request_kind(local_train, tmp_path, s3_server, s3_bucket,
                                                                            monkeypatch):
     """REINFORCE CartPole, 2 sessions, through a proxy answering 10% of every kind of S3 request (and the first of each
     kind) with 503 SlowDown: exit 0 and train_dfs equal to the same run on local disk; multipart uploads (parts,
     create, complete) faulted the same way write whole objects."""
-    local = local_run(tmp_path, "reinforce_cartpole", "train", TRAIN)
+    local = local_train
     data = f"{s3_bucket}/runs"
     with FaultProxy(s3_server) as proxy:
         run_through_chaos(proxy, [SPECS, "reinforce_cartpole", "train", "--name", "job", "--data-dir", data,
@@ -387,10 +393,10 @@ def test_s3_train_and_multipart_writes_ride_out_503s_on_every_request_kind(ray_l
     assert storage.read_json(f"{data}/job/run.json")["sessions"]["t0_s1"]["status"] == "done"
 
 
-def test_gcs_train_rides_out_503s_on_every_request_kind(ray_local, tmp_path, gcs_server, gcs_bucket):
+def test_gcs_train_rides_out_503s_on_every_request_kind(local_train, tmp_path, gcs_server, gcs_bucket):
     """The same REINFORCE run on ``gs://`` through a proxy answering 10% of every kind of GCS JSON-API request with
     503 backendError: exit 0 and train_dfs equal to the run on local disk."""
-    local = local_run(tmp_path, "reinforce_cartpole", "train", TRAIN)
+    local = local_train
     data = f"{gcs_bucket}/runs"
     with FaultProxy(gcs_server, flavour="gcs") as proxy:
         run_through_chaos(proxy, [SPECS, "reinforce_cartpole", "train", "--name", "job", "--data-dir", data,
