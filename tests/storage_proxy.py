@@ -2,12 +2,20 @@
 server and, while ``faults`` holds entries, answers the matching requests with a fault instead.
 
 A fault is one of ``"503"`` (S3's ``SlowDown``), ``"500"`` (``InternalError``), ``"403"`` (``ExpiredToken``),
-``"reset"`` (the connection is closed without an answer) and ``"timeout"`` (no answer for ``timeout_s``).
+``"reset"`` (the connection is closed without an answer) and ``"timeout"`` (no answer for ``timeout_s``); errors
+carry S3's XML body, or GCS's JSON one for a proxy in front of a GCS server (``flavour="gcs"``).
+
+Besides faults injected for matching requests, ``chaos`` answers a seeded random fraction of every request with a
+fault (what an object store under load does), and the first (``nth``) request of each kind (``request_kind``:
+HEAD, GET, LIST, PUT, PART, DELETE) in any case, so that every kind that occurs is faulted at least once.
 """
 
 from __future__ import annotations
 
+import collections
 import http.client
+import json
+import random
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,6 +26,42 @@ ERROR_BODIES = {
     "500": (500, "InternalError", "We encountered an internal error. Please try again."),
     "403": (403, "ExpiredToken", "The provided token has expired."),
 }
+GCS_REASONS = {"503": "backendError", "500": "backendError", "403": "forbidden"}
+KINDS = ("HEAD", "GET", "LIST", "PUT", "PART", "DELETE")
+
+
+def request_kind(method: str, path: str, flavour: str = "s3") -> str:
+    """What an object-store request does: ``HEAD`` (an object's or bucket's metadata), ``GET`` (an object's content),
+    ``LIST``, ``PUT`` (a whole object), ``PART`` (a step of a multipart or resumable upload: create, part, complete,
+    abort), ``DELETE`` (one object or a batch); S3's REST API or GCS's JSON API (``flavour="gcs"``)."""
+    base, _, query = path.partition("?")
+    params = set(p.split("=", 1)[0] for p in query.split("&") if p)
+    if flavour == "gcs":
+        return gcs_kind(method, base, query, params)
+    if method == "HEAD":
+        return "HEAD"
+    if params & {"uploads", "uploadId", "partNumber"}:
+        return "PART"
+    if method == "DELETE" or (method == "POST" and "delete" in params):
+        return "DELETE"
+    if method == "GET":
+        return "LIST" if base.strip("/").count("/") == 0 else "GET"
+    return "PUT"
+
+
+def gcs_kind(method: str, base: str, query: str, params: set[str]) -> str:
+    """``request_kind`` of a request to GCS's JSON API."""
+    if method == "DELETE":
+        return "DELETE"
+    if base.startswith("/upload/"):
+        return "PART" if method == "PUT" or "upload_id" in params or "resumable" in query else "PUT"
+    if method == "POST" and base.endswith("/batch/storage/v1"):
+        return "DELETE"
+    if method == "GET" and base.rstrip("/").endswith("/o"):
+        return "LIST"
+    if method == "GET":
+        return "GET" if "media" in query or base.startswith("/download/") else "HEAD"
+    return "PUT"  # copy, rewrite, compose, patch
 
 
 def aws_unchunk(body: bytes) -> bytes:
@@ -59,7 +103,10 @@ class FaultHandler(BaseHTTPRequestHandler):
         proxy = self.server.proxy  # type: ignore[attr-defined]
         body = self.read_body()
         fault = proxy.take(self.command, self.path)
-        proxy.served.append((self.command, self.path, fault))
+        kind = request_kind(self.command, self.path, proxy.flavour)
+        with proxy.lock:
+            proxy.served.append((self.command, self.path, fault))
+            proxy.kinds.append(kind)
         if fault is None:
             self.forward(proxy, body)
         elif fault == "reset":
@@ -71,10 +118,16 @@ class FaultHandler(BaseHTTPRequestHandler):
             self.close_connection = True
         else:
             status, code, message = ERROR_BODIES[fault]
-            data = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
-                    f"<Message>{message}</Message></Error>").encode()
+            if proxy.flavour == "gcs":
+                error = {"code": status, "message": message,
+                         "errors": [{"message": message, "domain": "global", "reason": GCS_REASONS[fault]}]}
+                data, content_type = json.dumps({"error": error}).encode(), "application/json; charset=UTF-8"
+            else:
+                data = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
+                        f"<Message>{message}</Message></Error>").encode()
+                content_type = "application/xml"
             self.send_response(status)
-            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             if self.command != "HEAD":
@@ -116,12 +169,16 @@ class FaultProxy:
     Attributes:
         faults: list of (method or None for any, path piece or None for any, fault, remove); each request takes
             the first entry it matches (``remove=True``: the entry is consumed; else it stays: a persistent fault).
-        served: (method, path, fault or None) of every request, in order.
+        served: (method, path, fault or None) of every request, in order; ``kinds`` their ``request_kind``s.
+        flavour: ``"s3"`` or ``"gcs"``: the upstream's API (error bodies, request kinds).
     """
 
-    def __init__(self, upstream: str, timeout_s: float = 12.0) -> None:
+    def __init__(self, upstream: str, timeout_s: float = 12.0, flavour: str = "s3") -> None:
         self.upstream = urlparse(upstream)
-        self.timeout_s = timeout_s
+        self.timeout_s, self.flavour = timeout_s, flavour
+        self.kinds: list[str] = []
+        self.rate, self.rng, self.nth, self.chaos_fault = 0.0, random.Random(0), 0, "503"
+        self.seen: collections.Counter[str] = collections.Counter()
         self.faults: list[tuple[str | None, str | None, str, bool]] = []
         self.served: list[tuple[str, str, str | None]] = []
         self.lock = threading.Lock()
@@ -139,7 +196,27 @@ class FaultProxy:
                     if remove:
                         del self.faults[i]
                     return fault
+            if self.rate:
+                kind = request_kind(method, path, self.flavour)
+                self.seen[kind] += 1
+                if self.rng.random() < self.rate or self.seen[kind] == self.nth:
+                    return self.chaos_fault
         return None
+
+    def chaos(self, rate: float, seed: int, nth: int = 1, fault: str = "503") -> None:
+        """Answer a fraction ``rate`` of all later requests (drawn from a ``random.Random(seed)``), and the ``nth``
+        request of each kind in any case, with ``fault``; ``rate=0`` stops."""
+        with self.lock:
+            self.rate, self.rng, self.nth, self.chaos_fault = rate, random.Random(seed), nth, fault
+            self.seen.clear()
+
+    def fault_counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """(requests, faulted requests) per ``request_kind``."""
+        total, faulted = collections.Counter(self.kinds), collections.Counter()
+        for (_, _, fault), kind in zip(self.served, self.kinds):
+            if fault is not None:
+                faulted[kind] += 1
+        return dict(total), dict(faulted)
 
     def inject(self, fault: str, method: str | None = None, times: int | None = None, path: str | None = None) -> None:
         """Answer the next ``times`` requests of ``method`` (None: any) whose path holds ``path`` (None: any) with

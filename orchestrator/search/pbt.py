@@ -228,6 +228,8 @@ class Population:
         """
         decided = [r for r in records if int(r["generation"]) == g]
         if len(decided) != len(self.trials):
+            if self.lease is not None:  # a driver that lost the run's lease records nothing (LeaseLostError: 75)
+                self.lease.check()
             decided = decide(g, frame, self.scores(frame, self.trials), configs, self.variables, self.settings,
                              self.seed, records, len(self.boundaries), ranges=self.ranges,
                              problems=self.config_problems)
@@ -235,6 +237,8 @@ class Population:
             storage.write_text(storage.join(self.predir, RECORDS), "".join(json.dumps(r) + "\n" for r in records))
         for r in decided:
             if r["donor"] is not None:
+                if self.lease is not None:  # a driver that lost the run's lease copies nothing (LeaseLostError: 75)
+                    self.lease.check()
                 self.exploit(r)
             self.write_trial(int(r["trial"]), r["config"], "running")
         storage.write_json(storage.join(self.predir, STATE), {"applied": g, "frame": frame})

@@ -1,14 +1,16 @@
 """Storage faults: the ``StorageError`` of ``orchestrator.store.storage``, which errors are persistent faults of
 the machine or the store (and what to do about each), and the retry of transient object-store errors.
 
-A transient object-store error (HTTP 500/503, SlowDown, throttling, a timeout, a reset connection) is retried
-with exponential back-off (0.2 s, doubled each time) up to ``LAB_STORAGE_ATTEMPTS`` attempts (default
+A transient object-store error (HTTP 500/503, SlowDown, throttling, a timeout, a reset connection), and a
+transient error of a local disk or a network file system (``LOCAL_TRANSIENT``: EIO, ESTALE, ETIMEDOUT, a lost
+connection), is retried with exponential back-off (0.2 s, doubled each time)
+up to ``LAB_STORAGE_ATTEMPTS`` attempts (default
 ``STORAGE_ATTEMPTS``: 12.6 s of waits), each retry reported to the process's retry listener
 (``set_retry_listener``; stderr by default, a session's log.txt and the driver's terminal in a session actor).
 pyarrow's S3 retry strategies (``AwsStandardS3RetryStrategy``, ``AwsDefaultS3RetryStrategy``) retry inside the
 C++ client, where no retry can be seen or logged, and offer only an attempt count: the lab sets them to one
 attempt and retries here. A persistent fault (disk full, permission denied, a read-only file system, rejected or
-expired credentials, an object store still failing after every attempt) raises a ``StorageError`` whose ``hint``
+expired credentials, a store or file system still failing after every attempt) raises a ``StorageError`` whose ``hint``
 says what to do; a trial stops cleanly on it (``orchestrator.trial``).
 """
 
@@ -30,7 +32,7 @@ class StorageError(Exception):
         uri: the location.
         hint: what the user can do, for a persistent fault of the machine or the store (``fault_of``); None
             for any other error (a bad path, a missing bucket).
-        transient: an object-store error worth retrying (``is_transient``).
+        transient: an error worth retrying (an object store's or a network file system's, ``retried``).
     """
 
     def __init__(self, message: str, uri: str = "", hint: str | None = None, transient: bool = False) -> None:
@@ -42,6 +44,13 @@ class StorageError(Exception):
 LOCAL_FAULTS = {errno.ENOSPC: "free space", errno.EDQUOT: "free space or raise the disk quota",
                 errno.EROFS: "make the file system writable again", errno.EACCES: "restore write permission",
                 errno.EPERM: "restore write permission"}
+# errno of a transient fault of a local disk or a network file system (NFS, Lustre, a FUSE mount): retried like a
+# transient object-store error, then a persistent fault with this hint
+LOCAL_TRANSIENT = {errno.EIO, errno.ESTALE, errno.ETIMEDOUT, errno.ENETDOWN, errno.ENETUNREACH, errno.ENETRESET,
+                   errno.ECONNRESET, errno.ECONNABORTED, errno.ECONNREFUSED, errno.EHOSTDOWN, errno.EHOSTUNREACH,
+                   errno.ENOTCONN, errno.ENOLCK, errno.EREMOTEIO, errno.ECOMM}
+LOCAL_TRANSIENT_HINT = "check the disk, or the network file system's mount and server"
+OBJECT_STORE_HINT = "check the object store and the network"
 # pieces of the AWS SDK's (pyarrow's) and GCS client's error texts
 TRANSIENT_MARKERS = ("SLOW_DOWN", "SlowDown", "SERVICE_UNAVAILABLE", "INTERNAL_FAILURE", "THROTTL",
                      "NETWORK_CONNECTION", "REQUEST_TIMEOUT", "HTTP status 5", "status code: 5", "timed out",
@@ -62,7 +71,10 @@ def storage_error(message: str, uri: str, err: OSError) -> StorageError:
         if any(m in text for m in CREDENTIAL_MARKERS):
             return StorageError(message, uri, hint="renew the credentials or restore access to the bucket")
         return StorageError(message, uri, transient=any(m in text for m in TRANSIENT_MARKERS))
-    return StorageError(message, uri, hint=LOCAL_FAULTS.get(getattr(err, "errno", None) or 0))
+    code = getattr(err, "errno", None) or 0
+    if code in LOCAL_TRANSIENT:
+        return StorageError(message, uri, hint=LOCAL_TRANSIENT_HINT, transient=True)
+    return StorageError(message, uri, hint=LOCAL_FAULTS.get(code))
 
 
 def fault_of(err: BaseException) -> str | None:
@@ -72,7 +84,7 @@ def fault_of(err: BaseException) -> str | None:
         if isinstance(err, StorageError) and err.hint:
             return err.hint
         if isinstance(err, OSError) and not isinstance(err, FileNotFoundError):
-            hint = LOCAL_FAULTS.get(err.errno or 0)
+            hint = LOCAL_FAULTS.get(err.errno or 0) or (LOCAL_TRANSIENT_HINT if err.errno in LOCAL_TRANSIENT else None)
             if hint:
                 return hint
         err = err.__cause__  # type: ignore[assignment]
@@ -120,7 +132,7 @@ def retried(fn: F) -> F:
                     raise
                 if attempt == attempts:
                     raise StorageError(f"{err} (failed {attempts} times)", err.uri,
-                                       hint="check the object store and the network") from None
+                                       hint=err.hint or OBJECT_STORE_HINT) from None
                 _retry_listener[0](f"{fn.__name__} {err.uri or uri}: {err}; retry {attempt} of {attempts - 1} "
                                    f"in {wait:.1f} s")
                 time.sleep(wait)

@@ -3,27 +3,34 @@
 The record is ``{"driver_id", "host", "pid", "pid_start", "mode", "since", "heartbeat", "heartbeat_unix"}``
 (``since``/``heartbeat`` ISO 8601 UTC, ``heartbeat_unix`` seconds since the epoch). A daemon thread of
 the holder rewrites it every ``LEASE_HEARTBEAT_S`` seconds. Another driver (``train@``, ``search@``)
-that finds a live lease exits 2 naming the holder. A lease is *stale*, and is taken over with a
+that finds a live lease exits 2 naming the holder (``LeaseHeldError``). A lease is *stale*, and is taken over with a
 message, when its heartbeat is older than ``LEASE_STALE_S`` seconds, or at once when its holder ran on
 this host and that process is gone (or its PID now belongs to a process started later). A damaged
 record counts as stale. The lease is released (the file deleted) when the driver exits normally or
 with an error; a SIGKILLed driver leaves it, and the next driver takes it over as above.
 
-Acquisition: read the record; if absent or stale, write ours, wait ``CONFIRM_DELAY_S`` seconds, then
-re-read and proceed only if it is still ours. On local disk the first write of an absent record is an
-exclusive create (a hard link, which fails if the name exists), so two drivers starting on a run without a
-lease can never both win, and that create needs no confirming wait (a fresh local ``train`` starts its
-sessions 0.5 s sooner). Race window left (object stores, and a stale takeover locally): two drivers that
-both read the record before either writes, and whose writes land more than ``CONFIRM_DELAY_S`` apart, can
-both confirm their own write. Each heartbeat re-reads the
-record first; a holder that finds another driver's record stops refreshing, prints a warning and sets
-``lost`` (the trial then asks its sessions to stop at their next checkpoint), so such an overlap lasts
-at most one heartbeat period (``LEASE_HEARTBEAT_S``), not the whole run.
+Every write of the record is conditional (``orchestrator.store.conditional``): the first one creates it only if
+absent (S3 ``If-None-Match: *``, GCS ``ifGenerationMatch=0``, local disk a hard link), a takeover or a heartbeat
+replaces it only if it is still the version this driver read or wrote (S3 ``If-Match: <etag>``, GCS
+``ifGenerationMatch=<generation>``, local disk a compare-and-rename under ``flock``). So two live drivers can never
+both hold a run: of two racing writes exactly one succeeds, and a holder whose heartbeat finds the record changed
+sets ``lost`` (the trial then asks its sessions to stop at their next checkpoint; ``check`` raises
+``LeaseLostError`` before a step that must not run twice, such as a PBT exploit). A store that ignores preconditions
+(some emulators) is detected at acquisition; there the lease falls back to a confirming re-read after
+``CONFIRM_DELAY_S`` and a read before each heartbeat, which leaves a race window (two drivers whose writes land
+more than ``CONFIRM_DELAY_S`` apart after both read no record).
+
+Heartbeat deadline: a heartbeat slowed or failed by storage retries is tried again at once; once no heartbeat was
+written for ``fence_s()`` (the stale time less two heartbeats), the holder counts the lease as lost and stops at its
+next checkpoint (exit 75), before another driver may take it over.
 
 A driver started with ``wait=True`` (``--name``: a scheduler's restart of the same command) that finds a
 live-looking lease waits, with a message, until the lease is released or goes stale (at once when its holder
 was on this host and is gone; after ``LEASE_STALE_S`` without a heartbeat when it was on another host), at most
-``wait_limit_s()``; a holder still heartbeating then is live, and the driver exits 2 as above.
+``wait_limit_s()``; a holder still heartbeating then raises ``LeaseBusyError`` (exit 75: run the same command
+later; it may be a duplicate of this job that a scheduler started).
+
+Hosts compare ``heartbeat_unix`` with their own clocks: keep them synchronised (NTP) to well under the stale time.
 
 Settings: ``LEASE_STALE_S`` (default 30 s, environment ``LAB_LEASE_STALE_S``), ``LEASE_HEARTBEAT_S``
 (default 5 s, environment ``LAB_LEASE_HEARTBEAT_S``); keep the heartbeat well under the stale time.
@@ -42,7 +49,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from orchestrator.errors import UsageError
-from orchestrator.store import storage
+from orchestrator.store import conditional, storage
+from orchestrator.store.faults import StorageError
 
 LEASE_NAME = "lease.json"
 LEASE_STALE_S = 30.0  # seconds without a heartbeat after which a lease may be taken over
@@ -54,6 +62,16 @@ class LeaseHeldError(UsageError):
     """Another live driver holds the run's lease (names its host, pid and since when); exit 2."""
 
 
+class LeaseBusyError(StorageError):
+    """A ``--name`` driver waited ``wait_limit_s()`` and the lease's holder still heartbeats: a scheduler may have
+    started this job twice, or the holder's host cannot see this one's; resumable (exit 75: run it again later)."""
+
+
+class LeaseLostError(StorageError):
+    """This driver no longer holds its lease (another driver took it over, or no heartbeat could be written for
+    ``fence_s()``); resumable (exit 75). Raised by ``Lease.check``."""
+
+
 def stale_after_s() -> float:
     """Seconds without a heartbeat after which a lease is stale (``LAB_LEASE_STALE_S`` or ``LEASE_STALE_S``)."""
     return float(os.environ.get("LAB_LEASE_STALE_S", LEASE_STALE_S))
@@ -62,6 +80,13 @@ def stale_after_s() -> float:
 def heartbeat_s() -> float:
     """Seconds between heartbeats (``LAB_LEASE_HEARTBEAT_S`` or ``LEASE_HEARTBEAT_S``)."""
     return float(os.environ.get("LAB_LEASE_HEARTBEAT_S", LEASE_HEARTBEAT_S))
+
+
+def fence_s() -> float:
+    """Seconds without a written heartbeat after which the holder counts its lease as lost and stops at its next
+    checkpoint: the stale time less two heartbeats (at least half the stale time), so that it stops before
+    another driver may take over."""
+    return max(stale_after_s() / 2, stale_after_s() - 2 * heartbeat_s())
 
 
 def wait_limit_s() -> float:
@@ -131,7 +156,10 @@ class Lease:
         self.uri = storage.join(predir, LEASE_NAME)
         self.driver_id = uuid.uuid4().hex
         self.since = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        self.lost: dict[str, Any] | None = None  # the other driver's record, once it took the lease
+        self._lost: dict[str, Any] | None = None  # see ``lost``
+        self._version: str | None = None  # of the record this driver last wrote
+        self._last_ok: float | None = None  # time.monotonic() of its last write
+        self.unconditional = False  # the store ignores preconditions (``_confirm_if_unconditional``)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -149,68 +177,108 @@ class Lease:
         Raises:
             storage.StorageError: the store cannot be read.
         """
-        try:
-            data = json.loads(storage.read_bytes(self.uri))
-        except FileNotFoundError:
+        return self._parse(conditional.read(self.uri))
+
+    @staticmethod
+    def _parse(current: conditional.Versioned | None) -> dict[str, Any] | None:
+        """The record of a read object (see ``read``)."""
+        if current is None:
             return None
+        try:
+            data = json.loads(current.data)
         except (ValueError, UnicodeDecodeError):
             return {}
         return data if isinstance(data, dict) else {}
 
-    def _create_exclusive(self) -> bool:
-        """Local disk: create the record only if absent; False if another driver created it first.
-
-        The record is written to a temp file that is then hard-linked to ``lease.json``: the link
-        fails if the name exists (atomic, exclusive), and a reader never sees a half-written record.
-        """
-        _, path = storage.resolve(self.uri)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{self.driver_id}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(self.record(), f, indent=2)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-        finally:
-            os.unlink(tmp)
+    def _write(self, version: str | None) -> bool:
+        """Write this driver's record if the object is still at ``version`` (None: absent); True when written.
+        A conditional write retried after a lost answer reports a failed condition: the record then read back
+        is recognised as this driver's."""
+        built = time.monotonic()  # the record's heartbeat time: its age counts from here, however long the write takes
+        data = json.dumps(self.record(), indent=2).encode()
+        new = conditional.write(self.uri, data, version)
+        if new is None:
+            current = conditional.read(self.uri)
+            if current is None or (self._parse(current) or {}).get("driver_id") != self.driver_id:
+                return False
+            new = current.version
+        self._version, self._last_ok = new, built
         return True
 
     def acquire(self) -> None:
         """Take the lease (see the module docstring) and start the heartbeat thread.
 
         Raises:
-            LeaseHeldError: a live driver holds it, or another driver took it while this one confirmed.
+            LeaseHeldError: a live driver holds it, or another driver took it first (exit 2).
+            LeaseBusyError: ``wait=True`` and the holder still heartbeats after ``wait_limit_s()`` (exit 75).
             storage.StorageError: the store cannot be read or written.
         """
-        current = self.read()
-        local_first = current is None and not storage.is_remote(self.uri)
-        if not (local_first and self._create_exclusive()):
-            current = self.read() if local_first else current  # another driver created it first
+        deadline = time.monotonic() + wait_limit_s()
+        for _ in range(5):  # lost races (another driver wrote first) are waited for again with wait=True
+            current = conditional.read(self.uri)
             if current is not None and self.wait:
-                current = self._wait_stale(current)
+                current = self._wait_stale(current, deadline)
             if current is not None:
-                self._check_stale(current)
-            storage.write_json(self.uri, self.record())
-            time.sleep(CONFIRM_DELAY_S)  # a plain write can be overwritten by a racing driver: re-read it
-            confirmed = self.read()
-            if not confirmed or confirmed.get("driver_id") != self.driver_id:
-                raise LeaseHeldError(self._held_message(confirmed or {}))
+                self._check_stale(self._parse(current) or {})
+            if self._write(None if current is None else current.version):
+                break
+            if not self.wait:  # another driver created it, or took it over, first
+                raise LeaseHeldError(self._held_message(self.read() or {}))
+        else:
+            raise LeaseHeldError(self._held_message(self.read() or {}))
+        self._confirm_if_unconditional()
         self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
         self._thread.start()
 
-    def _wait_stale(self, current: dict[str, Any]) -> dict[str, Any] | None:
-        """Poll the record until it is released (None), stale, or ``wait_limit_s()`` passed; returns the last read."""
-        deadline, told = time.monotonic() + wait_limit_s(), False
-        while current is not None and staleness(current, stale_after_s()) is None and time.monotonic() < deadline:
+    def _confirm_if_unconditional(self) -> None:
+        """On a store that ignores preconditions (``conditional.ignores_preconditions``; some emulators): warn once,
+        then wait ``CONFIRM_DELAY_S`` and re-read, proceeding only if the record is still this driver's.
+
+        Raises:
+            LeaseHeldError: another driver's write replaced this one's meanwhile.
+        """
+        written = conditional.read(self.uri)
+        if written is None or (self._parse(written) or {}).get("driver_id") != self.driver_id:
+            raise LeaseHeldError(self._held_message(self._parse(written) or {}))
+        new = conditional.ignores_preconditions(self.uri, written)
+        if new is None:
+            return
+        self.unconditional, self._version = True, new
+        print(f"warning: the store of {self.uri} ignores write preconditions: two drivers starting at once may both "
+              f"write the lease; it is confirmed by a re-read after {CONFIRM_DELAY_S:g} s", file=sys.stderr)
+        time.sleep(CONFIRM_DELAY_S)
+        confirmed = conditional.read(self.uri)
+        record = self._parse(confirmed) or {}
+        if confirmed is None or record.get("driver_id") != self.driver_id:
+            raise LeaseHeldError(self._held_message(record))
+        self._version = confirmed.version
+
+    def _wait_stale(self, current: conditional.Versioned | None, deadline: float) -> conditional.Versioned | None:
+        """Poll the record until it is released (None) or stale; returns the last read.
+
+        Raises:
+            LeaseBusyError: the holder still heartbeats at ``deadline`` (``time.monotonic()``).
+        """
+        told = False
+        while current is not None and staleness(self._parse(current) or {}, stale_after_s()) is None:
+            if time.monotonic() >= deadline:
+                raise LeaseBusyError(self._busy_message(self._parse(current) or {}), self.uri,
+                                     hint="if that driver is a duplicate of this job, stop it; otherwise wait for "
+                                          "it to finish")
             if not told:
                 print(f"waiting up to {wait_limit_s():g} s for the lease of {self.predir}, held by "
-                      f"{describe(current)}: taken over once that driver is gone (another host: no heartbeat "
-                      f"for {stale_after_s():g} s, LAB_LEASE_STALE_S)", file=sys.stderr, flush=True)
+                      f"{describe(self._parse(current) or {})}: taken over once that driver is gone (another "
+                      f"host: no heartbeat for {stale_after_s():g} s, LAB_LEASE_STALE_S)", file=sys.stderr, flush=True)
                 told = True
             time.sleep(min(1.0, heartbeat_s()))
-            current = self.read()
+            current = conditional.read(self.uri)
         return current
+
+    def _busy_message(self, holder: dict[str, Any]) -> str:
+        """The exit-75 message of a lease wait that timed out."""
+        return (f"{self.mode}: the run {self.predir} is held by host {holder.get('host')} pid {holder.get('pid')} "
+                f"({describe(holder)}), still heartbeating after a wait of {wait_limit_s():g} s; this driver "
+                f"stopped without touching the run: re-run the same command later")
 
     def _check_stale(self, current: dict[str, Any]) -> None:
         """Raise if ``current`` is a live lease; else say that it is taken over."""
@@ -227,18 +295,57 @@ class Lease:
                 f"once it has no heartbeat for {stale_after_s():g} s (LAB_LEASE_STALE_S)")
 
     def _beat(self) -> None:
-        """Heartbeat loop: re-read, stop if another driver owns the record, else refresh it."""
-        while not self._stop.wait(heartbeat_s()):
+        """Heartbeat loop: a conditional rewrite of the record every ``heartbeat_s()``; a record changed by another
+        driver sets ``lost``. A write that fails is tried again at once (after the retries of ``conditional``)
+        until it succeeds or ``lost`` fences the lease (``fence_s()``)."""
+        wait = heartbeat_s()
+        while not self._stop.wait(wait):
             try:
-                current = self.read()
-                if current is not None and current.get("driver_id") != self.driver_id:
-                    self.lost = current
-                    print(f"warning: the lease of {self.predir} was taken by {describe(current)}; "
-                          "stopping at the next checkpoint", file=sys.stderr)
+                if self.unconditional:  # the store ignores If-Match: look before writing
+                    current = self.read()
+                    if current is not None and current.get("driver_id") != self.driver_id:
+                        self._taken(current)
+                        return
+                if not self._write(self._version):
+                    self._taken(self.read() or {})
                     return
-                storage.write_json(self.uri, self.record())
-            except (storage.StorageError, OSError) as err:  # keep trying: the store may come back
+                wait = max(0.0, heartbeat_s() - (time.monotonic() - self._last_ok))
+            except (StorageError, OSError) as err:  # keep trying: the store may come back
                 print(f"warning: cannot refresh the lease {self.uri}: {err}", file=sys.stderr)
+                wait = min(1.0, heartbeat_s())
+
+    def _taken(self, current: dict[str, Any]) -> None:
+        """Another driver's record replaced this one's: set ``lost`` and say so."""
+        self._lost = current or {"reason": "the lease record was deleted"}
+        holder = describe(current) if current else "nobody (it was deleted)"
+        print(f"warning: the lease of {self.predir} was taken by {holder}; stopping at the next checkpoint",
+              file=sys.stderr)
+
+    @property
+    def lost(self) -> dict[str, Any] | None:
+        """Why this driver no longer holds the lease (the other driver's record, or ``{"reason": ...}`` once no
+        heartbeat was written for ``fence_s()``: another driver may take it over soon); None while it holds it."""
+        if self._lost is None and self._last_ok is not None and not self._stop.is_set():
+            age = time.monotonic() - self._last_ok
+            if age > fence_s():
+                self._lost = {"reason": f"no heartbeat could be written for {age:.0f} s (another driver may take "
+                                        f"the lease over after {stale_after_s():g} s)"}
+                print(f"warning: the lease of {self.predir}: {self._lost['reason']}; stopping at the next checkpoint",
+                      file=sys.stderr)
+        return self._lost
+
+    def check(self) -> None:
+        """Raise if this driver no longer holds the lease (call before a step that must not run twice, e.g. a PBT
+        exploit).
+
+        Raises:
+            LeaseLostError: see ``lost`` (resumable: exit 75).
+        """
+        lost = self.lost
+        if lost is not None:
+            why = lost.get("reason") or f"it was taken over by {describe(lost)}"
+            raise LeaseLostError(f"{self.mode}: this driver no longer holds the lease of {self.predir}: {why}",
+                                 self.uri, hint="make sure one driver runs it")
 
     def release(self) -> None:
         """Stop the heartbeat and delete the record if it is still this driver's (best effort)."""

@@ -5,6 +5,7 @@ overrides, a restarted command takes its dead predecessor's lease, and the exit 
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -26,7 +27,7 @@ from lab_helpers import (
 
 from orchestrator.errors import EXIT_RESUMABLE
 from orchestrator.store import storage
-from orchestrator.store.lease import Lease, LeaseHeldError
+from orchestrator.store.lease import Lease, LeaseBusyError
 
 ITEMS = ["meta.max_session=1", "meta.log_frequency=800", "meta.checkpoint_frequency=800", "meta.random_seed=5",
          "env.max_frame=12000"]
@@ -209,7 +210,7 @@ def test_restart_waits_for_another_hosts_lease_to_go_stale(tmp_path, fast_lease,
 def test_two_live_copies_never_both_hold_the_lease(tmp_path, fast_lease, capsys):
     with Lease(str(tmp_path), "train --name x") as first:
         start = time.monotonic()
-        with pytest.raises(LeaseHeldError, match="in use by another driver"):
+        with pytest.raises(LeaseBusyError, match=f"held by host {socket.gethostname()} pid {os.getpid()}"):
             Lease(str(tmp_path), "train --name x", wait=True).acquire()
         assert 2.0 < time.monotonic() - start < 5.0  # waited its bound (stale time + 2 heartbeats), then gave up
         assert json.loads((tmp_path / "lease.json").read_text())["driver_id"] == first.driver_id

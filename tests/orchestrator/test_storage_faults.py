@@ -5,6 +5,7 @@ run then resumes to the end and equals an uninterrupted run."""
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import subprocess
@@ -26,7 +27,7 @@ from lab_helpers import (
 )
 
 from orchestrator.errors import EXIT_RESUMABLE
-from orchestrator.store import storage
+from orchestrator.store import faults, storage
 from orchestrator.store.checkpoint import CheckpointStore
 
 sys.path.insert(0, str(REPO / "tests"))
@@ -161,6 +162,85 @@ def test_local_fault_stops_cleanly_then_resumes_exactly(ray_local, small_disk, t
     assert_resumed_equals_uninterrupted(pd.read_parquet(predir / "t0/s0/train_df.parquet"))
 
 
+# ---------------------------------------------------------------- local / network file system: transient errno
+class FlakyFileSystem:
+    """A local pyarrow filesystem whose calls on paths below ``root`` raise ``OSError(code)``: the first ``times``
+    of them, or every one (``times=None``); ``calls`` counts the faulted calls."""
+
+    def __init__(self, root: str, code: int, times: int | None = None) -> None:
+        import pyarrow.fs as pafs
+
+        self.fs, self.root, self.code, self.times, self.calls = pafs.LocalFileSystem(), root, code, times, 0
+
+    def __getattr__(self, name: str):
+        real = getattr(self.fs, name)
+
+        def call(*args, **kwargs):
+            target = getattr(args[0], "base_dir", args[0]) if args else ""
+            if isinstance(target, str) and target.startswith(self.root) and (self.times is None or self.times > 0):
+                self.calls += 1
+                if self.times is not None:
+                    self.times -= 1
+                raise OSError(self.code, os.strerror(self.code), target)
+            return real(*args, **kwargs)
+
+        return call
+
+
+def flaky(monkeypatch, root: Path, code: int, times: int | None = None) -> FlakyFileSystem:
+    """Make ``storage`` see ``root`` through a ``FlakyFileSystem``."""
+    fs = FlakyFileSystem(str(root), code, times)
+    real = storage.resolve
+    monkeypatch.setattr(storage, "resolve", lambda uri: (fs, real(uri)[1]) if str(uri).startswith(str(root))
+                        else real(uri))
+    return fs
+
+
+@pytest.mark.parametrize("code", [errno.EIO, errno.ESTALE, errno.ETIMEDOUT, errno.ENOTCONN])
+def test_transient_local_errors_are_retried(tmp_path, monkeypatch, capsys, code):
+    """EIO, ESTALE, ETIMEDOUT, a lost connection (an NFS or Lustre mount that hiccups): retried with a logged line,
+    and the write then succeeds."""
+    monkeypatch.setattr(faults, "RETRY_FIRST_WAIT_S", 0.01)
+    fs = flaky(monkeypatch, tmp_path, code, times=2)
+    storage.write_text(str(tmp_path / "run.json"), "{}")
+    assert fs.calls == 2 and (tmp_path / "run.json").read_text() == "{}"
+    err = capsys.readouterr().err
+    assert "retry 1 of 6" in err and "retry 2 of 6" in err and os.strerror(code) in err, err
+
+
+def test_delete_whose_lookup_fails_on_a_missing_path(tmp_path, monkeypatch):
+    """``delete``'s first lookup fails and the path then turns out missing (it was deleted meanwhile, or never
+    there): missing is fine (once an UnboundLocalError that failed a session under 503s)."""
+    fs = flaky(monkeypatch, tmp_path, errno.EIO, times=1)
+    storage.delete(str(tmp_path / "ckpt" / ".staging-0"))
+    assert fs.calls == 1
+
+
+def test_persistent_local_error_is_a_resumable_fault(tmp_path, monkeypatch):
+    """A file system still failing after every attempt: a ``StorageError`` with the hint (exit 75 at the command)."""
+    monkeypatch.setattr(faults, "RETRY_FIRST_WAIT_S", 0.01)
+    monkeypatch.setenv("LAB_STORAGE_ATTEMPTS", "3")
+    fs = flaky(monkeypatch, tmp_path, errno.ESTALE)
+    with pytest.raises(storage.StorageError, match=r"Stale file handle.*\(failed 3 times\)") as err:
+        storage.read_bytes(str(tmp_path / "run.json"))
+    assert fs.calls == 3 and err.value.hint == faults.LOCAL_TRANSIENT_HINT
+    assert faults.fault_of(OSError(errno.EIO, "Input/output error")) == faults.LOCAL_TRANSIENT_HINT
+
+
+def test_train_on_a_failing_network_file_system_exits_75(tmp_path, monkeypatch, capsys):
+    """``train --name`` on a data dir whose mount answers EIO to every call: exit 75 (resumable), one message with
+    the error and what to do, no traceback."""
+    monkeypatch.setattr(faults, "RETRY_FIRST_WAIT_S", 0.01)
+    monkeypatch.setenv("LAB_STORAGE_ATTEMPTS", "2")
+    data = tmp_path / "nfs"
+    flaky(monkeypatch, data, errno.EIO)
+    code = run_cli(SPECS, "reinforce_cartpole", "train", "--name", "job", "--data-dir", str(data))
+    err = capsys.readouterr().err
+    assert code == EXIT_RESUMABLE, err
+    assert "error: storage fault: " in err and "Input/output error" in err and "(failed 2 times)" in err, err
+    assert f"{faults.LOCAL_TRANSIENT_HINT}, then run the same command" in err and "Traceback" not in err
+
+
 # ---------------------------------------------------------------- object store: faults through a proxy
 def via(proxy: FaultProxy, attempts: int) -> dict[str, str]:
     """The environment of a driver whose S3 client goes through ``proxy`` and tries each call ``attempts`` times."""
@@ -237,3 +317,102 @@ def test_persistent_s3_errors_stop_cleanly_then_resume_exactly(ray_local, tmp_pa
     assert run_cli(*argv) == 0
     assert storage.read_json(f"{predir}/run.json")["sessions"]["t0_s0"]["status"] == "done"
     assert_resumed_equals_uninterrupted(storage.read_parquet(f"{predir}/t0/s0/train_df.parquet"))
+
+
+# ---------------------------------------------------------------- every request kind faulted at a realistic rate
+CHAOS_RATE = 0.10  # of all requests answered 503 (SlowDown on S3, backendError on GCS)
+TRAIN = ["meta.max_session=2", "env.max_frame=3000", "meta.log_frequency=500", "meta.checkpoint_frequency=1000",
+         "meta.random_seed=56"]
+PBT_SEARCH = ["meta.max_trial=2", "meta.max_session=1", "env.max_frame=1200", "meta.log_frequency=200",
+              "meta.checkpoint_frequency=200", "meta.random_seed=56", 'meta.resources={"num_cpus": 0.5, "num_gpus": 0}',
+              'search={"agent.net.optim_spec.lr__loguniform": [1e-4, 1e-2]}',
+              'meta.search_scheduler={"name": "PBT", "perturbation_interval": 400}']
+
+
+def local_run(tmp_path: Path, spec: str, mode: str, items: list[str]) -> str:
+    """Predir of the same ``--name job`` run on local disk (in-process), to compare a faulted run against."""
+    data = tmp_path / "local"
+    assert run_cli(SPECS, spec, mode, "--name", "job", "--data-dir", str(data), *overrides(items)) == 0
+    return str(data / "job")
+
+
+@pytest.fixture(scope="module")
+def local_train(ray_local, tmp_path_factory) -> str:
+    """Predir of the REINFORCE ``TRAIN`` run on local disk, shared by the S3 and GCS tests."""
+    return local_run(tmp_path_factory.mktemp("local_train"), "reinforce_cartpole", "train", TRAIN)
+
+
+def assert_same_train_dfs(remote: str, local: str, sessions: list[str]) -> None:
+    """Every session's train_df of the remote run equals the local run's (but ``wall_t``/``fps``)."""
+    for session in sessions:
+        got = storage.read_parquet(f"{remote}/{session}/train_df.parquet").drop(columns=["wall_t", "fps"])
+        want = storage.read_parquet(f"{local}/{session}/train_df.parquet").drop(columns=["wall_t", "fps"])
+        pd.testing.assert_frame_equal(got, want, obj=session)
+
+
+def run_through_chaos(proxy: FaultProxy, argv: list[str], tmp_path: Path, env: dict[str, str]) -> tuple[str, str]:
+    """``lab *argv`` with every request through ``proxy`` at ``CHAOS_RATE``: exit 0, no traceback, and retries
+    logged; its stdout and stderr."""
+    proxy.chaos(CHAOS_RATE, seed=56)
+    code, out, err = run_through(start_lab(argv, tmp_path, **{"LAB_STORAGE_ATTEMPTS": "7", **env}), timeout=300)
+    proxy.chaos(0.0, seed=0)
+    assert code == 0, err[-4000:]
+    assert "Traceback" not in err + out and "storage fault" not in err
+    assert "; retry 1 of 6" in err
+    return out, err
+
+
+def assert_every_kind_faulted(proxy: FaultProxy, kinds: tuple[str, ...]) -> None:
+    """Each request kind was faulted at least once, and about ``CHAOS_RATE`` of all requests were."""
+    total, faulted = proxy.fault_counts()
+    assert all(faulted.get(kind, 0) >= 1 for kind in kinds), f"requests {total}, faulted {faulted}"
+    share = sum(faulted.values()) / sum(total.values())
+    assert 0.05 < share < 0.2 and sum(total.values()) > 100, (total, faulted)
+
+
+def test_s3_train_and_multipart_writes_ride_out_503s_on_every_request_kind(local_train, tmp_path, s3_server, s3_bucket,
+                                                                           monkeypatch):
+    """REINFORCE CartPole, 2 sessions, through a proxy answering 10% of every kind of S3 request (and the first of each
+    kind) with 503 SlowDown: exit 0 and train_dfs equal to the same run on local disk; multipart uploads (parts,
+    create, complete) faulted the same way write whole objects."""
+    local = local_train
+    data = f"{s3_bucket}/runs"
+    with FaultProxy(s3_server) as proxy:
+        run_through_chaos(proxy, [SPECS, "reinforce_cartpole", "train", "--name", "job", "--data-dir", data,
+                                  *overrides(TRAIN)], tmp_path, via(proxy, attempts=7))
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
+        proxy.chaos(CHAOS_RATE, seed=57)
+        big = os.urandom(12 * 2**20)  # over pyarrow's 10 MiB upload part: a multipart upload of 2 parts
+        for i in range(3):
+            storage.write_bytes(f"{data}/big{i}.bin", big)
+            assert storage.read_bytes(f"{data}/big{i}.bin") == big
+        proxy.chaos(0.0, seed=0)
+        assert_every_kind_faulted(proxy, ("HEAD", "GET", "LIST", "PUT", "PART", "DELETE"))
+    assert_same_train_dfs(f"{data}/job", local, ["t0/s0", "t0/s1"])
+    assert storage.read_json(f"{data}/job/run.json")["sessions"]["t0_s1"]["status"] == "done"
+
+
+def test_gcs_train_rides_out_503s_on_every_request_kind(local_train, tmp_path, gcs_server, gcs_bucket):
+    """The same REINFORCE run on ``gs://`` through a proxy answering 10% of every kind of GCS JSON-API request with
+    503 backendError: exit 0 and train_dfs equal to the run on local disk."""
+    local = local_train
+    data = f"{gcs_bucket}/runs"
+    with FaultProxy(gcs_server, flavour="gcs") as proxy:
+        run_through_chaos(proxy, [SPECS, "reinforce_cartpole", "train", "--name", "job", "--data-dir", data,
+                                  *overrides(TRAIN)], tmp_path, {"STORAGE_EMULATOR_HOST": proxy.endpoint})
+        assert_every_kind_faulted(proxy, ("HEAD", "GET", "LIST", "PUT", "DELETE"))
+    assert_same_train_dfs(f"{data}/job", local, ["t0/s0", "t0/s1"])
+
+
+def test_s3_pbt_search_rides_out_503s_on_every_request_kind(ray_local, tmp_path, s3_server, s3_bucket):
+    """A PBT search (2 trials, 3 generations) on ``s3://`` through the 10% 503 proxy: exit 0, the same ``pbt.jsonl``
+    decisions and every trial's train_df equal to the same search on local disk."""
+    local = local_run(tmp_path, "ppo_cartpole", "search", PBT_SEARCH)
+    data = f"{s3_bucket}/runs"
+    with FaultProxy(s3_server) as proxy:
+        run_through_chaos(proxy, [SPECS, "ppo_cartpole", "search", "--name", "job", "--data-dir", data,
+                                  *overrides(PBT_SEARCH)], tmp_path, via(proxy, attempts=7))
+        assert_every_kind_faulted(proxy, ("HEAD", "GET", "LIST", "PUT", "DELETE"))
+    assert storage.read_text(f"{data}/job/pbt.jsonl") == storage.read_text(f"{local}/pbt.jsonl")
+    assert_same_train_dfs(f"{data}/job", local, ["t0/s0", "t1/s0"])
