@@ -9,6 +9,7 @@ Every resume applies the run's saved ``-s`` overrides (``overrides.json``) befor
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any, Callable
 
 from orchestrator.commandline import lab_command, mode_header, typed_options

@@ -11,8 +11,8 @@ A *version* is an opaque string: S3's ETag, GCS's object generation, and on loca
   default credentials through google-auth otherwise): create is an upload with ``ifGenerationMatch=0``, replace one
   with ``ifGenerationMatch=<generation>``; 412 when the condition fails.
 - Local disk: create is a hard link of a complete temp file (fails if the name exists); replace holds an exclusive
-  ``flock`` on ``{name}.lock`` beside the object while it compares the content's sha256 and renames a complete temp
-  file over the object (POSIX locks also hold on NFSv4).
+  ``flock`` on the object's own file (its inode, checked to be still the one at the path) while it compares the
+  content's sha256 and renames a complete temp file over the object (POSIX locks also hold on NFSv4).
 
 Every call is retried on transient errors (``faults.retried``); a conditional write whose answer was lost and that
 is then retried may report a failed condition although its first try succeeded: the caller re-reads and recognises
@@ -233,8 +233,19 @@ def _local_put(path: str, data: bytes, version: str | None) -> str | None:
             return _local_version(data)
         import fcntl
 
-        with open(f"{path}.lock", "a+b") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        try:
+            # the lock is on the object's own inode (no lock file is left beside it); opened for writing, which an
+            # exclusive lock needs on NFS (where flock is a POSIX lock), though nothing is written through it
+            held = open(path, "r+b")
+        except FileNotFoundError:
+            return None
+        with held:
+            fcntl.flock(held, fcntl.LOCK_EX)  # released when the file closes
+            try:
+                if os.stat(path).st_ino != os.fstat(held.fileno()).st_ino:
+                    return None  # replaced while this writer waited: the version it expects is gone
+            except FileNotFoundError:
+                return None
             current = _local_read(path)
             if current is None or current.version != version:
                 return None
