@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -152,3 +154,173 @@ def test_slurm_bad_spec_exits_2_without_requeue(job_dir):
     code, out = finish(start_slurm_job(job_dir, ["env.max_frame=-1"]), kill_after=180)
     assert code == 2 and "env.max_frame" in out, out[-3000:]
     assert calls(job_dir) == []
+
+
+def pid1_prefix() -> list[str]:
+    """``unshare`` arguments that run a command as PID 1 of a new PID namespace, as a container's main process runs
+    (a signal from outside reaches it only through a handler it installed; when it exits, the namespace's other
+    processes are killed); empty where this machine does not allow it (not root): the command then runs as a plain
+    child, which Kubernetes' SIGTERM reaches the same way."""
+    prefix = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "--"]
+    try:
+        ok = subprocess.run([*prefix, "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = False
+    return prefix if ok else []
+
+
+def namespace_pid(pid: int) -> int | None:
+    """The PID process ``pid`` has in its own (innermost) PID namespace (``NSpid`` of /proc/PID/status)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    (line,) = [ln for ln in status.splitlines() if ln.startswith("NSpid:")]
+    return int(line.split()[-1])
+
+
+def container_command(job_dir: Path, items: list[str]) -> tuple[list[str], int]:
+    """The ``lab`` container's ``command`` of examples/k8s_job.yaml with ``--data-dir`` set to the job's directory
+    and ``items`` appended as ``-s`` overrides (later ones win), and the pod's terminationGracePeriodSeconds."""
+    manifest = yaml.safe_load((EXAMPLES / "k8s_job.yaml").read_text())
+    pod = manifest["spec"]["template"]["spec"]
+    (container,) = [c for c in pod["containers"] if c["name"] == "lab"]
+    command = list(container["command"])
+    assert command[0] == "lab" and "args" not in container
+    command[command.index("--data-dir") + 1] = str(job_dir / "data")
+    return [sys.executable, str(REPO / "run_lab.py"), *command[1:], *overrides(items)], \
+        int(pod["terminationGracePeriodSeconds"])
+
+
+def test_kubernetes_sigterm_to_the_container_process_exits_75_within_the_grace_and_resumes(job_dir):
+    """The container's command as the container's main process; SIGTERM to it alone (what the kubelet sends), SIGKILL
+    to everything once the manifest's terminationGracePeriodSeconds passed: the lab exits 75 before that, having
+    committed a final checkpoint; the Job's next pod (the same command) finishes the run from it."""
+    command, grace = container_command(job_dir, TINY)
+    name = command[command.index("--name") + 1]
+    predir = job_dir / "data" / name
+    prefix = pid1_prefix()
+    pod = subprocess.Popen([*prefix, *command], cwd=job_dir, env=job_env(job_dir), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    wait_for(lambda: committed(predir) and committed(predir)[-1] >= 800, pod, 180, "a checkpoint")
+    at_signal = committed(predir)[-1]
+    main = pod.pid
+    if prefix:  # the lab is the child of unshare: PID 1 inside its namespace
+        (main,) = [p for p in descendants(pod.pid) if namespace_pid(p) == 1]
+    started = time.monotonic()
+    os.kill(main, signal.SIGTERM)
+    code, out = finish(pod, kill_after=grace)
+    took = time.monotonic() - started
+    assert code == 75, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    final = committed(predir)[-1]
+    assert at_signal <= final < 4800
+    # the Job's next pod: the same command
+    code, out = finish(subprocess.Popen([*prefix, *command], cwd=job_dir, env=job_env(job_dir),
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                        start_new_session=True), kill_after=300)
+    assert code == 0, out[-3000:]
+    run = storage.read_json(str(predir / "run.json"))
+    assert run["sessions"]["t0_s0"]["status"] == "done"
+    assert run["resumes"][-1]["from_frames"]["t0_s0"] == final
+    assert_continuous(pd.read_parquet(predir / "t0/s0/train_df.parquet"), 800, 4800)
+    print(f"SIGTERM to exit 75: {took:.1f} s (grace {grace} s)")
+
+
+@pytest.mark.parametrize("codes, runs, final", [([75, 75, 0], 3, 0), ([2], 1, 2), ([1], 1, 1), ([75, 2], 2, 2)])
+def test_kuberay_entrypoint_runs_the_command_again_on_75_only(tmp_path, codes, runs, final):
+    """The RayJob's entrypoint, run as Ray's job supervisor runs it (``/bin/sh -c ENTRYPOINT``), with a stand-in
+    ``lab`` that exits with the given codes in turn: the lab command again after each 75, any other code is the
+    entrypoint's (the RayJob's SUCCEEDED or FAILED, never retried by KubeRay)."""
+    entrypoint = yaml.safe_load((EXAMPLES / "kuberay_rayjob.yaml").read_text())["spec"]["entrypoint"]
+    (tmp_path / "codes").write_text("\n".join(map(str, codes)) + "\n")
+    write_exe(tmp_path / "lab", f'#!/bin/sh\necho "$*" >> {tmp_path / "calls"}\n'
+              f'code=$(head -n 1 {tmp_path / "codes"}); sed -i 1d {tmp_path / "codes"}; exit "$code"\n')
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "LAB_RETRY_DELAY_S": "0"}
+    proc = subprocess.run(["/bin/sh", "-c", entrypoint], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == final, proc.stdout + proc.stderr
+    lines = (tmp_path / "calls").read_text().splitlines()
+    assert len(lines) == runs and len(set(lines)) == 1 and "--name ppo-cartpole-1" in lines[0]
+
+
+def test_ray_job_submit_recipe_maps_job_outcomes_to_the_labs_exit_codes():
+    """``examples/ray_job_submit.py``'s decision per finished Ray job (status, the entrypoint's exit code)."""
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import ray_job_submit
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    decide = ray_job_submit.exit_code
+    assert decide("SUCCEEDED", 0) == 0
+    assert decide("FAILED", 75) is None  # submitted again
+    assert decide("FAILED", 2) == 2 and decide("FAILED", 1) == 1
+    assert decide("FAILED", -9) == 1 and decide("FAILED", None) == 1  # killed, or never started
+    assert decide("STOPPED", None) == 75  # ray job stop: resumable, not submitted again
+
+
+def lab_drivers(marker: str) -> list[int]:
+    """PIDs of the ``run_lab.py`` processes whose command line holds ``marker``."""
+    out = []
+    for cmd in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            words = cmd.read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if any(w.endswith("run_lab.py") for w in words) and any(marker in w for w in words):
+            out.append(int(cmd.parent.name))
+    return out
+
+
+def test_ray_job_submit_recipe_resubmits_after_75_only(tmp_path):
+    """``examples/ray_job_submit.py`` against a real head (``ray start --head`` with its dashboard): the driver
+    stopped by SIGTERM (exit 75, a FAILED job for Ray) is submitted again; ``ray job stop`` of that second job (a
+    STOPPED job, for which ``ray job submit`` exits 0) ends the recipe with 75 and no third submission, the lab having
+    committed a final checkpoint within the recipe's stop wait; the recipe run again finishes the run (0)."""
+    from ray.job_submission import JobSubmissionClient
+    from test_cluster import Cluster
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    write_exe(bin_dir / "lab", f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {REPO / "run_lab.py"} "$@"\n')
+    env = {**os.environ, **DRIVER_ENV, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    data = tmp_path / "data"
+    predir = data / "rj-1"
+    command = ["lab", str(REPO / "specs/benchmark/cartpole.json"), "ppo_cartpole", "train", "--name", "rj-1",
+               "--data-dir", str(data), "--quiet", *overrides(TINY)]
+    cluster = Cluster(Path(tempfile.mkdtemp(prefix="lab-rj-")), env)  # short: Ray's socket paths are limited
+    recipe = None
+    try:
+        cluster.start_head()
+        recipe_cmd = [sys.executable, str(EXAMPLES / "ray_job_submit.py"), "--address", cluster.dashboard,
+                      "--delay", "1", "--", *command]
+        log = tmp_path / "recipe.log"
+        with open(log, "w") as out:
+            recipe = subprocess.Popen(recipe_cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                      start_new_session=True)
+        submitted = lambda: [ln.split()[3].rstrip(":") for ln in log.read_text().splitlines()  # noqa: E731
+                             if ln.startswith("submitted Ray job ")]
+        wait_for(lambda: committed(predir) and committed(predir)[-1] >= 800, recipe, 240, "a checkpoint")
+        (driver,) = lab_drivers(str(data))
+        os.kill(driver, signal.SIGTERM)  # the driver alone (a storage fault or a lease wait exits 75 the same way)
+        wait_for(lambda: len(submitted()) == 2, recipe, 120, "a second submission")
+        first = committed(predir)[-1]
+        wait_for(lambda: committed(predir)[-1] > first, recipe, 240, "a checkpoint of the second submission")
+        JobSubmissionClient(cluster.dashboard).stop_job(submitted()[1])
+        assert recipe.wait(timeout=180) == 75, log.read_text()[-3000:]
+        text = log.read_text()
+        assert len(submitted()) == 2 and "the job was stopped (ray job stop)" in text, text[-3000:]
+        assert "committed checkpoint at frame" in text and "Traceback" not in text, text[-3000:]
+        stopped_at = committed(predir)[-1]
+        assert first < stopped_at < 4800
+        # the recipe again: the run finishes
+        proc = subprocess.run(recipe_cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0 and proc.stdout.count("submitted Ray job ") == 1, proc.stdout[-3000:]
+        run = storage.read_json(str(predir / "run.json"))
+        assert run["sessions"]["t0_s0"]["status"] == "done"
+        assert [r["from_frames"]["t0_s0"] for r in run["resumes"]] == [first, stopped_at]
+    finally:
+        if recipe is not None and recipe.poll() is None:
+            recipe.kill()
+        kill_pids(lab_drivers(str(data)))
+        cluster.kill_all()
+        shutil.rmtree(cluster.root, ignore_errors=True)
