@@ -22,10 +22,12 @@ Other commands (handled before the SPEC_FILE SPEC_NAME MODE form):
   lab compare PREDIR_OR_TRIAL ... [--out PATH]
                               one graph (PNG + HTML) of several runs or trials: IQM and 95% CI
 
-Exit codes: 0 success (or nothing left to do); 1 a session failed or could not be checkpointed; 2 bad input
-(spec, paths, arguments): one clear message, no traceback, nothing existing is changed; 75 (EX_TEMPFAIL)
-interrupted, resumable (SIGTERM, SIGINT; train also SIGUSR1): run the same command again to continue. A resume
-(``train@``, ``search@``, ``--name``) applies the ``-s`` overrides the run was started with before new ones.
+Exit codes: 0 success (or nothing left to do); 1 a session failed; 2 bad input (spec, paths, arguments): one clear
+message, no traceback, nothing existing is changed; 75 (EX_TEMPFAIL) stopped, resumable: SIGTERM, SIGINT or SIGUSR1
+at any moment of a train or search (``orchestrator.runtime.signals``: a repeated SIGTERM/SIGUSR1 is the same stop,
+a second Ctrl-C leaves at once), or a storage fault: run the same command again to continue; 130 a dev run stopped.
+A resume (``train@``, ``search@``, ``--name``) applies the ``-s`` overrides the run was started with before new
+ones.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from orchestrator.commandline import typed_options
 from orchestrator.errors import EXIT_RESUMABLE, SpecError, UsageError
 from orchestrator.modes.dev import run_dev
 from orchestrator.runtime.console import install_warning_format
+from orchestrator.runtime.signals import STOP, Stopped, signal_name
 from orchestrator.store import storage
 
 # orchestrator.spec (and with it torch and gymnasium) is imported only by the modes that check in this
@@ -313,13 +316,36 @@ def list_specs(spec_file: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``lab`` and ``run_lab.py``; returns the exit code."""
+    """Entry point of ``lab`` and ``run_lab.py``; returns the exit code.
+
+    A run mode (``SPEC_FILE SPEC_NAME MODE``) runs under the lab's stop handler from its first line to its last
+    (``orchestrator.runtime.signals``: SIGTERM, SIGINT, SIGUSR1 end it with exit 75, resumable, or 0 when the work
+    was complete; ``dev``: 130). Called in-process (``argv`` given), the handlers in place before come back at the
+    end; as the ``lab`` command (``entry``) they stay for the exit.
+    """
+    in_process = argv is not None
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SUBCOMMANDS:
         return run_subcommand(argv)
     if len(argv) == 1 and not argv[0].startswith("-"):
         return list_specs(argv[0])
+    with STOP.command(keep=not in_process):
+        try:
+            return run_mode(argv)
+        except Stopped as stop:  # a stop where nothing trained: spec check, Ray start, lease wait, verification
+            STOP.end_children()
+            print(f"{signal_name(stop.signum)}: stopped before any session started; nothing is lost. Resume with:\n  "
+                  + (STOP.resume_command or "the same command"), file=sys.stderr, flush=True)
+            return EXIT_RESUMABLE
+
+
+def run_mode(argv: list[str]) -> int:
+    """``lab SPEC_FILE SPEC_NAME MODE [options]`` under the stop handler; returns the exit code (see ``main``)."""
     args = parse_args(argv)
+    if args.mode == "dev" or args.mode.startswith("enjoy@"):  # nothing to resume: Ctrl-C is 130, as in Python
+        STOP.install(leave_code=130, dev=True)
+    elif args.name:  # a --name run is resumed by the command the user typed
+        STOP.resume_command = shlex.join(["lab", *argv])
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     install_warning_format()
     try:

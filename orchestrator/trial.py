@@ -20,9 +20,10 @@ by the driver writing ``run.json``, stops the trial as SIGTERM does: every sessi
 checkpoint (uncommitted ones removed), ``run.json`` records ``interrupted`` with the cause when it can be written,
 one ``error:`` line names the path, the error and what to do, and the exit code is ``EXIT_RESUMABLE``.
 
-SIGINT/SIGTERM to the driver asks every session to commit a final checkpoint within
-``meta.shutdown_grace_s`` seconds and prints the command that resumes the run; a second signal
-exits at once (committed checkpoints are never half-written).
+While ``run`` runs, a stop request of the driver (SIGINT, SIGTERM, SIGUSR1: ``orchestrator.runtime.signals``) asks
+every session to commit a final checkpoint within ``meta.shutdown_grace_s`` seconds; the trial then prints the
+command that resumes the run and returns ``EXIT_RESUMABLE``, also when a session's final commit outlasted the grace
+(it resumes from its last committed checkpoint). A stop during the final analysis lets the analysis finish (exit 0).
 
 Kept whole: ``Trial`` is one state machine (its actors, their event streams, restarts, the run record and the
 signals); split, every handler would pass that state around.
@@ -42,6 +43,7 @@ from orchestrator.errors import EXIT_RESUMABLE
 from orchestrator.global_params import GlobalParamsActor, distributed
 from orchestrator.report.progress import SessionProgress
 from orchestrator.runtime import ray_drain
+from orchestrator.runtime.signals import STOP, pause_point
 from orchestrator.session_hosts import SessionHosts, empty_session_actor, host_key
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
@@ -107,6 +109,9 @@ def preload_analysis() -> threading.Thread:
     return thread
 
 
+GRACE_PASSED = "no final checkpoint within shutdown_grace_s"  # the error of a session stopped by the grace's end
+
+
 class Trial:
     """Runs the planned sessions of one trial as Ray actors and watches them.
 
@@ -117,7 +122,8 @@ class Trial:
         record: the run's ``run.json``.
         quiet: no live progress display.
         on_log: called with (plan, train_df row) at each session log checkpoint (search mode reports
-            trial metrics to Ray Tune from it); the Trial installs no signal handlers itself.
+            trial metrics to Ray Tune from it); the Trial installs no signal handlers itself (``run`` is the
+            target of the process's stop requests, ``orchestrator.runtime.signals.STOP``).
         analyze: at the end, aggregate trial_df, analyze the whole predir and print the summary
             (False inside a search trial: the search analyzes each trial when it ends).
         lease: the run's lease held by this driver; once another driver took it (``lease.lost``)
@@ -153,9 +159,10 @@ class Trial:
         self.max_running = max_running
         self.queued: list[SessionPlan] = []  # sessions waiting for a slot (max_running), in plan order
         self.stopping_since: float | None = None
-        # set by a signal handler (run_with_signals): the watch loop calls request_stop at its next turn, since
+        # set by the stop handler (on_stop_signal): the watch loop calls request_stop at its next turn, since
         # a handler runs between any two bytecodes and must not change the streams under the loop
         self.stop_requested = False
+        self.finishing = False  # the sessions ended: the final analysis runs
         self.preload: threading.Thread | None = None  # the analysis' imports, from the first log row on
         self.progress = SessionProgress(disable=True)  # the live display, once run() starts
         self.globals: dict[int, Any] = {}  # trial index -> GlobalParamsActor (meta.distributed)
@@ -242,7 +249,25 @@ class Trial:
 
     # ---------------------------------------------------------------- watching
     def run(self) -> int:
-        """Run all planned sessions to completion (or interruption); returns the exit code."""
+        """Run all planned sessions to completion (or interruption); returns the exit code. While it runs, the
+        process's stop requests come to ``on_stop_signal``."""
+        with STOP.target(self.on_stop_signal):
+            return self.run_sessions()
+
+    def on_stop_signal(self, signum: int) -> str:
+        """A stop request (``orchestrator.runtime.signals``): the watch loop stops the sessions at its next turn.
+
+        Returns:
+            The line the handler prints.
+        """
+        self.stop_requested = True
+        if self.finishing:
+            return "the sessions have ended; finishing the analysis (Ctrl-C twice leaves at once)"
+        return (f"committing final checkpoints (up to {self.meta['shutdown_grace_s']} s; Ctrl-C twice leaves at "
+                "once)")
+
+    def run_sessions(self) -> int:
+        """``run`` without the stop target."""
         by_key = {p.key: p for p in self.plans}
         with SessionProgress(disable=self.quiet) as progress:
             self.progress = progress
@@ -262,6 +287,7 @@ class Trial:
             except BaseException:  # e.g. Tune stopping a search trial (SystemExit from tune.report)
                 self.end_all()
                 raise
+        self.finishing = True
         self.stop_globals()
         self.record.save()
         return self.finish()
@@ -573,6 +599,7 @@ class Trial:
             return self.finish_fault()
         out = None
         if self.analyze:
+            pause_point("analysis")
             aggregate_trial(self.predir, self.spec, sorted({p.trial for p in self.plans}))
             from orchestrator.report.analysis import analyze_after_run  # metrics JSON + graphs; a failure only warns
             out = analyze_after_run(self.predir)
@@ -581,8 +608,8 @@ class Trial:
             print(f"session {plan.key} failed: {(plan.error or '').strip().splitlines()[-1:]}", file=sys.stderr)
         if self.stopping_since is not None:
             self.print_interrupted()
-            clean = all(p.status in ("interrupted", "done", "not started") and not p.error for p in self.plans)
-            return EXIT_RESUMABLE if clean else 1
+            # a session whose final commit outlasted the grace resumes from its last committed checkpoint
+            return 1 if failed else EXIT_RESUMABLE
         if self.analyze:
             from orchestrator.report.analysis import summary_lines
             print("\n".join([f"trial done: {self.predir}", *(summary_lines(self.predir, out) if out else [])]),
@@ -613,7 +640,7 @@ class Trial:
                 plan.status = "not started"
             elif self.stopping_since is not None:
                 plan.status = "interrupted"
-                plan.error = plan.error or "no final checkpoint within shutdown_grace_s"
+                plan.error = plan.error or GRACE_PASSED
             else:
                 plan.status, plan.error = "failed", plan.error or "stream ended early"
             self.record.update(plan)
@@ -633,12 +660,14 @@ class Trial:
                 what = f"{plan.status}, committed checkpoint at frame {frame}"
             else:
                 what = f"{plan.status}, no committed checkpoint"
+            if plan.error == GRACE_PASSED:
+                what += f" (no final checkpoint within shutdown_grace_s={self.meta['shutdown_grace_s']} s)"
             lines.append(f"  {plan.key}: {what}")
         spec_file = predir_mod.spec_file(self.predir, self.spec["name"])
         extra = ("--allow-fresh",) if fresh and self.resume_mode == "train" else ()
-        lines += ["resume with:",
-                  "  " + lab_command(spec_file, self.spec["name"], f"{self.resume_mode}@{self.predir}", *extra)]
-        print("\n".join(lines))
+        command = STOP.resume_command or lab_command(spec_file, self.spec["name"], f"{self.resume_mode}@{self.predir}",
+                                                     *extra)  # --name: the command as the user typed it
+        print("\n".join([*lines, "resume with:", "  " + command]), flush=True)
 
 
 def aggregate_trial(predir: str, spec: dict[str, Any], trials: list[int]) -> None:

@@ -253,9 +253,18 @@ def cli_page() -> str:
     os.environ["COLUMNS"] = "100"
     main = cli.build_parser()
     lines = ["# Command line", "",
-             "Exit codes: 0 success; 1 a session failed or could not be checkpointed; 2 bad input (spec, paths, "
+             "Exit codes: 0 success (or nothing left to do); 1 a session failed; 2 bad input (spec, paths, "
              "arguments): one message, no traceback, nothing existing changed "
-             "([Troubleshooting](../troubleshooting.md)).", "",
+             "([Troubleshooting](../troubleshooting.md)); 75 (`EX_TEMPFAIL`) stopped and resumable: run the same "
+             "command again; 130 a `dev` run stopped.", "",
+             "Stops (`train`, `search`, from the first line to the last): SIGTERM, SIGINT or SIGUSR1 at any moment "
+             "(spec check, Ray start, lease wait, checkpoint verification, training, final commit) ends with exit "
+             "75 and the run resumable, also when a session's final commit outlasts `meta.shutdown_grace_s` (it "
+             "resumes from its last committed checkpoint); during the final analysis the analysis finishes and the "
+             "exit is 0. A repeated SIGTERM or SIGUSR1 is the same stop request (SLURM and Kubernetes signal every "
+             "process of a job); only a second Ctrl-C (SIGINT) leaves at once, also with 75: every committed "
+             "checkpoint stays resumable. A `--name` run prints the command as typed as its resume command. A "
+             "`dev` run stopped by Ctrl-C or SIGTERM exits 130.", "",
              *parser_section("lab SPEC_FILE SPEC_NAME MODE", main),
              "Modes:", "", "```", (main.epilog or "").strip(), "```", "",
              *parser_section("lab analyze", cli.analyze_parser()),

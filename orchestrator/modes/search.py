@@ -47,9 +47,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
-import threading
 from typing import Any
 
 from ray import tune
@@ -58,6 +56,7 @@ from orchestrator.commandline import mode_header
 from orchestrator.errors import EXIT_RESUMABLE, SpecError, UsageError
 from orchestrator.modes.train import check_named, missing_spec_message, resolve_predir, with_saved_overrides
 from orchestrator.runtime.ray_start import check_resources, init_ray
+from orchestrator.runtime.signals import STOP, pause_point
 from orchestrator.search.report import analyze, report_summary
 from orchestrator.search.trials import ANALYZER, lab_trials, mark_ended, search_complete
 from orchestrator.search.tune import StopSignalRelay, make_tuner, param_space, restore_or_new_tuner, search_alg_name
@@ -92,6 +91,7 @@ def run_search(args: argparse.Namespace) -> int:
             given = with_saved_overrides(args, resolve_predir(target, args.data_dir, args.spec_name))
         except UsageError:
             pass  # resume_search names the problem once the spec is known to be good
+    pause_point("spec_check")  # test hook (orchestrator.runtime.signals)
     new_spec = load_spec(args.spec_file, args.spec_name, args.overrides)
     if named is not None and target == named and named_complete(named, new_spec):
         print(f"{args.mode} --name {args.name}: the search {named} is already complete; nothing to do")
@@ -130,63 +130,57 @@ def run_population(predir: str, spec: dict[str, Any], lease: Lease | None, quiet
     from orchestrator.search.pbt import Population, lineage_graph
     from orchestrator.spec.load import check
 
-    code = Population(predir, spec, lease, quiet, check).run_with_signals()
-    df = analyze(predir, spec, merge=False)
-    lineage_graph(predir, spec)
-    report_summary(predir, spec, df, interrupted=code != 0)
+    population = Population(predir, spec, lease, quiet, check)
+    with STOP.target(population.on_stop_signal):
+        code = population.run()
+    with STOP.target(finishing):
+        pause_point("analysis")
+        df = analyze(predir, spec, merge=False)
+        lineage_graph(predir, spec)
+        report_summary(predir, spec, df, interrupted=code != 0)
     spec_file = predir_mod.spec_file(predir, spec["name"])
     if code == 0 and not df.empty:
         print("replay the best trial's schedule from scratch with:\n  " + lab_command(
             spec_file, spec["name"], "train", "--pbt-replay", predir, "--trial", str(int(df["trial"].iloc[0]))))
     elif code == EXIT_RESUMABLE:
-        print("interrupted; resume with:\n  " + lab_command(spec_file, spec["name"], f"search@{predir}"))
+        print("interrupted; resume with:\n  " + resume_command(predir, spec))
     return code
 
 
+def resume_command(predir: str, spec: dict[str, Any]) -> str:
+    """The command that resumes a stopped search: as the user typed it for ``--name``, else ``search@PREDIR``."""
+    from orchestrator.commandline import lab_command
+    return STOP.resume_command or lab_command(predir_mod.spec_file(predir, spec["name"]), spec["name"],
+                                              f"search@{predir}")
+
+
 def fit_with_signals(tuner: Any) -> tuple[Any, bool]:
-    """``tuner.fit()`` with SIGINT, SIGTERM and SIGUSR1 handled by the lab; returns (its ResultGrid, whether one came).
+    """``tuner.fit()`` as the target of the process's stop requests (``orchestrator.runtime.signals``); returns (its
+    ResultGrid, whether a stop was asked).
 
-    SIGUSR1 reaches the lab's handler through ``StopSignalRelay`` (Tune installs its own when ``fit`` starts).
-    The first signal is recorded and handed to Tune as SIGUSR1, Tune's own graceful stop (it saves the
-    experiment state and ends the trial actors; their sessions keep the checkpoints they committed); a second
-    signal exits at once (1). Tune's SIGINT handler is turned off (``TUNE_DISABLE_SIGINT_HANDLER``) for the call:
-    with it, Ctrl-C ended the search as if its running trials had all been stopped by the scheduler (``stopped``,
-    never resumed), and SIGTERM reached Ray's fatal-signal handler (exit 1, a C++ stack on stderr). Outside the
-    main thread Python allows no handlers: Tune's defaults stay.
+    A stop request goes to Tune's own graceful stop (``StopSignalRelay``: it saves the experiment state and ends the
+    trial actors; their sessions keep the checkpoints they committed). Tune's SIGINT handler is turned off
+    (``TUNE_DISABLE_SIGINT_HANDLER``) for the call: with it, Ctrl-C ended the search as if its running trials had
+    all been stopped by the scheduler (``stopped``, never resumed).
     """
-    if threading.current_thread() is not threading.main_thread():
-        return tuner.fit(), False
-    caught: list[int] = []
-
-    def on_signal(signum: int, frame: Any) -> None:
-        if caught:  # second signal: leave at once
-            os._exit(1)
-        caught.append(signum)
-        print(f"\n{signal.Signals(signum).name}: stopping the search; its trials keep their committed checkpoints "
-              "(again to exit at once)", file=sys.stderr)
-        tune_stop = StopSignalRelay.tune_stop or signal.getsignal(signal.SIGUSR1)
-        if callable(tune_stop) and tune_stop not in (previous[signal.SIGUSR1], on_signal):
-            tune_stop(signal.SIGUSR1, frame)  # Tune's handler, installed once fit() set up its loop
-        else:  # fit() has not set its handler up yet: stop as Python would
-            raise KeyboardInterrupt
-
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
     env_before = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
-        signal.signal(sig, on_signal)
-    StopSignalRelay.handler = on_signal
     try:
-        results = tuner.fit()
+        with STOP.target(StopSignalRelay.request):
+            results = tuner.fit()
     finally:
-        StopSignalRelay.handler = StopSignalRelay.tune_stop = None
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        StopSignalRelay.reset()
+        STOP.reinstall()
         if env_before is None:
             os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
         else:
             os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = env_before
-    return results, bool(caught)
+    return results, STOP.requested
+
+
+def finishing(signum: int) -> str:
+    """The stop target of a search's final analysis: it finishes (the trials have ended)."""
+    return "the trials have ended; finishing the analysis (Ctrl-C twice leaves at once)"
 
 
 def finish_search(predir: str, spec: dict[str, Any], results: Any, signalled: bool = False) -> int:
@@ -195,14 +189,14 @@ def finish_search(predir: str, spec: dict[str, Any], results: Any, signalled: bo
     (``signalled``: SIGINT, SIGTERM) or Tune's own SIGUSR1 stop (SLURM's ``--signal=B:USR1@N``); its unfinished
     trials stay ``running`` for ``search@``."""
     errors, interrupted = mark_ended(predir, spec, results, signalled)
-    df = analyze(predir, spec)
-    report_summary(predir, spec, df, interrupted)
+    with STOP.target(finishing):
+        pause_point("analysis")
+        df = analyze(predir, spec)
+        report_summary(predir, spec, df, interrupted)
     for t, error in sorted(errors.items()):
         print(f"trial t{t} failed: {error}", file=sys.stderr)
     if interrupted:
-        from orchestrator.commandline import lab_command
-        print("interrupted; resume with:\n  "
-              + lab_command(predir_mod.spec_file(predir, spec["name"]), spec["name"], f"search@{predir}"))
+        print("interrupted; resume with:\n  " + resume_command(predir, spec))
     if errors:
         return 1
     return EXIT_RESUMABLE if interrupted else 0
@@ -252,10 +246,11 @@ def start_search(args: argparse.Namespace, spec: dict[str, Any], lease: SearchLe
         storage.makedirs(named)
     predir = named or predir_mod.new_predir(args.data_dir, spec["name"])
     lease.take(predir)
-    if args.overrides:
-        predir_mod.save_overrides(predir, args.overrides)
-    storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)
-    storage.write_json(storage.join(predir, "search.json"), settings)
+    with STOP.deferred():  # the new search's files are written whole
+        if args.overrides:
+            predir_mod.save_overrides(predir, args.overrides)
+        storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)
+        storage.write_json(storage.join(predir, "search.json"), settings)
     return predir, spec, settings, None if is_pbt(spec) else make_tuner(spec, predir, settings, args.quiet)
 
 

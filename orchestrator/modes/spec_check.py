@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from orchestrator.errors import SpecError, UsageError
 from orchestrator.runtime.console import install_warning_format
+from orchestrator.runtime.signals import STOP, pause_point, quiet_child
 from orchestrator.store import storage
 
 ROOT = str(Path(__file__).resolve().parents[1])  # the directory holding the orchestrator package
@@ -87,11 +88,14 @@ def start(request: dict[str, Any]) -> Callable[[], dict[str, Any]]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])}
     proc = subprocess.Popen([sys.executable, "-c", "from orchestrator.modes.spec_check import main; main()",
                              json.dumps(request)], stdout=subprocess.PIPE, env=env, text=True)
+    STOP.adopt(proc)  # a stop of the driver ends it (orchestrator.runtime.signals)
+    pause_point("spec_check")
 
     def result() -> dict[str, Any]:
         out, _ = proc.communicate()
         line = next((x for x in reversed(out.splitlines()) if x.startswith(RESULT_PREFIX)), None)
         if line is None:
+            STOP.check()  # the child ended by the signal that stops the driver (a terminal's Ctrl-C reaches both)
             raise RuntimeError(f"the spec check exited {proc.returncode} without a result (see its output above)")
         return decode(json.loads(line[len(RESULT_PREFIX):]))
     return result
@@ -110,8 +114,13 @@ def decode(answer: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    """Child entry: ``sys.argv[1]`` is the request (JSON); prints one ``RESULT_PREFIX`` line on stdout."""
+    """Child entry: ``sys.argv[1]`` is the request (JSON); prints one ``RESULT_PREFIX`` line on stdout.
+
+    A stop signal ends it at once and quietly (``signals.quiet_child``), and so does a driver gone before the
+    answer (no ``BrokenPipeError`` traceback)."""
+    quiet_child()
     out, sys.stdout = sys.stdout, sys.stderr  # whatever the check prints goes to stderr
+    pause_point("spec_check", marker=False)  # test hook: the child holds while its driver waits
     import warnings
     warnings.filterwarnings("ignore", category=DeprecationWarning)  # as orchestrator.cli.main
     install_warning_format()
@@ -123,5 +132,8 @@ def main() -> None:
         answer = {"error": "usage", "message": str(err)}
     except storage.StorageError as err:
         answer = {"error": "storage", "message": str(err)}
-    out.write(RESULT_PREFIX + json.dumps(answer) + "\n")
-    out.flush()
+    try:
+        out.write(RESULT_PREFIX + json.dumps(answer) + "\n")
+        out.flush()
+    except BrokenPipeError:  # the driver is gone: nobody needs the answer
+        os._exit(1)

@@ -9,16 +9,13 @@ Every resume applies the run's saved ``-s`` overrides (``overrides.json``) befor
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import sys
-import threading
 from typing import Any, Callable
 
 from orchestrator.commandline import lab_command, mode_header, typed_options
 from orchestrator.errors import UsageError
 from orchestrator.modes import spec_check
 from orchestrator.runtime.ray_start import check_resources, init_ray
+from orchestrator.runtime.signals import STOP
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
 from orchestrator.store.checkpoint import CheckpointStore
@@ -158,31 +155,6 @@ def record_resume(predir: str, spec: dict[str, Any], plans: list[SessionPlan], a
     return record
 
 
-def run_with_signals(trial: Trial, spec: dict[str, Any]) -> int:
-    """Run a trial; SIGINT/SIGTERM/SIGUSR1 (SLURM's ``--signal=B:USR1@N``) ask for final checkpoints, a second
-    one exits at once. A trial stopped so, cleanly, returns ``EXIT_RESUMABLE`` (``Trial.finish``).
-
-    Handlers are installed only from the main thread (elsewhere Python forbids it).
-    """
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
-
-    def on_signal(signum: int, frame: Any) -> None:
-        if trial.stop_requested:  # second signal: leave at once
-            os._exit(1)
-        print(f"\n{signal.Signals(signum).name}: committing final checkpoints "
-              f"(up to {spec['meta']['shutdown_grace_s']} s; again to exit at once)", file=sys.stderr)
-        trial.stop_requested = True  # acted on by the watch loop (Trial.watch_all), not here
-
-    in_main = threading.current_thread() is threading.main_thread()
-    for sig in previous if in_main else ():
-        signal.signal(sig, on_signal)
-    try:
-        return trial.run()
-    finally:
-        for sig, handler in previous.items() if in_main else ():
-            signal.signal(sig, handler)
-
-
 def refuse_dev_run(predir: str, mode: str, args: argparse.Namespace | None = None) -> None:
     """Refuse to resume a ``dev`` run: its run.json says ``"mode": "dev"`` (or, written before that
     marker, it has a train_df but no run.json). It has no checkpoints; resuming it would turn it
@@ -229,13 +201,14 @@ def run_train(args: argparse.Namespace, checked: Callable[[], dict[str, Any]] | 
         init_ray(args.address, getattr(args, "dashboard", False))
         new_spec = checked()["spec"]
         check_resources(new_spec["meta"])
-        predir, plans = plan_fresh(new_spec, args.data_dir)
-        if args.overrides:
-            predir_mod.save_overrides(predir, args.overrides)
+        with STOP.deferred():  # the new run's files are written whole
+            predir, plans = plan_fresh(new_spec, args.data_dir)
+            if args.overrides:
+                predir_mod.save_overrides(predir, args.overrides)
         with Lease(predir, args.mode) as lease:
             record = RunRecord.load_or_new(predir, new_spec["name"])
             print(f"{mode_header(args.mode, predir)} ({len(plans)} session(s))")
-            return run_with_signals(Trial(new_spec, predir, plans, record, quiet=args.quiet, lease=lease), new_spec)
+            return Trial(new_spec, predir, plans, record, quiet=args.quiet, lease=lease).run()
     try:
         predir = resolve_predir(args.mode.split("@", 1)[1], args.data_dir, args.spec_name)
         if storage.exists(storage.join(predir, "search.json")):
@@ -301,12 +274,13 @@ def run_named(args: argparse.Namespace) -> int:
             return resume_train(args, predir, lease, complete_unchanged=True)
         if spec is None:  # the run was there, and is gone now
             spec = spec_check.start(spec_check.request_of(args))()["spec"]
-        _, plans = plan_fresh(spec, args.data_dir, predir)
-        if args.overrides:
-            predir_mod.save_overrides(predir, args.overrides)
-        record = RunRecord.load_or_new(predir, spec["name"])
+        with STOP.deferred():  # the new run's files are written whole
+            _, plans = plan_fresh(spec, args.data_dir, predir)
+            if args.overrides:
+                predir_mod.save_overrides(predir, args.overrides)
+            record = RunRecord.load_or_new(predir, spec["name"])
         print(f"train --name {args.name}: {predir} ({len(plans)} session(s))")
-        return run_with_signals(Trial(spec, predir, plans, record, quiet=args.quiet, lease=lease), spec)
+        return Trial(spec, predir, plans, record, quiet=args.quiet, lease=lease).run()
 
 
 def resume_train(args: argparse.Namespace, predir: str, lease: Lease, complete_unchanged: bool = False) -> int:
@@ -341,6 +315,6 @@ def resume_train(args: argparse.Namespace, predir: str, lease: Lease, complete_u
         return 0
     total = int(spec["meta"]["max_session"])
     print(f"{mode_header(args.mode, predir)} ({len(plans)} of {total} sessions to resume, {total - len(plans)} done)")
-    return run_with_signals(Trial(spec, predir, plans, record, quiet=args.quiet, lease=lease), spec)
+    return Trial(spec, predir, plans, record, quiet=args.quiet, lease=lease).run()
 
 

@@ -9,6 +9,7 @@ import ray
 
 from orchestrator.errors import UsageError
 from orchestrator.runtime.ray_params import lean_head_params
+from orchestrator.runtime.signals import pause_point, ray_init_guard
 
 
 def init_ray(address: str | None, dashboard: bool = False, prestart: bool = True) -> None:
@@ -28,6 +29,13 @@ def init_ray(address: str | None, dashboard: bool = False, prestart: bool = True
     """
     if ray.is_initialized():
         return
+    with ray_init_guard():  # the lab's stop handler stays in force (orchestrator.runtime.signals)
+        start_ray(address, dashboard, prestart)
+    pause_point("ray_start")
+
+
+def start_ray(address: str | None, dashboard: bool, prestart: bool) -> None:
+    """``ray.init`` for ``init_ray`` (its arguments)."""
     address = address or os.environ.get("RAY_ADDRESS") or "local"
     local = {} if prestart else {"_system_config": {"prestart_worker_first_driver": False}}
     if dashboard and address == "local":

@@ -34,9 +34,6 @@ from __future__ import annotations
 
 import json
 import math
-import signal
-import sys
-import threading
 from typing import Any, Callable
 
 from orchestrator.errors import EXIT_RESUMABLE, UsageError
@@ -243,30 +240,17 @@ class Population:
                       f"(score {_fmt(r['score'])}) continues from t{r['donor']} (score {_fmt(r['donor_score'])}) "
                       f"with {values}", flush=True)
 
-    def run_with_signals(self) -> int:
-        """``run`` with SIGINT/SIGTERM/SIGUSR1 handled: the generation's sessions commit their checkpoints and stop
-        (``EXIT_RESUMABLE``); between generations the decisions under way are finished first. A second signal exits
-        at once (1)."""
-        def on_signal(signum: int, frame: Any) -> None:
-            if self.stop_requested:
-                import os
-                os._exit(1)
-            self.stop_requested = True
-            print(f"\n{signal.Signals(signum).name}: committing final checkpoints (again to exit at once)",
-                  file=sys.stderr)
-            if self.current is not None:
-                self.current.stop_requested = True
+    def on_stop_signal(self, signum: int) -> str:
+        """The stop target of ``run`` (``orchestrator.runtime.signals``): the generation's sessions commit their
+        checkpoints and stop (``EXIT_RESUMABLE``); between generations the decisions under way are finished first.
 
-        signals = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
-        in_main = threading.current_thread() is threading.main_thread()
-        previous = {sig: signal.getsignal(sig) for sig in signals} if in_main else {}
-        for sig in previous:
-            signal.signal(sig, on_signal)
-        try:
-            return self.run()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        Returns:
+            The line the stop handler prints.
+        """
+        self.stop_requested = True
+        if self.current is not None:
+            self.current.stop_requested = True
+        return "committing final checkpoints (Ctrl-C twice leaves at once)"
 
 
 def _fmt(score: float | None) -> str:

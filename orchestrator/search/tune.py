@@ -11,6 +11,7 @@ from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
 from orchestrator.errors import SpecError, UsageError
+from orchestrator.runtime.signals import STOP
 from orchestrator.search.trials import ANALYZER, METRIC, search_trial
 from orchestrator.spec.search_space import SearchVar, parse_search
 from orchestrator.store import storage
@@ -165,26 +166,56 @@ def tune_storage(predir: str) -> tuple[str, Any]:
 
 
 class StopSignalRelay(tune.Callback):
-    """Hands SIGUSR1 (SLURM's ``--signal=B:USR1@N``) to the lab's stop handler instead of Tune's.
+    """Hands the process's stop request (``orchestrator.runtime.signals.STOP``) to Tune's graceful stop while
+    ``fit`` runs: Tune then saves its experiment state and ends the trial actors; their sessions keep the
+    checkpoints they committed, and the unfinished trials stay resumable (exit 75).
 
-    ``fit()`` installs Tune's own SIGUSR1 handler (its graceful stop) when it starts, over any handler set before; at
-    its first loop step this callback (public ``tune.Callback`` API, run in the driver's main thread) puts ``handler``
-    (set by ``orchestrator.modes.search.fit_with_signals``) in its place and keeps Tune's as ``tune_stop``, which the
-    lab's handler calls after recording the signal: so SIGUSR1 stops a search as SIGINT and SIGTERM do (its running
-    trials stay resumable, exit 75), where Tune's alone ended them as if its scheduler had stopped them.
+    ``fit()`` installs Tune's own SIGUSR1 handler (its graceful stop) before it sets its callbacks up; this callback
+    (public ``tune.Callback`` API, run in the driver's main thread) keeps Tune's handler as ``tune_stop`` and puts
+    the lab's back, so every stop signal, SIGUSR1 included, reaches the lab's handler, whose target (``request``)
+    calls ``tune_stop``. A stop asked before Tune's handler exists is handed over once it does (``pending``).
+    Tune's SIGINT handler is off (``TUNE_DISABLE_SIGINT_HANDLER``, ``orchestrator.modes.search.fit_with_signals``).
     """
 
-    handler: ClassVar[Callable[[int, Any], None] | None] = None
     tune_stop: ClassVar[Callable[[int, Any], None] | None] = None
+    pending: ClassVar[bool] = False
+
+    @classmethod
+    def request(cls, signum: int) -> str:
+        """The stop target of a running ``fit``: Tune's stop now, or once its handler exists; returns the line the
+        handler prints."""
+        if cls.tune_stop is not None:
+            cls.tune_stop(signal.SIGUSR1, None)
+        else:
+            cls.pending = True
+        return "stopping the search; its trials keep their committed checkpoints (Ctrl-C twice leaves at once)"
+
+    @classmethod
+    def reset(cls) -> None:
+        """Forget Tune's handler (``fit`` has returned)."""
+        cls.tune_stop, cls.pending = None, False
+
+    def setup(self, **info: Any) -> None:
+        """Take over from Tune's handler as ``fit`` starts (after Tune installed it)."""
+        self.take_over()
 
     def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
-        """Install ``handler`` for SIGUSR1 once Tune's is in place (a no-op outside the main thread)."""
-        current = signal.getsignal(signal.SIGUSR1)
-        cls = StopSignalRelay
-        if cls.handler is None or current is cls.handler or threading.current_thread() is not threading.main_thread():
+        """Take over again if Tune's handler came back (a no-op otherwise)."""
+        self.take_over()
+
+    def take_over(self) -> None:
+        """Keep Tune's SIGUSR1 handler as ``tune_stop`` and put the lab's back (main thread only); a pending stop
+        goes to Tune now."""
+        if threading.current_thread() is not threading.main_thread() or not STOP.installed:
             return
-        cls.tune_stop = current if callable(current) else None
-        signal.signal(signal.SIGUSR1, cls.handler)
+        cls = StopSignalRelay
+        current = signal.getsignal(signal.SIGUSR1)
+        if current != STOP.handle:
+            cls.tune_stop = current if callable(current) else cls.tune_stop
+            STOP.reinstall()
+        if cls.pending and cls.tune_stop is not None:
+            cls.pending = False
+            cls.tune_stop(signal.SIGUSR1, None)
 
 
 def make_tuner(spec: dict[str, Any], predir: str, settings: dict[str, Any], quiet: bool) -> tune.Tuner:

@@ -48,10 +48,10 @@ from orchestrator import cli
 from orchestrator.modes import train as train_mode
 train_mode.init_ray = lambda *args, **kwargs: None  # no Ray here: the driver's own imports are the subject
 train_mode.check_resources = lambda meta, together=False: None
-def run_with_signals(tr, spec):
-    print("RESULT " + json.dumps({"modules": sorted(sys.modules), "spec": spec, "predir": tr.predir}))
+def run(tr):
+    print("RESULT " + json.dumps({"modules": sorted(sys.modules), "spec": tr.spec, "predir": tr.predir}))
     return 0
-train_mode.run_with_signals = run_with_signals
+train_mode.Trial.run = run
 sys.exit(cli.main(sys.argv[1:]))
 """
 

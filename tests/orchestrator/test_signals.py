@@ -1,0 +1,265 @@
+"""The stop contract of ``orchestrator/runtime/signals.py`` on real ``lab`` drivers (subprocesses).
+
+The matrix: {SIGTERM, SIGINT, SIGUSR1} x {spec check, Ray start, training, final analysis} on ``train --name`` and
+``search --name`` (one grid value: trial t0 trains exactly as the train run). Each (mode, phase) starts three drivers
+at once, one per signal, each on a fresh run, and stops it in that phase: the test hook
+``LAB_TEST_PAUSE_AT=<phase>`` (``signals.pause_point``) holds the driver there and writes a marker; training is
+caught at the first committed checkpoint. Every stop must exit 75 (0 for the final analysis: the work was complete),
+print no traceback, and leave no process behind: the driver's descendants (the spec-check child, a local Ray's
+processes) and the session actors it started are gone within seconds of its exit. In the spec-check phase the
+signal goes to the driver's whole process group (as a terminal's Ctrl-C and SLURM send it), so the spec-check
+child gets it too and must end quietly.
+
+The same command run again must finish the run with the train_df of an uninterrupted run (``wall_t``/``fps`` aside).
+That re-run, a whole training each, is checked on a representative subset to keep the file within a few minutes:
+per mode the Ray-start stop (SIGUSR1), the training stop (SIGTERM) and the analysis stop (SIGINT); a spec-check stop
+must leave no run at all (the re-run is then a fresh run, as after the Ray-start stop). Ray start, spec check and
+the double-signal cases run a local Ray per driver; training and analysis join the tests' shared Ray (``--address``).
+
+Also: two SIGTERMs 50 ms apart are one stop (exit 75, a final checkpoint committed, run.json not ``running``); a
+second SIGINT leaves at once (exit 75, no process left); a final commit that outlasts ``shutdown_grace_s`` exits 75.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from lab_helpers import DRIVER_ENV, REPO, SPECS, descendants, kill_pids, overrides, pid_alive, uninterrupted_df
+
+from orchestrator.errors import EXIT_RESUMABLE
+from orchestrator.runtime import signals
+
+ITEMS = ["meta.max_session=1", "meta.max_trial=1", "meta.log_frequency=1024", "meta.checkpoint_frequency=1024",
+         "meta.random_seed=7", "env.max_frame=8192"]
+GRID = 'search={"agent.algorithm.gamma__grid_search": [0.98]}'  # the spec's own gamma: t0 trains as train's t0
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+PHASES = ("spec_check", "ray_start", "training", "analysis")
+RERUN = {"ray_start": signal.SIGUSR1, "training": signal.SIGTERM, "analysis": signal.SIGINT}
+COMPARED = lambda df: df.drop(columns=["wall_t", "fps"]).reset_index(drop=True)  # noqa: E731
+
+
+@pytest.fixture(scope="module")
+def reference() -> pd.DataFrame:
+    """train_df of t0_s0, uninterrupted (in-process, no Ray)."""
+    return uninterrupted_df(ITEMS, 0)
+
+
+@pytest.fixture(scope="module")
+def address(ray_local) -> str:
+    """The GCS address of the tests' shared Ray, for drivers that join it."""
+    return ray_local.get_runtime_context().gcs_address
+
+
+def command(mode: str, data: Path, *extra: str) -> list[str]:
+    """``lab SPECS ppo_cartpole MODE --name run`` on the tiny spec (``--quiet``)."""
+    grid = ["-s", GRID] if mode == "search" else []
+    return [SPECS, "ppo_cartpole", mode, "--name", "run", "--data-dir", str(data), *overrides(ITEMS), *grid,
+            "--quiet", *extra]
+
+
+def start(argv: list[str], cwd: Path, pause_at: str | None = None) -> subprocess.Popen:
+    """A driver (``run_lab.py``) in its own process group, holding at ``pause_at`` (the test hook)."""
+    env = {**os.environ, **DRIVER_ENV}
+    if pause_at is not None:
+        env.update(LAB_TEST_PAUSE_AT=pause_at, LAB_TEST_PAUSE_FILE=str(cwd / "paused"))
+    return subprocess.Popen([sys.executable, str(REPO / "run_lab.py"), *argv], cwd=cwd, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def session_pids(predir: Path) -> list[int]:
+    """PIDs of the session actors recorded in the run's run.json files."""
+    pids = []
+    for run in predir.glob("**/run.json"):
+        try:
+            pids += [e["pid"] for e in json.loads(run.read_text())["sessions"].values() if "pid" in e]
+        except (ValueError, KeyError):
+            continue
+    return pids
+
+
+def committed(predir: Path) -> list[int]:
+    """Committed checkpoint frames of t0_s0."""
+    return sorted(int(m.parent.name) for m in predir.glob("t0/s0/ckpt/0*/MANIFEST.json"))
+
+
+class Stop:
+    """One driver stopped by one signal in one phase: start, wait for the phase, signal, collect."""
+
+    def __init__(self, mode: str, phase: str, sig: int, root: Path, address: str | None, *extra: str) -> None:
+        self.mode, self.phase, self.sig = mode, phase, sig
+        self.cwd = root / f"{mode}-{phase}-{sig.name}"
+        self.cwd.mkdir(parents=True)
+        self.data = self.cwd / "data"
+        self.argv = command(mode, self.data, *(["--address", address] if address else []), *extra)
+        self.predir = self.data / "run"
+        self.driver = start(self.argv, self.cwd, None if phase == "training" else phase)
+        self.tree: list[int] = []
+        self.code, self.out, self.err = None, "", ""
+
+    def ready(self) -> bool:
+        """Whether the driver is in its phase (fails when it ended first)."""
+        assert self.driver.poll() is None, f"{self.cwd.name}: ended before the signal: {self.driver.communicate()}"
+        if self.phase == "training":
+            return bool(committed(self.predir))
+        return (self.cwd / "paused").exists()
+
+    def send(self) -> None:
+        """Signal the driver (its whole process group in the spec-check phase, as a terminal or SLURM does)."""
+        self.tree = descendants(self.driver.pid)
+        if self.phase == "spec_check":
+            os.killpg(self.driver.pid, self.sig)
+        else:
+            os.kill(self.driver.pid, self.sig)
+
+    def collect(self) -> list[int]:
+        """Wait for the driver's exit; returns the PIDs it left alive 20 s later (then killed)."""
+        try:
+            self.out, self.err = self.driver.communicate(timeout=240)
+            self.code = self.driver.returncode
+            watched = self.tree + session_pids(self.predir)
+            deadline = time.time() + 20
+            while any(pid_alive(p) for p in watched) and time.time() < deadline:
+                time.sleep(0.2)
+            return [p for p in watched if pid_alive(p)]
+        finally:
+            kill_pids(self.tree + session_pids(self.predir) + descendants(self.driver.pid))
+            if self.driver.poll() is None:
+                self.driver.kill()
+
+
+def stop_all(stops: list[Stop], timeout: float = 240) -> None:
+    """Signal each driver as soon as it is in its phase."""
+    waiting, deadline = list(stops), time.time() + timeout
+    while waiting:
+        assert time.time() < deadline, f"not in their phase in time: {[s.cwd.name for s in waiting]}"
+        for stop in [s for s in waiting if s.ready()]:
+            stop.send()
+            waiting.remove(stop)
+        time.sleep(0.05)
+
+
+def finished_df(stop: Stop) -> pd.DataFrame:
+    """Run the stopped command again (no hook); it must finish (exit 0). Returns t0_s0's train_df."""
+    driver = start(stop.argv, stop.cwd)
+    try:
+        out, err = driver.communicate(timeout=300)
+    finally:
+        kill_pids(descendants(driver.pid))
+    assert driver.returncode == 0, err[-3000:]
+    return pd.read_parquet(stop.predir / "t0/s0/train_df.parquet")
+
+
+@pytest.mark.parametrize("mode", ["train", "search"])
+@pytest.mark.parametrize("phase", PHASES)
+def test_a_stop_in_any_phase_exits_75_and_the_same_command_finishes(ray_local, address, reference, tmp_path,
+                                                                    mode, phase):
+    shared = address if phase in ("training", "analysis") else None
+    stops = [Stop(mode, phase, sig, tmp_path, shared) for sig in SIGNALS]
+    try:
+        stop_all(stops)
+    finally:
+        left = {stop.sig.name: stop.collect() for stop in stops}
+    for stop in stops:
+        name = stop.sig.name
+        expected = 0 if phase == "analysis" else EXIT_RESUMABLE
+        assert stop.code == expected, f"{name}: exit {stop.code}\n{stop.err[-3000:]}"
+        assert "Traceback" not in stop.err and "BrokenPipe" not in stop.err, f"{name}:\n{stop.err[-3000:]}"
+        assert left[name] == [], f"{name}: processes left: {left[name]}"
+        if phase == "analysis":
+            assert "finishing the analysis" in stop.err
+            assert any(stop.predir.glob("graph/*_trial_graph.png")), f"{name}: the analysis did not finish"
+        elif phase == "training":
+            assert committed(stop.predir) and committed(stop.predir)[-1] < 8192, name
+            assert "resume with:\n  lab " + " ".join(stop.argv[:3]) in stop.out + stop.err, stop.out
+            assert "@" not in stop.out.split("resume with:")[-1], stop.out  # the typed command, not mode@PREDIR
+        else:
+            assert f"{name}: stopped before any session started; nothing is lost" in stop.err, stop.err
+            assert not list(stop.predir.glob("*_spec.json")), f"{name}: a run was started"
+    rerun = next((s for s in stops if RERUN.get(phase) == s.sig), None)
+    if rerun is not None:
+        pd.testing.assert_frame_equal(COMPARED(finished_df(rerun)), COMPARED(reference))
+
+
+def test_two_sigterms_50ms_apart_are_one_stop(address, tmp_path):
+    """SLURM/Kubernetes signal every process of a job, a batch trap adds its own: the second SIGTERM is the same
+    request: the final checkpoint is committed, run.json says ``interrupted``, exit 75."""
+    stop = Stop("train", "training", signal.SIGTERM, tmp_path, address)
+    try:
+        stop_all([stop])
+        time.sleep(0.05)
+        os.kill(stop.driver.pid, signal.SIGTERM)
+    finally:
+        left = stop.collect()
+    assert stop.code == EXIT_RESUMABLE, stop.err[-3000:]
+    assert "SIGTERM: already stopping" in stop.err and "Traceback" not in stop.err
+    assert left == []
+    run = json.loads((stop.predir / "run.json").read_text())["sessions"]["t0_s0"]
+    assert run["status"] == "interrupted" and run["checkpoint"] == committed(stop.predir)[-1]
+    assert run["frame"] == run["checkpoint"] and run["error"] is None  # the final checkpoint, at the stop's frame
+
+
+def test_a_second_ctrl_c_leaves_at_once(tmp_path):
+    """A second SIGINT leaves at once, with a local Ray: exit 75, no process of the driver left."""
+    stop = Stop("train", "training", signal.SIGINT, tmp_path, None)
+    try:
+        stop_all([stop])
+        time.sleep(0.3)
+        os.kill(stop.driver.pid, signal.SIGINT)
+    finally:
+        left = stop.collect()
+    assert stop.code == EXIT_RESUMABLE, stop.err[-3000:]
+    assert "SIGINT again: leaving at once; every committed checkpoint stays resumable" in stop.err
+    assert "Traceback" not in stop.err and left == []
+
+
+def test_a_final_commit_past_its_grace_exits_75(address, tmp_path):
+    """``meta.shutdown_grace_s`` too short for the final commit: the run stops at its last committed checkpoint and
+    exits 75 (resumable), not 1, naming the grace."""
+    stop = Stop("train", "training", signal.SIGTERM, tmp_path, address, "-s", "meta.shutdown_grace_s=0.01")
+    try:
+        stop_all([stop])
+    finally:
+        left = stop.collect()
+    assert stop.code == EXIT_RESUMABLE, stop.err[-3000:]
+    assert "no final checkpoint within shutdown_grace_s=0.01 s" in stop.out and left == []
+    assert json.loads((stop.predir / "run.json").read_text())["sessions"]["t0_s0"]["status"] == "interrupted"
+
+
+def test_the_handler_semantics_in_process(monkeypatch):
+    """Unit level: a stop with no target raises ``Stopped``; with a target it goes to every target and repeats are
+    the same request; once the work returned a stop only lets the command finish; ``deferred`` raises at its end;
+    a second SIGINT leaves with ``leave_code``."""
+    handler = signals.StopHandler()
+    with pytest.raises(signals.Stopped):
+        handler.handle(signal.SIGTERM, None)
+    handler = signals.StopHandler()
+    got = []
+    with handler.target(lambda s: got.append(("outer", s)) or "outer"):
+        with handler.target(lambda s: got.append(("inner", s)) or "inner"):
+            handler.handle(signal.SIGUSR1, None)
+            handler.handle(signal.SIGTERM, None)  # the same request: no second call
+    assert got == [("outer", signal.SIGUSR1), ("inner", signal.SIGUSR1)]
+    handler = signals.StopHandler()
+    with handler.target(lambda s: "work"):
+        pass
+    handler.handle(signal.SIGTERM, None)  # the work has returned: the command only finishes (no Stopped)
+    handler.check()
+    handler = signals.StopHandler()
+    with pytest.raises(signals.Stopped):
+        with handler.deferred():
+            handler.handle(signal.SIGTERM, None)
+            got.append("finished")
+    assert got[-1] == "finished"
+    exits = []
+    monkeypatch.setattr(signals.os, "_exit", exits.append)
+    monkeypatch.setattr(signals, "kill_descendants", lambda: None)
+    handler.handle(signal.SIGINT, None)  # a stop already asked: leave at once
+    assert exits == [EXIT_RESUMABLE]
