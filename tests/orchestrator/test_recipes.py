@@ -324,3 +324,27 @@ def test_ray_job_submit_recipe_resubmits_after_75_only(tmp_path):
         kill_pids(lab_drivers(str(data)))
         cluster.kill_all()
         shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+def test_kuberay_entrypoint_is_not_run_again_after_ray_job_stop(tmp_path):
+    """``ray job stop`` sends SIGTERM to the entrypoint's shell and every process below it (Ray 2.60's job
+    supervisor): the stand-in ``lab`` exits 75 on it, as the lab does, and the shell loop ends with it: no second
+    run of the command."""
+    entrypoint = yaml.safe_load((EXAMPLES / "kuberay_rayjob.yaml").read_text())["spec"]["entrypoint"]
+    write_exe(tmp_path / "lab", f'#!/bin/sh\necho "$*" >> {tmp_path / "calls"}\n'
+              "trap 'exit 75' TERM\nsleep 60 & wait\n")
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "LAB_RETRY_DELAY_S": "0"}
+    shell = subprocess.Popen(["/bin/sh", "-c", entrypoint], env=env, start_new_session=True)
+    deadline = time.time() + 30
+    while not (tmp_path / "calls").exists():
+        assert time.time() < deadline and shell.poll() is None
+        time.sleep(0.05)
+    time.sleep(0.2)
+    for pid in [shell.pid, *descendants(shell.pid)]:
+        os.kill(pid, signal.SIGTERM)
+    shell.wait(timeout=30)
+    time.sleep(0.5)  # a loop that went on would have started the command again by now
+    try:
+        assert len((tmp_path / "calls").read_text().splitlines()) == 1
+    finally:
+        kill_pids([pid for pid in descendants(shell.pid) if pid_alive(pid)])
