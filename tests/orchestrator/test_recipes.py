@@ -3,13 +3,16 @@ without the scheduler: a real ``lab ... train --name`` (tiny CartPole budget) ea
 
 - SLURM (``slurm_requeue.sbatch`` under bash, fake ``scontrol`` on PATH recording its calls, ``SLURM_JOB_ID`` set,
   the job in its own process group): SIGUSR1 to the batch shell (``--signal=B:USR1@N``), then SIGTERM to every
-  process of the job (what SLURM does at the time limit, on preemption and on ``scancel``), then SIGKILL to what is
-  left after a wait (KillWait). The lab commits and exits 75, the script requeues once and exits 75; the requeued
-  job finishes the run (0, no requeue); a bad spec exits 2 with no requeue.
-- Kubernetes (``k8s_job.yaml``): the container's command run as the container runs it (the lab is the process
-  Kubernetes signals), SIGTERM to that process only, SIGKILL after the manifest's grace: exit 75 within it, and the
-  same command (the Job's next pod) finishes the run from the committed checkpoint.
-- KubeRay (``kuberay_rayjob.yaml``): the entrypoint's retry loop with a stand-in ``lab`` that records its calls.
+  process of the job (what SLURM does at the time limit and on preemption), then SIGKILL to what is left after a
+  wait (KillWait). The lab commits and exits 75, the script requeues once and exits 75; the requeued job finishes
+  the run (0, no requeue); a bad spec exits 2 with no requeue.
+- Kubernetes (``k8s_job.yaml``): the container's command run as the container runs it (PID 1 of its own PID
+  namespace where this machine allows it), SIGTERM to that process only, SIGKILL after the manifest's grace: exit 75
+  within it, and the same command (the Job's next pod) finishes the run from the committed checkpoint.
+- KubeRay (``kuberay_rayjob.yaml``): the entrypoint's retry loop, run as Ray's job supervisor runs it, with a
+  stand-in ``lab`` that records its calls.
+- ``ray_job_submit.py`` against a real ``ray start --head``: a driver stopped by SIGTERM (75) is submitted again,
+  a ``ray job stop`` is not, and the run then finishes.
 """
 
 from __future__ import annotations
@@ -43,8 +46,15 @@ def committed(predir: Path) -> list[int]:
 
 
 def write_exe(path: Path, text: str) -> None:
+    """An executable file ``path`` with content ``text``."""
     path.write_text(text)
     path.chmod(0o755)
+
+
+def lab_shim(bin_dir: Path) -> None:
+    """``bin_dir/lab``: this checkout's ``run_lab.py`` exec'd (the ``lab`` process is the shim's PID)."""
+    bin_dir.mkdir(exist_ok=True)
+    write_exe(bin_dir / "lab", f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {REPO / "run_lab.py"} "$@"\n')
 
 
 @pytest.fixture
@@ -53,8 +63,7 @@ def job_dir(tmp_path: Path) -> Path:
     and fake ``scontrol`` and ``srun`` that append their arguments to ``calls.txt``."""
     (tmp_path / "specs").symlink_to(REPO / "specs")
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    write_exe(bin_dir / "lab", f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {REPO / "run_lab.py"} "$@"\n')
+    lab_shim(bin_dir)
     for tool in ("scontrol", "srun"):
         write_exe(bin_dir / tool, f'#!/bin/sh\necho "{tool} $*" >> {tmp_path / "calls.txt"}\n')
     return tmp_path
@@ -66,6 +75,7 @@ def job_env(job_dir: Path, **extra: str) -> dict[str, str]:
 
 
 def calls(job_dir: Path) -> list[str]:
+    """The recorded calls of the fake ``scontrol`` and ``srun``, one line each."""
     path = job_dir / "calls.txt"
     return path.read_text().splitlines() if path.exists() else []
 
@@ -109,10 +119,12 @@ def finish(job: subprocess.Popen, kill_after: float) -> tuple[int, str]:
 
 
 def wait_for(ready, job: subprocess.Popen, timeout: float, what: str) -> None:
+    """Poll ``ready()`` until it holds; fail the test (killing the job) if the job ends first or ``timeout``
+    seconds pass."""
     deadline = time.time() + timeout
     while not ready():
         if job.poll() is not None:
-            pytest.fail(f"the job ended before {what}:\n{job.stdout.read()[-3000:]}")
+            pytest.fail(f"the job ended before {what}:\n{job.stdout.read()[-3000:] if job.stdout else ''}")
         if time.time() > deadline:
             signal_job(job, signal.SIGKILL)
             pytest.fail(f"{what} not reached within {timeout} s")
@@ -136,7 +148,7 @@ def test_slurm_preemption_requeues_once_and_the_requeued_job_finishes(job_dir):
     assert calls(job_dir) == [f"scontrol requeue {JOB_ID}"], out[-3000:]
     assert "Traceback" not in out, out[-3000:]
     final = committed(predir)[-1]
-    assert at_signal <= final < 4800
+    assert at_signal <= final < 4800 and f"t0_s0: interrupted, committed checkpoint at frame {final}" in out, out
     run = storage.read_json(str(predir / "run.json"))
     assert run["sessions"]["t0_s0"]["status"] != "done"
     # the requeued job: SLURM runs the same script again with the same SLURM_JOB_ID
@@ -214,7 +226,7 @@ def test_kubernetes_sigterm_to_the_container_process_exits_75_within_the_grace_a
     assert code == 75, out[-3000:]
     assert "Traceback" not in out, out[-3000:]
     final = committed(predir)[-1]
-    assert at_signal <= final < 4800
+    assert at_signal <= final < 4800 and f"t0_s0: interrupted, committed checkpoint at frame {final}" in out, out
     # the Job's next pod: the same command
     code, out = finish(subprocess.Popen([*prefix, *command], cwd=job_dir, env=job_env(job_dir),
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -280,8 +292,7 @@ def test_ray_job_submit_recipe_resubmits_after_75_only(tmp_path):
     from test_cluster import Cluster
 
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    write_exe(bin_dir / "lab", f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {REPO / "run_lab.py"} "$@"\n')
+    lab_shim(bin_dir)
     env = {**os.environ, **DRIVER_ENV, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     data = tmp_path / "data"
     predir = data / "rj-1"
