@@ -18,6 +18,7 @@ the job's status and the entrypoint's own exit code (``driver_exit_code``) inste
 ``ray job stop`` sends SIGTERM to the entrypoint and SIGKILL ``RAY_JOB_STOP_WAIT_TIME_S`` later (3 s by default in
 Ray, too short for a final checkpoint); each submission here sets it to ``--stop-wait`` (default 60 s) through the
 job's runtime environment. The data dir must be reachable from the cluster (s3://, gs:// or a shared disk).
+Stopping this script does not stop the job (as with ``ray job submit``): use ``ray job stop``.
 Exit codes of this script: those of the lab (0, 1, 2, 75).
 """
 
@@ -51,9 +52,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 async def print_logs(client, job_id: str) -> None:
-    """Print the job's output as it comes, until the job ends."""
-    async for lines in client.tail_job_logs(job_id):
-        print(lines, end="", flush=True)
+    """Print the job's output as it comes, until the job ends (a lost log stream is reported, not fatal: the job
+    runs on in the cluster and its status is still asked for)."""
+    try:
+        async for lines in client.tail_job_logs(job_id):
+            print(lines, end="", flush=True)
+    except Exception as exc:  # noqa: BLE001 - the dashboard's log stream dropped
+        print(f"lost the log stream of job {job_id} ({exc}); waiting for its status", file=sys.stderr, flush=True)
 
 
 def run_once(client, args: argparse.Namespace) -> tuple[str, int | None]:
@@ -65,8 +70,17 @@ def run_once(client, args: argparse.Namespace) -> tuple[str, int | None]:
     job_id = client.submit_job(entrypoint=shlex.join(args.command), runtime_env=runtime_env)
     print(f"submitted Ray job {job_id}: {shlex.join(args.command)}", flush=True)
     asyncio.run(print_logs(client, job_id))
+    failures = 0
     while True:  # the log stream can end a moment before the status is final
-        info = client.get_job_info(job_id)
+        try:
+            info = client.get_job_info(job_id)
+        except Exception:  # noqa: BLE001 - the dashboard did not answer: ask again, give up after 5 minutes
+            failures += 1
+            if failures > 60:
+                raise
+            time.sleep(5)
+            continue
+        failures = 0
         if info.status.is_terminal():
             return info.status.name, info.driver_exit_code
         time.sleep(1)
