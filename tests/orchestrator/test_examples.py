@@ -26,7 +26,8 @@ def lab_args(command: str):
 
 
 def script_command(path: Path) -> str:
-    """The one line of a shell script that runs ``lab`` (continuation lines joined, trailing ``&``/``&&`` cut)."""
+    """The one line of a shell script that runs ``lab`` (continuation lines joined, trailing ``&``/``&&`` cut; a
+    ``LAB=(lab ...)`` array taken as the command)."""
     return script_command_of(path.read_text())
 
 
@@ -34,9 +35,10 @@ def script_command_of(text: str) -> str:
     """The ``lab`` command of shell text: continuation lines joined, the statement that starts with ``lab``, without
     what follows it (``&``, ``&&``, ``;``)."""
     text = text.replace("\\\n", " ").replace("; ", ";\n")
-    (line,) = [ln for ln in text.splitlines() if ln.strip().removeprefix("do ").startswith("lab ")]
+    starts = ("lab ", "do lab ", "LAB=(lab ")
+    (line,) = [ln for ln in text.splitlines() if ln.strip().startswith(starts)]
     line = line[line.index("lab "):]
-    return line.split("&&")[0].rstrip(" &").split(";")[0]
+    return line.split("&&")[0].rstrip(" &").split(";")[0].removesuffix(")")
 
 
 def test_slurm_script_requeues_on_usr1_and_runs_a_named_run():

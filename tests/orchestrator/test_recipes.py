@@ -359,3 +359,32 @@ def test_kuberay_entrypoint_is_not_run_again_after_ray_job_stop(tmp_path):
         assert len((tmp_path / "calls").read_text().splitlines()) == 1
     finally:
         kill_pids([pid for pid in descendants(shell.pid) if pid_alive(pid)])
+
+
+@pytest.mark.parametrize("lab_code, requeues", [(75, 1), (0, 0), (1, 0), (2, 0), (None, 0)])
+def test_slurm_script_exits_with_the_labs_code_and_requeues_on_75_only(job_dir, lab_code, requeues):
+    """The batch script around a stand-in ``lab`` that stops on SIGTERM/SIGUSR1 half a second after the first one
+    (its commit) and exits ``lab_code`` (None: it is SIGKILLed instead): USR1 to the batch shell, TERM to every
+    process of the job while the shell waits, then the stand-in's end. The script waits through both signals, exits
+    with the stand-in's own status (137 for the SIGKILL, never bash's 138/143 of an interrupted ``wait``) and calls
+    ``scontrol requeue`` once after 75 only."""
+    write_exe(job_dir / "bin" / "lab", "#!/bin/bash\n"
+              f"echo $$ > {job_dir / 'lab.pid'}\n"
+              "trap 'got=1' TERM USR1\n"
+              "while [ -z \"$got\" ]; do sleep 0.05; done\n"
+              "sleep 0.5\n"
+              f"exit {lab_code if lab_code is not None else 0}\n")
+    job = start_slurm_job(job_dir, [])
+    deadline = time.time() + 30
+    while not (job_dir / "lab.pid").exists():
+        assert time.time() < deadline and job.poll() is None
+        time.sleep(0.05)
+    time.sleep(0.2)  # the batch shell is in its `wait`
+    os.kill(job.pid, signal.SIGUSR1)
+    time.sleep(0.05)
+    signal_job(job, signal.SIGTERM)
+    if lab_code is None:
+        os.kill(int((job_dir / "lab.pid").read_text()), signal.SIGKILL)
+    code, out = finish(job, kill_after=30)
+    assert code == (137 if lab_code is None else lab_code), out
+    assert calls(job_dir) == [f"scontrol requeue {JOB_ID}"] * requeues
