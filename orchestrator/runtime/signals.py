@@ -1,7 +1,7 @@
 """The one stop handler of the lab's processes: what SIGTERM, SIGINT and SIGUSR1 do, from the first line of
 ``orchestrator.cli.main`` to the last, in every mode (``train``, ``search`` with Tune or PBT, ``dev``).
 
-The contract (docs/reference/cli.md "Exit codes"):
+The contract (summarized with the exit codes at the top of docs/reference/cli.md):
 
 - **A stop request.** The first of SIGTERM, SIGINT or SIGUSR1 (SLURM's ``--signal=B:USR1@N``) asks the driver to
   stop. While work that commits is running (a ``Trial``'s sessions, a PBT population, a Tune ``fit``), the stop is
@@ -45,7 +45,8 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-EXIT_RESUMABLE = 75  # as orchestrator.errors.EXIT_RESUMABLE (runtime sits below errors in the layers)
+from orchestrator.errors import EXIT_RESUMABLE
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 
 

@@ -11,10 +11,11 @@ signal goes to the driver's whole process group (as a terminal's Ctrl-C and SLUR
 child gets it too and must end quietly.
 
 The same command run again must finish the run with the train_df of an uninterrupted run (``wall_t``/``fps`` aside).
-That re-run, a whole training each, is checked on a representative subset to keep the file within a few minutes:
-per mode the Ray-start stop (SIGUSR1), the training stop (SIGTERM) and the analysis stop (SIGINT); a spec-check stop
-must leave no run at all (the re-run is then a fresh run, as after the Ray-start stop). Ray start, spec check and
-the double-signal cases run a local Ray per driver; training and analysis join the tests' shared Ray (``--address``).
+That re-run, a whole training each, is checked on a representative subset to keep the file short: per mode the
+training stop (SIGTERM: a resume) and the analysis stop (SIGINT: a complete run left as it is), and train's Ray-start
+stop (SIGUSR1: a fresh run); a spec-check or Ray-start stop must leave no run at all (its re-run is a fresh run).
+Spec check, Ray start and the second Ctrl-C run a local Ray per driver; training, analysis, the double SIGTERM and
+the grace case join the tests' shared Ray (``--address``).
 
 Also: two SIGTERMs 50 ms apart are one stop (exit 75, a final checkpoint committed, run.json not ``running``); a
 second SIGINT leaves at once (exit 75, no process left); a final commit that outlasts ``shutdown_grace_s`` exits 75.
@@ -42,7 +43,9 @@ ITEMS = ["meta.max_session=1", "meta.max_trial=1", "meta.log_frequency=1024", "m
 GRID = 'search={"agent.algorithm.gamma__grid_search": [0.98]}'  # the spec's own gamma: t0 trains as train's t0
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 PHASES = ("spec_check", "ray_start", "training", "analysis")
-RERUN = {"ray_start": signal.SIGUSR1, "training": signal.SIGTERM, "analysis": signal.SIGINT}
+RERUN = {("train", "ray_start"): signal.SIGUSR1, ("train", "training"): signal.SIGTERM,
+         ("search", "training"): signal.SIGTERM, ("train", "analysis"): signal.SIGINT,
+         ("search", "analysis"): signal.SIGINT}  # (mode, phase) -> the stop whose command is run again
 COMPARED = lambda df: df.drop(columns=["wall_t", "fps"]).reset_index(drop=True)  # noqa: E731
 
 
@@ -183,7 +186,7 @@ def test_a_stop_in_any_phase_exits_75_and_the_same_command_finishes(ray_local, a
         else:
             assert f"{name}: stopped before any session started; nothing is lost" in stop.err, stop.err
             assert not list(stop.predir.glob("*_spec.json")), f"{name}: a run was started"
-    rerun = next((s for s in stops if RERUN.get(phase) == s.sig), None)
+    rerun = next((s for s in stops if RERUN.get((mode, phase)) == s.sig), None)
     if rerun is not None:
         pd.testing.assert_frame_equal(COMPARED(finished_df(rerun)), COMPARED(reference))
 
@@ -199,7 +202,7 @@ def test_two_sigterms_50ms_apart_are_one_stop(address, tmp_path):
     finally:
         left = stop.collect()
     assert stop.code == EXIT_RESUMABLE, stop.err[-3000:]
-    assert "SIGTERM: already stopping" in stop.err and "Traceback" not in stop.err
+    assert "Traceback" not in stop.err  # (two signals this close may reach Python's handler as one)
     assert left == []
     run = json.loads((stop.predir / "run.json").read_text())["sessions"]["t0_s0"]
     assert run["status"] == "interrupted" and run["checkpoint"] == committed(stop.predir)[-1]
