@@ -70,3 +70,22 @@ def test_pb2_picks_are_seeded_and_spread_within_a_batch():
     assert a == pb2.select(variables, data, 0.6, donors, np.random.default_rng(7))
     assert len({(p["lr"], p["n"]) for p in a}) == 3  # a pick is believed at its mean: the next one goes elsewhere
     assert all(1e-5 <= p["lr"] <= 1e-2 and isinstance(p["n"], int) and 1 <= p["n"] <= 20 for p in a)
+
+
+def test_pbt_vs_random_bench_runs_pb2_and_merges_methods_of_one_budget():
+    import argparse
+
+    from bench import pbt_vs_random as bench
+
+    args = argparse.Namespace(trials=4, sessions=1, max_frame=8000, generations=4, log_frequency=2000, seed=3,
+                              data_dir="data")
+    cmd = bench.lab_command("cartpole", "pb2", args, "r")
+    assert 'meta.search_scheduler={"name": "PB2", "perturbation_interval": 2000}' in cmd
+    assert "--search-alg" not in cmd and "--search-alg" in bench.lab_command("cartpole", "random", args, "r")
+    budget = {"task": "cartpole", "trials": 4, "sessions": 1, "max_frame": 8000, "generations": 4, "seed": 3}
+    old = {"cartpole": {**budget, "date": "d1", "methods": {"pbt": {"iqm": 1}, "random": {"iqm": 2}}}}
+    merged = bench.merge(old, {**budget, "date": "d2", "methods": {"pb2": {"iqm": 3}, "random": {"iqm": 4}}})
+    assert merged["cartpole"]["methods"] == {"pbt": {"iqm": 1}, "random": {"iqm": 4}, "pb2": {"iqm": 3}}
+    assert merged["cartpole"]["date"] == "d2"
+    other = bench.merge(old, {**budget, "max_frame": 4000, "methods": {"pb2": {"iqm": 3}}})
+    assert other["cartpole"]["methods"] == {"pb2": {"iqm": 3}}  # another budget: not comparable, replaced
