@@ -43,6 +43,7 @@ CLIP = 2.0
 MAX_DATA = 500
 CANDIDATES = 512
 JITTER = 1e-8
+MIN_SIGNAL = 1e-6  # floor of the signal variance (of standardized targets): equal score changes give a flat model
 
 
 def _log(var: SearchVar) -> bool:
@@ -91,7 +92,7 @@ def fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
             value = -0.5 * n * np.log(np.maximum(quad, 1e-300) / n) - 0.5 * np.log(lam).sum(1)
             i = int(np.argmax(value))
             if value[i] > best:
-                s2 = float(quad[i] / n)
+                s2 = max(float(quad[i] / n), MIN_SIGNAL)
                 best, arg = float(value[i]), (ls, eps, s2, s2 * float(ratios[i]))
     return arg
 
@@ -123,7 +124,8 @@ def select(variables: list[SearchVar], data: list[tuple[float, dict[str, Any], f
     """New values for a batch of exploited trials (one per donor config in ``donors``), by batch GP-UCB.
 
     Args:
-        data: (time in [0, 1], values, score change) observations; the latest ``MAX_DATA`` by time are used.
+        data: (time in [0, 1], values, score change) observations; the latest ``MAX_DATA`` by time with a finite
+            change are used.
         time: the time (same scale) of the generation the values will train.
         donors: the donors' values, one per trial to explore (each is also a candidate for its trial).
         rng: draws the candidates (and the values when ``data`` has under 2 points).
@@ -132,6 +134,7 @@ def select(variables: list[SearchVar], data: list[tuple[float, dict[str, Any], f
         One ``{path: value}`` per entry of ``donors``.
     """
     dims = len(variables)
+    data = [d for d in data if math.isfinite(d[2])]
     if len(data) < 2:
         return [{v.path: from_unit(v, float(u)) for v, u in zip(variables, rng.random(dims))} for _ in donors]
     data = sorted(data, key=lambda d: d[0])[-MAX_DATA:]
@@ -155,7 +158,8 @@ def select(variables: list[SearchVar], data: list[tuple[float, dict[str, Any], f
 def observations(history: list[dict[str, Any]], scores: dict[int, float | None], generation: int,
                  generations: int) -> list[tuple[float, dict[str, Any], float]]:
     """PB2's data from the decisions so far (``history``: records of generations before ``generation``) and the
-    scores at the end of ``generation``: (time, values during generation k, score change over k) for k >= 2."""
+    scores at the end of ``generation``: (time, values during generation k, score change over k) for k >= 2 (a
+    change that is missing or not finite is left out)."""
     by_gen: dict[int, dict[int, dict[str, Any]]] = {}
     for r in history:
         by_gen.setdefault(int(r["generation"]), {})[int(r["trial"])] = r
@@ -166,7 +170,7 @@ def observations(history: list[dict[str, Any]], scores: dict[int, float | None],
         for t, before in by_gen.get(k - 1, {}).items():
             start = before["donor_score"] if before["donor"] is not None else before["score"]
             end = ends.get(k, {}).get(t)
-            if start is None or end is None or (isinstance(end, float) and math.isnan(end)):
+            if start is None or end is None or not math.isfinite(float(end) - float(start)):
                 continue
             out.append((k / generations, before["config"], float(end) - float(start)))
     return out

@@ -89,3 +89,16 @@ def test_pbt_vs_random_bench_runs_pb2_and_merges_methods_of_one_budget():
     assert merged["cartpole"]["date"] == "d2"
     other = bench.merge(old, {**budget, "max_frame": 4000, "methods": {"pb2": {"iqm": 3}}})
     assert other["cartpole"]["methods"] == {"pb2": {"iqm": 3}}  # another budget: not comparable, replaced
+
+
+def test_pb2_equal_or_non_finite_score_changes_give_valid_distinct_picks():
+    var = [SearchVar("a", "uniform", [0.0, 1.0])]
+    flat = [(0.2, {"a": 0.5}, 1.0), (0.3, {"a": 0.5}, 1.0)]  # no variation: a flat model, picks away from 0.5
+    picks = [p["a"] for p in pb2.select(var, flat, 0.4, [{"a": 0.1}] * 2, np.random.default_rng(0))]
+    assert len(set(picks)) == 2 and all(abs(p - 0.5) > 0.3 for p in picks)
+    finite = [(0.2, {"a": 0.2}, 1.0), (0.3, {"a": 0.8}, 2.0), (0.3, {"a": 0.5}, 3.0)]
+    with_inf = [*finite, (0.3, {"a": 0.6}, math.inf), (0.3, {"a": 0.7}, math.nan)]
+    assert (pb2.select(var, with_inf, 0.4, [{"a": 0.1}], np.random.default_rng(0))
+            == pb2.select(var, finite, 0.4, [{"a": 0.1}], np.random.default_rng(0)))
+    history = [{"generation": 1, "trial": 0, "donor": None, "score": math.nan, "donor_score": None, "config": {}}]
+    assert pb2.observations(history, {0: 5.0}, 2, 4) == []
