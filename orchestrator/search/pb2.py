@@ -22,7 +22,7 @@ time, ``mean + kappa * sd`` with Ray Tune's PB2 weight ``kappa = sqrt(0.2 + max(
 Ray applies it to the predictive variance, here it scales the standard deviation as in GP-UCB). Srinivas et al.'s
 theoretical ``beta`` (``sqrt(beta)`` about 5 at PBT's sizes) is not used: it makes UCB pick the points farthest from
 the data whatever they scored. The picks of one generation are added to the data at their predicted mean before the
-next pick, as exact observations (GP-BUCB's hallucination, Desautels et al. 2014, without noise on the pending
+next pick, as nearly exact observations (GP-BUCB's hallucination, Desautels et al. 2014, without noise on the pending
 points: with the fitted noise, a hallucinated pick barely lowers the bound around it and the batch would repeat
 it). Without data (the first decision) the values are drawn uniformly from the box.
 """
@@ -43,6 +43,7 @@ CLIP = 2.0
 MAX_DATA = 500
 CANDIDATES = 512
 JITTER = 1e-8
+PENDING_NOISE = 1e-6  # noise variance of a pending pick, relative to the signal's: practically exact, still definite
 MIN_SIGNAL = 1e-6  # floor of the signal variance (of standardized targets): equal score changes give a flat model
 
 
@@ -100,11 +101,11 @@ def fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
 def posterior(x: np.ndarray, y: np.ndarray, query: np.ndarray, params: tuple[float, float, float, float],
               pending: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Posterior mean and standard deviation of the latent function at ``query`` rows (M, 1 + D), given ``params``
-    from ``fit``; both (M,). The last ``pending`` rows of ``x`` are picks believed exactly at their ``y`` (no
-    noise)."""
+    from ``fit``; both (M,). The last ``pending`` rows of ``x`` are picks believed at their ``y`` with
+    ``PENDING_NOISE`` instead of the fitted noise."""
     ls, eps, s2, n2 = params
     noise = np.full(len(x), n2)
-    noise[len(x) - pending:] = 0.0
+    noise[len(x) - pending:] = PENDING_NOISE * s2
     k = s2 * kernel(x, x, ls, eps) + np.diag(noise + JITTER * s2)
     chol = np.linalg.cholesky(k)
     ks = s2 * kernel(x, query, ls, eps)
