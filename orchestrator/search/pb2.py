@@ -22,9 +22,9 @@ time, ``mean + kappa * sd`` with Ray Tune's PB2 weight ``kappa = sqrt(0.2 + max(
 Ray applies it to the predictive variance, here it scales the standard deviation as in GP-UCB). Srinivas et al.'s
 theoretical ``beta`` (``sqrt(beta)`` about 5 at PBT's sizes) is not used: it makes UCB pick the points farthest from
 the data whatever they scored. The picks of one generation are added to the data at their predicted mean before the
-next pick, as nearly exact observations (GP-BUCB's hallucination, Desautels et al. 2014, without noise on the pending
-points: with the fitted noise, a hallucinated pick barely lowers the bound around it and the batch would repeat
-it). Without data (the first decision) the values are drawn uniformly from the box.
+next pick, as nearly exact observations (GP-BUCB's hallucination, Desautels et al. 2014, with ``PENDING_NOISE``
+instead of the fitted noise: with the fitted noise, a hallucinated pick barely lowers the bound around it and the
+batch would repeat it). Without data (the first decision) the values are drawn uniformly from the box.
 """
 
 from __future__ import annotations
