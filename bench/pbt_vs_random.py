@@ -1,4 +1,4 @@
-"""Population-based training against random search over the same search section, at equal frames.
+"""Population-based training (PBT and PB2) against random search over the same search section, at equal frames.
 
 Both methods run ``lab SPEC NAME search`` in a subprocess (a fresh local Ray each) with the same spec, search
 section, ``meta.max_trial`` trials of ``meta.max_session`` sessions, ``env.max_frame`` frames per session,
@@ -8,7 +8,9 @@ section, ``meta.max_trial`` trials of ``meta.max_session`` sessions, ``env.max_f
   trained with its sampled values from frame 0 to ``max_frame``;
 * ``pbt``: the same section as PBT's initial samples and resample distributions
   (``meta.search_scheduler: {"name": "PBT", "perturbation_interval": max_frame / generations}``, the other PBT keys
-  at their defaults), so every trial is trained to ``max_frame`` in ``generations`` synchronous generations.
+  at their defaults), so every trial is trained to ``max_frame`` in ``generations`` synchronous generations;
+* ``pb2``: the same with ``"name": "PB2"``: the explored values are the picks of PB2's Gaussian-process bandit
+  (``orchestrator.search.pb2``) instead of perturbations.
 
 The task is one where the initial values are mostly poor: PPO with a learning rate drawn log-uniformly over a range
 mostly too small (``TASKS``), the lr decaying linearly to zero at ``max_frame`` and the clip range to zero as well.
@@ -17,13 +19,14 @@ Recorded per method: the final ``total_reward_ma`` (mean return of the last ``me
 train_df row) of every session of every trial; their interquartile mean with a 95% stratified-bootstrap interval
 over sessions (``orchestrator.report.stats``); the best trial's final score (mean over its sessions); frames per
 session and in all; wall seconds of the whole ``search`` command; load average before and after. The PBT lineage
-graph (``graph/{name}_pbt_lineage.png``) is copied to ``{img_dir}/pbt_lineage_{task}.png``. Results are merged by
-task into ``--out``.
+graph (``graph/{name}_pbt_lineage.png``) is copied to ``{img_dir}/{method}_lineage_{task}.png``. Results are
+merged into ``--out`` by task and, where the task's budget (trials, sessions, frames, generations, seed) is the one
+recorded there, by method; another budget replaces the task's record.
 
 Usage::
 
     python bench/pbt_vs_random.py [--task cartpole] [--trials 8] [--sessions 2] [--max-frame 60000]
-        [--generations 10] [--seed 1] [--methods pbt,random] [--data-dir data] [--img-dir docs/img]
+        [--generations 10] [--seed 1] [--methods pbt,pb2,random] [--data-dir data] [--img-dir docs/img]
         [--out bench/results/pbt_vs_random.json]
 """
 
@@ -50,6 +53,9 @@ from bench.vec_env import cpu_model  # noqa: E402
 from orchestrator.report.stats import bootstrap_ci, iqm  # noqa: E402
 
 CPU_PER_SESSION = 0.5
+SCHEDULERS = {"pbt": "PBT", "pb2": "PB2"}  # method -> meta.search_scheduler name
+METHODS = (*SCHEDULERS, "random")
+BUDGET = ("trials", "sessions", "max_frame", "generations", "seed")  # a record's keys that make results comparable
 
 # task -> (spec file, spec name, search section, extra overrides as "KEY=VALUE" with {F} = max_frame)
 TASKS: dict[str, tuple[str, str, dict[str, Any], list[str]]] = {
@@ -60,7 +66,7 @@ TASKS: dict[str, tuple[str, str, dict[str, Any], list[str]]] = {
 
 
 def lab_command(task: str, method: str, args: argparse.Namespace, run_name: str) -> list[str]:
-    """The ``lab ... search`` command of one method (``pbt`` or ``random``) for ``task``."""
+    """The ``lab ... search`` command of one method (``pbt``, ``pb2`` or ``random``) for ``task``."""
     spec_file, spec_name, search, extra = TASKS[task]
     interval = args.max_frame // args.generations
     sets = [f"meta.max_trial={args.trials}", f"meta.max_session={args.sessions}", f"env.max_frame={args.max_frame}",
@@ -68,8 +74,9 @@ def lab_command(task: str, method: str, args: argparse.Namespace, run_name: str)
             f"meta.random_seed={args.seed}",
             "meta.resources=" + json.dumps({"num_cpus": CPU_PER_SESSION, "num_gpus": 0}),
             "search=" + json.dumps(search)] + [s.format(F=args.max_frame) for s in extra]
-    if method == "pbt":
-        sets.append("meta.search_scheduler=" + json.dumps({"name": "PBT", "perturbation_interval": interval}))
+    if method in SCHEDULERS:
+        sets.append("meta.search_scheduler=" + json.dumps({"name": SCHEDULERS[method],
+                                                           "perturbation_interval": interval}))
     cmd = [sys.executable, str(ROOT / "run_lab.py"), spec_file, spec_name, "search", "--quiet",
            "--data-dir", str(args.data_dir), "--name", run_name]
     if method == "random":
@@ -125,15 +132,16 @@ def run_method(task: str, method: str, args: argparse.Namespace) -> dict[str, An
         "best_trial_values": values[best], "final_values": {str(t): v for t, v in values.items()},
         "frames_per_session": args.max_frame, "frames_total": args.max_frame * args.trials * args.sessions,
         "wall_s": round(wall_s, 1), "load1_before": round(load_before, 2), "load1_after": round(os.getloadavg()[0], 2),
+        "date": time.strftime("%Y-%m-%d"), "machine": machine(),
     }
-    if method == "pbt":
+    if method in SCHEDULERS:
         records = [json.loads(line) for line in (predir / "pbt.jsonl").read_text().splitlines() if line.strip()]
         result["generations"] = args.generations
         result["perturbation_interval"] = args.max_frame // args.generations
         result["exploits"] = sum(r["donor"] is not None for r in records)
         png = predir / "graph" / f"{TASKS[task][1]}_pbt_lineage.png"
         if png.exists() and args.img_dir:
-            dst = Path(args.img_dir) / f"pbt_lineage_{task}.png"
+            dst = Path(args.img_dir) / f"{method}_lineage_{task}.png"
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(png, dst)
             result["lineage_graph"] = _relative(dst)
@@ -146,6 +154,15 @@ def _relative(path: Path) -> str:
 
 def _quote(arg: str) -> str:
     return f"'{arg}'" if any(c in arg for c in " {}\"[]") else arg
+
+
+def merge(existing: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+    """``existing`` results (task -> record) with ``record`` (one task's) merged in: its methods added to the task's
+    earlier ones when the ``BUDGET`` keys are equal, else the task's record replaced."""
+    before = existing.get(record["task"])
+    if before and all(before.get(k) == record[k] for k in BUDGET):
+        record = {**record, "methods": {**before["methods"], **record["methods"]}}
+    return {**existing, record["task"]: record}
 
 
 def machine() -> dict[str, Any]:
@@ -163,11 +180,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--generations", type=int, default=10, help="PBT generations (max_frame must divide evenly)")
     ap.add_argument("--log-frequency", type=int, default=2000, help="frames between log rows and checkpoints")
     ap.add_argument("--seed", type=int, default=1, help="meta.random_seed")
-    ap.add_argument("--methods", default="pbt,random")
+    ap.add_argument("--methods", default="pbt,pb2,random", help=f"comma-separated, of {', '.join(METHODS)}")
     ap.add_argument("--data-dir", type=Path, default=ROOT / "data")
     ap.add_argument("--img-dir", type=Path, default=ROOT / "docs" / "img", help="where the lineage PNG is copied")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "pbt_vs_random.json")
     args = ap.parse_args(argv)
+    unknown = sorted(set(args.methods.split(",")) - set(METHODS))
+    if unknown:
+        ap.error(f"--methods: unknown {', '.join(unknown)}; expected some of {', '.join(METHODS)}")
     interval = args.max_frame // args.generations
     if args.max_frame % args.generations or interval % args.log_frequency:
         ap.error(f"--max-frame {args.max_frame} / --generations {args.generations} must be a whole multiple of "
@@ -182,13 +202,12 @@ def main(argv: list[str] | None = None) -> int:
               f"t{r['best_trial']} {r['best_trial_score']:.1f}  {r['frames_total']:,} frames  {r['wall_s']:.0f} s  "
               f"sessions {sorted(round(x, 1) for row in r['session_scores'] for x in row)}", flush=True)
     record = {"task": args.task, "spec": TASKS[args.task][:2], "search": TASKS[args.task][2],
-              "trials": args.trials, "sessions": args.sessions, "max_frame": args.max_frame, "seed": args.seed,
-              "cpu_per_session": CPU_PER_SESSION, "date": time.strftime("%Y-%m-%d"), "machine": machine(),
-              "methods": results}
+              "trials": args.trials, "sessions": args.sessions, "max_frame": args.max_frame,
+              "generations": args.generations, "seed": args.seed, "cpu_per_session": CPU_PER_SESSION,
+              "date": time.strftime("%Y-%m-%d"), "machine": machine(), "methods": results}
     existing = json.loads(args.out.read_text()) if args.out.exists() else {}
-    existing[args.task] = record
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(existing, indent=1) + "\n")
+    args.out.write_text(json.dumps(merge(existing, record), indent=1) + "\n")
     print(f"wrote {args.out}")
     return 0
 
