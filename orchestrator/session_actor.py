@@ -74,9 +74,8 @@ class SessionRunner:
         predir: run directory URI.
         trial, session: indices; seed: the session seed.
         resume: restore the newest valid checkpoint first.
-        reseed: ``{"frame": F, "seed": S}``: a restore of the checkpoint at frame F restarts the session's acting
-            RNG streams at S (``Session.reseed``; population-based training after an exploit, whose state is the
-            donor's at F); a restore of any other frame, or None, keeps the restored streams.
+        reseed: ``{"frame": F, "seed": S}``: a restore of the checkpoint at frame F restarts the acting RNG
+            streams at S (``Session.reseed``; PBT after an exploit); of another frame, or None: the restored ones.
         global_params: with ``meta.distributed``, the trial's ``GlobalParamsActor`` handle (or an in-process
             ``GlobalParams``): the session's optimizer steps become pushes to it, it starts from (and at each
             checkpoint loads) the global weights, and its manifests say ``exact: false``
@@ -144,25 +143,20 @@ class SessionRunner:
         self.best = _best_of(self.store)
 
     def extend(self, spec: dict[str, Any]) -> None:
-        """Continue the live session (ended ``done`` at its ``max_frame``, envs still open: ``keep_live``) to
-        ``spec``'s larger ``env.max_frame`` with no restore: the next ``events`` trains on from the state in memory
-        (replay included), reports ``restored_frame`` = the frame it continues from, and tracks as a resume does.
-
-        Args:
-            spec: the session's spec; only ``env.max_frame`` may differ from the one it ran with.
+        """Continue the live session (ended ``done``, envs open: ``keep_live``) to ``spec``'s larger
+        ``env.max_frame`` with no restore: the next ``events`` trains on from the state in memory (replay included)
+        and reports ``restored_frame`` = the frame it continues from.
 
         Raises:
-            ValueError: the session did not end at its ``max_frame``, or ``spec`` changes more than ``env.max_frame``.
+            ValueError: the session did not end at its ``max_frame``, or ``spec`` changes more than that.
         """
         from orchestrator.session.loop import continue_spec_problem
 
-        session = self.session
-        problem = continue_spec_problem(self.spec, spec, session.clock)
+        problem = continue_spec_problem(self.spec, spec, self.session.clock)
         if problem:
             raise ValueError(f"session {self.key} cannot continue live: {problem}")
-        session.extend(spec)
-        self.spec, self.resume, self.restored_frame = spec, False, session.clock.frame
-        self.set_aside = []
+        self.session.extend(spec)
+        self.spec, self.resume, self.restored_frame, self.set_aside = spec, False, self.session.clock.frame, []
         self.tracker = SessionTracker(spec, self.predir, self.trial, self.index, self.log_line)
 
     def snapshot(self) -> tuple[int, dict[str, bytes], dict[str, Any]]:

@@ -33,8 +33,8 @@ the others restored in the actors of sessions that end. A SIGKILL at any moment 
 same ``search --name``): decisions already recorded are applied again (idempotent: donors are never recipients of
 the same generation), unrecorded ones are derived again from the same checkpoints and seed, so an interrupted PBT
 run writes the same ``pbt.jsonl`` and train_dfs as an uninterrupted one. ``lab SPEC NAME train --pbt-replay PREDIR
---trial T`` (``replay``) trains one trial from scratch through the recorded schedule and checks it against the
-original.
+--trial T`` (``orchestrator.search.pbt_replay``) trains one trial from scratch through the recorded schedule and
+checks it against the original.
 
 Files of a PBT search beside the usual search files: ``pbt.jsonl`` (decisions), ``pbt.json`` (the last applied
 generation, and the trials that failed in a generation not yet decided), ``graph/{name}_pbt_lineage.png``/
@@ -52,8 +52,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from orchestrator.errors import EXIT_RESUMABLE, UsageError
-from orchestrator.search.pbt_policy import decide, initial_config, lineage, perturb
+from orchestrator.errors import EXIT_RESUMABLE
+from orchestrator.search.pbt_policy import decide, initial_config, perturb
 from orchestrator.search.trials import trial_json, write_spec_files
 from orchestrator.session_actor import EXPORTED_FILES
 from orchestrator.session_hosts import SessionHosts, capacity, host_key
@@ -224,39 +224,33 @@ class Population:
         uri = storage.join(self.predir, STATE)
         return storage.read_json(uri) if storage.exists(uri) else {}
 
+    def begin(self) -> tuple[int, dict[int, set[int]]]:
+        """The generations applied so far and the failures recorded (``pbt.json``); a new population's trials get
+        their initial values written first."""
+        state = self.read_state()
+        applied = int(state.get("applied", 0))
+        if applied == 0:
+            for t in self.trials:
+                self.write_trial(t, self.initial[t], "running")
+        return applied, {int(g): set(ts) for g, ts in state.get("failed", {}).items()}
+
     def run(self) -> int:
         """Run (or resume) every generation; returns the exit code (0, ``EXIT_RESUMABLE`` after a signal, 1 when a
         session failed otherwise than in a generation followed by a decision, or every trial failed)."""
         records = read_records(self.predir)
-        state = self.read_state()
-        applied = int(state.get("applied", 0))
-        failures = {int(g): set(ts) for g, ts in state.get("failed", {}).items()}
-        if applied == 0:
-            for t in self.trials:
-                self.write_trial(t, self.initial[t], "running")
-        seeds = {t: [session_seed(self.seed, t, s) for s in range(self.sessions)] for t in self.trials}
+        applied, failures = self.begin()
         try:
             for g, frame in enumerate(self.boundaries, start=1):
                 if g <= applied:
                     continue
                 configs = self.configs_after(records, g - 1)
-                failed = failures.get(g, set())
                 # decisions recorded but not all applied (killed mid-exploit): a recipient's ckpt/ may be half
                 # copied, so nothing trains before the exploits are applied again
-                recorded = sum(int(r["generation"]) == g for r in records) == len(self.trials)
-                if not recorded:
-                    before = [r for r in records if int(r["generation"]) == g - 1]
-                    code, new = self.run_generation(
-                        frame, {t: self.trial_spec(configs[t]) for t in self.trials if t not in failed}, seeds,
-                        live={int(r["trial"]) for r in before if r["donor"] is None} if g > 1 else set(),
-                        reseeds={int(r["trial"]): r for r in before if r["donor"] is not None})
-                    if new:
-                        failed = failures[g] = failed | new
-                        storage.write_json(storage.join(self.predir, STATE),
-                                           {**self.read_state(), "failed": {str(k): sorted(v)
-                                                                            for k, v in failures.items()}})
+                if sum(int(r["generation"]) == g for r in records) != len(self.trials):
+                    code = self.train_generation(g, records, configs, failures)
                     if code != 0 or self.stop_requested:
                         return code or EXIT_RESUMABLE
+                failed = failures.get(g, set())
                 if failed and (frame == self.boundaries[-1] or failed >= set(self.trials)):
                     return self.stop_failed(g, failed)
                 if frame == self.boundaries[-1]:
@@ -269,6 +263,25 @@ class Population:
         for t, config in self.configs_after(records, len(self.boundaries)).items():
             self.write_trial(t, config, "done", frame=self.boundaries[-1], finished=now_iso())
         return 0
+
+    def train_generation(self, g: int, records: list[dict[str, Any]], configs: dict[int, dict[str, Any]],
+                         failures: dict[int, set[int]]) -> int:
+        """Train generation ``g``: the trials kept at decision ``g - 1`` continue live, its recipients restore their
+        donor's state reseeded, trials that failed in it already (``failures[g]``, from ``pbt.json``) do not train
+        again; new failures are added to ``failures`` and recorded in ``pbt.json``. Returns ``run_generation``'s
+        exit code."""
+        before = [r for r in records if int(r["generation"]) == g - 1]
+        failed = failures.get(g, set())
+        seeds = {t: [session_seed(self.seed, t, s) for s in range(self.sessions)] for t in self.trials}
+        code, new = self.run_generation(
+            self.boundaries[g - 1], {t: self.trial_spec(configs[t]) for t in self.trials if t not in failed}, seeds,
+            live={int(r["trial"]) for r in before if r["donor"] is None},
+            reseeds={int(r["trial"]): r for r in before if r["donor"] is not None})
+        if new:
+            failures[g] = failed | new
+            storage.write_json(storage.join(self.predir, STATE),
+                               {**self.read_state(), "failed": {str(k): sorted(v) for k, v in failures.items()}})
+        return code
 
     def stop_failed(self, g: int, failed: set[int]) -> int:
         """The end of a population that cannot go on: every trial failed in generation ``g``, or some failed in the
@@ -438,81 +451,6 @@ def replace_failed(decided: list[dict[str, Any]], failed: set[int], scores: dict
         if t in failed:
             r = {**r, "failed": True, "score": None}
         out.append(r)
-    return out
-
-
-# ---------------------------------------------------------------- replay
-def replay(source: str, trial: int, spec: dict[str, Any], predir: str, quiet: bool,
-           check: Callable[[dict[str, Any]], dict[str, Any]]) -> tuple[int, list[dict[str, Any]]]:
-    """Train trial ``trial`` of the PBT run ``source`` again from scratch, as trial 0 of the new run ``predir``: per
-    generation, the sessions (seeds) and values of the trial that trained that part of its final state
-    (``pbt_policy.lineage``), switching at the same frames, so the exploits become plain continuations.
-
-    Args:
-        spec: the PBT run's saved spec (with its search section).
-
-    Returns:
-        (exit code, the lineage replayed).
-
-    Raises:
-        UsageError: ``source`` is not a finished PBT run, or has no trial ``trial``.
-    """
-    pop = Population(source, spec, None, quiet, check)
-    state = storage.read_json(storage.join(source, STATE)) if storage.exists(storage.join(source, STATE)) else {}
-    if trial not in pop.trials:
-        raise UsageError(f"--trial {trial}: the PBT run {source} has trials 0..{len(pop.trials) - 1}")
-    if int(state.get("applied", 0)) < len(pop.boundaries) - 1:
-        raise UsageError(f"--pbt-replay: {source} has not applied every generation's decisions yet "
-                         f"({state.get('applied', 0)} of {len(pop.boundaries) - 1}); finish it with search@ first")
-    records = read_records(source)
-    schedule = lineage(records, trial, pop.initial, len(pop.boundaries))
-    decisions = {(int(r["generation"]), int(r["trial"])): r for r in records}
-    runner = Population(predir, spec, None, quiet, check)
-    runner.trials = [0]
-    storage.write_json(storage.join(predir, "pbt_replay.json"),
-                       {"source": source, "trial": trial, "lineage": schedule, "boundaries": pop.boundaries})
-    try:
-        for g, (step, frame) in enumerate(zip(schedule, pop.boundaries), start=1):
-            owner = int(step["trial"])
-            trial_spec = pop.trial_spec(step["config"])
-            write_spec_files(predir, {**trial_spec, "search": {}}, 0)
-            seeds = {0: [session_seed(pop.seed, owner, s) for s in range(pop.sessions)]}
-            decision = decisions.get((g - 1, owner))  # how the owner of generation g started it
-            exploited = decision is not None and decision["donor"] is not None
-            code, failed = runner.run_generation(
-                frame, {0: trial_spec}, seeds, live={0} if g > 1 and not exploited else set(),
-                reseeds={0: decision} if exploited and decision.get("reseed") is not None else {})
-            if code != 0 or failed:
-                return code or 1, schedule
-    finally:
-        runner.hosts.clear()
-    return 0, schedule
-
-
-def compare_replay(source: str, trial: int, predir: str, sessions: int) -> list[str]:
-    """Differences between the replayed sessions (``predir``, trial 0) and trial ``trial`` of ``source``: final
-    train_df (all columns but ``wall_t`` and ``fps``) and ``weights_sha256`` of the newest checkpoint per session.
-
-    Returns:
-        One line per difference (empty: replayed bit for bit).
-    """
-    import pandas as pd
-
-    out = []
-    for s in range(sessions):
-        a, b = predir_mod.session_dir(source, trial, s), predir_mod.session_dir(predir, 0, s)
-        ma, mb = (CheckpointStore(d).select_latest().manifest for d in (a, b))
-        if ma is None or mb is None or ma.frame != mb.frame:
-            out.append(f"s{s}: final checkpoint frame {ma and ma.frame} vs {mb and mb.frame}")
-            continue
-        if ma.meta.get("weights_sha256") != mb.meta.get("weights_sha256"):
-            out.append(f"s{s}: weights_sha256 differ at frame {ma.frame}")
-        dfs = [storage.read_parquet(storage.join(d, "train_df.parquet")).drop(columns=["wall_t", "fps"])
-               for d in (a, b)]
-        try:
-            pd.testing.assert_frame_equal(dfs[0], dfs[1], check_exact=True)
-        except AssertionError as err:
-            out.append(f"s{s}: train_df differs: {str(err).splitlines()[0]}")
     return out
 
 

@@ -159,8 +159,8 @@ def report_summary(predir: str, spec: dict[str, Any], df: Any, interrupted: bool
     columns = ["trial", *[v.path for v in parse_search(spec)[0]], "status", "strength", METRIC, "frame"]
     print(df[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     best_t = int(df["trial"].iloc[0])
-    head = f"search {'interrupted' if interrupted else 'done'}: {predir}\n  best trial {'so far ' if interrupted else ''}" \
-           f"t{best_t}"
+    head = f"search {'interrupted' if interrupted else 'done'}: {predir}\n  best trial " \
+           f"{'so far ' if interrupted else ''}t{best_t}"
     if is_pbt(spec) and storage.exists(storage.join(predir, "pbt.jsonl")):
         replay = lab_command(predir_mod.spec_file(predir, spec["name"]), spec["name"], "train", "--pbt-replay",
                              predir, "--trial", str(best_t))

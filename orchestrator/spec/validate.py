@@ -122,14 +122,13 @@ def _check_agent_names(spec: dict[str, Any], problems: list[str]) -> None:
 def _check_pbt_replay(spec: dict[str, Any], problems: list[str]) -> None:
     """A PBT/PB2 search of an algorithm with a replay buffer needs it in the checkpoints: exploits, resumes and
     replays restore a trial's whole state from them (``orchestrator.search.pbt``)."""
-    sched = value_at(spec, "meta.search_scheduler")
-    memory = registered(MEMORIES, value_at(spec, "agent.memory.name"))
-    if not (isinstance(sched, dict) and sched.get("name") in ("PBT", "PB2")) or memory is None or not spec.get("search"):
-        return
-    if getattr(memory, "has_replay", False) and value_at(spec, "agent.memory.checkpoint") is not True:
-        problems.append(f"agent.memory.checkpoint: a {sched['name']} search of {value_at(spec, 'agent.memory.name')} "
-                        "(a replay buffer) needs the replay in its checkpoints, so an exploit hands it to the "
-                        "recipient and a resume or --pbt-replay continues exactly; set -s agent.memory.checkpoint=true")
+    sched, memory = value_at(spec, "meta.search_scheduler"), value_at(spec, "agent.memory.name")
+    replay = getattr(registered(MEMORIES, memory), "has_replay", False)
+    if isinstance(sched, dict) and sched.get("name") in ("PBT", "PB2") and spec.get("search") and replay and \
+            not value_at(spec, "agent.memory.checkpoint"):
+        problems.append(f"agent.memory.checkpoint: a {sched['name']} search of {memory} (a replay buffer) needs the "
+                        "replay in its checkpoints, so an exploit hands it to the recipient and a resume or "
+                        "--pbt-replay continues exactly; set -s agent.memory.checkpoint=true")
 
 
 def algorithm_class(spec: dict[str, Any]) -> Any:
