@@ -137,7 +137,7 @@ FAILING = ["meta.max_trial=4", "meta.max_session=1", "env.max_frame=1200", "env.
            'meta.search_scheduler={"name": "PBT", "perturbation_interval": 400}']
 
 
-def test_a_failed_trial_is_replaced_by_an_exploit_and_the_population_goes_on(ray_local, tmp_path, capsys):
+def test_a_failed_trial_is_replaced_by_an_exploit_and_the_population_goes_on(ray_local, tmp_path):
     """Seed 10: session t0_s0 (seed 10) raises after 300 env steps, in generation 1; the others never fail."""
     from lab_helpers import SPECS
 
@@ -150,9 +150,7 @@ def test_a_failed_trial_is_replaced_by_an_exploit_and_the_population_goes_on(ray
     assert json.loads((predir / "pbt.json").read_text()) == {"applied": 2, "frame": 800, "failed": {}}
     df = pd.read_parquet(predir / "t0/s0/train_df.parquet")
     assert df["frame"].tolist() == [200, 400, 600, 800, 1000, 1200]
-    assert "injected failure" in (predir / "t0/s0/log.txt").read_text()
-    capsys.readouterr()
-    assert run_cli(SPECS, "ppo_cartpole", "search@latest", "--data-dir", str(data), *overrides(FAILING)) == 0
+    assert (predir / "t0/s0/log.txt").read_text().count("injected failure") == 1  # trained no further, never again
 
 
 # ---------------------------------------------------------------- units (no Ray)
