@@ -282,10 +282,7 @@ def resume_search(args: argparse.Namespace, new_spec: dict[str, Any], target: st
     lab_trials(predir)  # rebuilds a damaged trial.json before Tune's trials read it
     verify_trials(predir, spec)
     # Tune keeps finished trials finished; with max_frame raised they must run again
-    if is_pbt(spec):
-        if any(line.startswith("env.max_frame:") for line in applied):
-            raise UsageError("search@: a PBT search keeps its env.max_frame: its generations and recorded decisions "
-                             "depend on it")
+    if is_pbt(spec):  # its env.max_frame and meta.max_session are fixed (spec.resume refuses their edits)
         return predir, spec, settings, None
     longer = any(line.startswith("env.max_frame:") for line in applied)
     tuner = restore_or_new_tuner(spec, predir, settings, args.quiet, restore=not longer)

@@ -10,9 +10,9 @@ a checkpoint, as ``train@`` with ``max_frame`` raised continues exactly). Then, 
    ended within the generation, ``(F_{g-1}, F_g]``, read from the train_df in the checkpoints at ``F_g`` (with
    ``meta.rigorous_eval``, the mean eval return of the generation's eval rows); a trial whose session failed (an
    exception) has no score and is replaced;
-2. **decide** (``pbt_policy.decide``, seeded from ``(meta.random_seed, g)``; a failed trial the policy left without
-   a donor gets one: ``replace_failed``) and record every decision in ``{predir}/pbt.jsonl`` (written whole,
-   atomically, before anything changes); an exploit's record carries ``reseed`` (``reseed_value``);
+2. **decide** (``pbt_policy.decide``, seeded from ``(meta.random_seed, g)``; failed trials ranked last and
+   replaced) and record every decision in ``{predir}/pbt.jsonl`` (written whole, atomically, before anything
+   changes); an exploit's record carries ``reseed`` (``pbt_policy.reseed``);
 3. **exploit**: a bottom trial's sessions continue from the donor's committed checkpoints session for session: the
    recipient's ``ckpt/`` is deleted manifest first (``CheckpointStore.delete_all``), then the donor's (nets,
    optimizers, LR schedulers, clock, every RNG, env state, replay) and its train_df/eval_df copies replace it, so
@@ -52,12 +52,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from orchestrator.errors import EXIT_RESUMABLE
-from orchestrator.search.pbt_policy import decide, initial_config, perturb
+from orchestrator.errors import EXIT_RESUMABLE, SpecError
+from orchestrator.search.pbt_policy import decide, format_exploit, initial_config
 from orchestrator.search.trials import trial_json, write_spec_files
 from orchestrator.session_actor import EXPORTED_FILES
 from orchestrator.session_hosts import SessionHosts, capacity, host_key
-from orchestrator.spec.pbt import PBTSettings
+from orchestrator.spec.pbt import PBTSettings, key_range
 from orchestrator.spec.search_space import SearchVar, apply_values, parse_search
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
@@ -103,7 +103,9 @@ class Population:
         self.hosts = SessionHosts()
         self.current: Trial | None = None  # the generation's Trial while it runs (signals stop it)
         self.stop_requested = False
-        self.initial = {t: initial_config(self.variables, self.seed, t) for t in self.trials}
+        self.ranges = {v.path: key_range(spec, v.path) for v in self.variables}
+        self.initial = {t: initial_config(self.variables, self.seed, t, self.ranges, self.config_problems)
+                        for t in self.trials}
 
     # ---------------------------------------------------------------- configs and specs
     def configs_after(self, records: list[dict[str, Any]], generation: int) -> dict[int, dict[str, Any]]:
@@ -121,6 +123,14 @@ class Population:
             SpecError: a value makes the spec invalid (names the key).
         """
         return self.check(apply_values(self.spec, config))
+
+    def config_problems(self, config: dict[str, Any]) -> list[str]:
+        """The problems of the spec with ``config`` applied (``trial_spec``'s check; empty when it is valid)."""
+        try:
+            self.trial_spec(config)
+            return []
+        except SpecError as err:
+            return err.problems
 
     def write_trial(self, t: int, config: dict[str, Any], status: str, **extra: Any) -> None:
         """Trial ``t``'s spec files and ``trial.json`` with its current values (and ``extra`` keys)."""
@@ -311,11 +321,7 @@ class Population:
             scores = self.scores(frame, [t for t in self.trials if t not in failed], since)
             scores.update({t: None for t in failed})
             decided = decide(g, frame, scores, configs, self.variables, self.settings, self.seed, records,
-                             len(self.boundaries))
-            decided = replace_failed(decided, failed, scores, configs, self.variables, self.settings, self.seed)
-            for r in decided:
-                if r["donor"] is not None and r.get("reseed") is None:
-                    r["reseed"] = reseed_value(self.seed, int(r["trial"]), g)
+                             len(self.boundaries), failed=failed, ranges=self.ranges, problems=self.config_problems)
             records = [r for r in records if int(r["generation"]) < g] + decided
             storage.write_text(storage.join(self.predir, RECORDS), "".join(json.dumps(r) + "\n" for r in records))
         for r in decided:
@@ -333,12 +339,7 @@ class Population:
         """One line per exploit of a generation."""
         for r in decided:
             if r["donor"] is not None:
-                values = ", ".join(f"{k.rsplit('.', 1)[-1]}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                   for k, v in r["config"].items())
-                why = "failed" if r.get("failed") else f"score {_fmt(r['score'])}"
-                print(f"{self.settings.method} generation {r['generation']} (frame {r['frame']}): t{r['trial']} "
-                      f"({why}) continues from t{r['donor']} (score {_fmt(r['donor_score'])}) "
-                      f"with {values}", flush=True)
+                print(format_exploit(r, self.settings.method), flush=True)
 
     def run_with_signals(self) -> int:
         """``run`` with SIGINT/SIGTERM/SIGUSR1 handled: the generation's sessions commit their checkpoints and stop
@@ -364,19 +365,6 @@ class Population:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-
-
-def _fmt(score: float | None) -> str:
-    return "n/a" if score is None else f"{score:.4g}"
-
-
-SEED_RESEED, SEED_FAILED = 2, 3  # stream tags beside pbt_policy's SEED_INITIAL and SEED_DECIDE
-
-
-def reseed_value(seed: int, trial: int, generation: int) -> int:
-    """The ``reseed`` of trial ``trial``'s exploit at decision ``generation``: a 31-bit int drawn from
-    ``(meta.random_seed, trial, generation)`` (numpy ``SeedSequence``), recorded in the decision."""
-    return int(np.random.SeedSequence([seed, SEED_RESEED, trial, generation]).generate_state(1)[0] >> 1)
 
 
 def session_reseed(reseed: int, session: int) -> int:
@@ -419,39 +407,6 @@ def generation_score(train_df: bytes, eval_df: bytes | None, since: int, frame: 
 
 def _finite(value: Any) -> bool:
     return value is not None and math.isfinite(float(value))
-
-
-def replace_failed(decided: list[dict[str, Any]], failed: set[int], scores: dict[int, float | None],
-                   configs: dict[int, dict[str, Any]], variables: list[SearchVar], settings: PBTSettings,
-                   seed: int) -> list[dict[str, Any]]:
-    """Make every trial in ``failed`` a recipient and no failed trial a donor, in ``decide``'s records: a failed
-    trial's record (or one whose donor failed) that the policy left without a working donor gets one drawn, with a
-    numpy ``Generator`` seeded from ``(seed, generation, trial)``, among the best-scored trials that did not fail
-    (any that did not fail when none has a score), and the donor's values explored (``pbt_policy.perturb``).
-    Failed recipients are marked ``"failed": true``.
-
-    Returns:
-        The records (new dicts where changed), in trial order.
-    """
-    alive = [t for t in sorted(configs) if t not in failed]
-    scored = [t for t in alive if scores.get(t) is not None]
-    pool = scored or alive
-    if scored:  # the top half of the scored trials
-        ranked = sorted(scored, key=lambda t: (-float(scores[t]), t))
-        pool = ranked[:max(1, len(ranked) // 2)]
-    out = []
-    for r in decided:
-        t = int(r["trial"])
-        bad_donor = r["donor"] is not None and int(r["donor"]) in failed
-        if (t in failed and (r["donor"] is None or bad_donor)) or bad_donor:
-            rng = np.random.default_rng([seed, SEED_FAILED, int(r["generation"]), t])
-            donor = pool[int(rng.integers(len(pool)))]
-            config = {v.path: perturb(v, configs[donor][v.path], settings, rng) for v in variables}
-            r = {**r, "donor": donor, "donor_score": scores.get(donor), "config": config}
-        if t in failed:
-            r = {**r, "failed": True, "score": None}
-        out.append(r)
-    return out
 
 
 # ---------------------------------------------------------------- lineage graph

@@ -17,11 +17,18 @@ hyperparameters (re-applied to the optimizers' param groups after every restore)
 GAE's lambda, the start/end values and frames of frame-driven schedules (pure functions of the frame), gradient
 clipping and the LR scheduler's arguments. A key outside them (a net's layers, a batch size, the memory) is an exit 2
 naming it: its change would contradict the checkpointed state.
+
+The interval must fall on a log row and a checkpoint (a multiple of ``meta.log_frequency``,
+``meta.checkpoint_frequency`` and ``env.num_envs``; the message names the nearest valid values) and below
+``env.max_frame``; a searched distribution must reach values the schema allows for its key (``key_range``, which
+the explore step also clamps to); a resume keeps the population's ``env.max_frame`` and ``meta.max_session``
+(``PBT_RESUME_FIXED``, checked by ``orchestrator.spec.resume``).
 """
 
 from __future__ import annotations
 
 import fnmatch
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +52,39 @@ PBT_SPACE_TYPES = ("choice", "uniform", "quniform", "loguniform", "qloguniform",
 # PB2's bandit searches a bounded box: numeric types with low and high
 PB2_SPACE_TYPES = ("uniform", "quniform", "loguniform", "qloguniform", "randint", "qrandint", "lograndint",
                    "qlograndint")
+# keys a resume of a PBT search may not edit although a train@ may: the population's shape and generations
+PBT_RESUME_FIXED = ("env.max_frame", "meta.max_session")
+# optimizer arguments torch refuses below 0 (its constructors' checks); lr also above the schema's MAX_LR
+OPTIM_NONNEGATIVE = ("weight_decay", "eps", "momentum")
+
+
+@dataclass(frozen=True)
+class KeyRange:
+    """The values the spec schema allows for one searched key (``key_range``).
+
+    Fields:
+        low, high: the bounds (None: unbounded on that side).
+        low_open, high_open: the bound itself is excluded (a schema ``gt``/``lt``).
+        integer: the key's type is int.
+    """
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    integer: bool = False
+
+    def contains(self, value: Any) -> bool:
+        """Whether a number ``value`` lies within the range."""
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return self.high is None or (value < self.high if self.high_open else value <= self.high)
+
+    def describe(self) -> str:
+        """The range as a condition, e.g. ``>= 0 and <= 1`` (``any number`` when unbounded)."""
+        parts = ([f"{'>' if self.low_open else '>='} {self.low:g}"] if self.low is not None else []) + \
+            ([f"{'<' if self.high_open else '<='} {self.high:g}"] if self.high is not None else [])
+        return " and ".join(parts) or "any number"
 
 
 @dataclass(frozen=True)
@@ -92,6 +132,76 @@ def perturbable(path: str) -> bool:
         not any(fnmatch.fnmatchcase(path, p) for p in UNPERTURBABLE)
 
 
+def key_range(spec: dict[str, Any], path: str) -> KeyRange:
+    """The values the schema allows for spec key ``path`` of a defaults-filled ``spec``: its section dataclass's field
+    metadata (``gt``, ``ge``, ``lt``, ``le``) and ``RANGE_LIMITS``; an optimizer's ``lr`` in ``[0, MAX_LR]`` and its
+    ``weight_decay``, ``eps``, ``momentum`` ``>= 0`` (the checks of ``orchestrator.spec.validate`` and torch).
+    Constraints across keys (a schedule's start and end) are left to the full spec check.
+
+    Returns:
+        The range (unbounded when the schema states none).
+    """
+    import dataclasses
+    import typing
+
+    from orchestrator.spec.schema import MAX_LR, RANGE_LIMITS, section_classes, type_ok
+
+    for prefix, cls in section_classes(spec).items():
+        if not path.startswith(prefix + "."):
+            continue
+        field, _, sub = path[len(prefix) + 1:].partition(".")
+        if sub:  # a key inside a dict-valued field: an optimizer's arguments
+            if field.endswith("optim_spec") and sub == "lr":
+                return KeyRange(0.0, float(MAX_LR))
+            return KeyRange(0.0) if field.endswith("optim_spec") and sub in OPTIM_NONNEGATIVE else KeyRange()
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        if field not in fields:
+            return KeyRange()
+        meta = {**fields[field].metadata, **RANGE_LIMITS.get(path, {})}
+        hint = typing.get_type_hints(cls)[field]
+        integer = type_ok(1, hint) and not type_ok(0.5, hint)
+        low = meta.get("gt", meta.get("ge"))
+        high = meta.get("lt", meta.get("le"))
+        return KeyRange(None if low is None else float(low), None if high is None else float(high),
+                        "gt" in meta, "lt" in meta, integer)
+    return KeyRange()
+
+
+def space_box(var: Any) -> tuple[float, float] | None:
+    """The closed interval a numeric search variable's values lie in, or None for the unbounded normal types and
+    ``choice``: ``randint``/``lograndint`` exclude their ``high`` (numpy's semantics), the others include it."""
+    if var.kind in ("choice", "grid_search", "normal", "randn", "qrandn"):
+        return None
+    low, high = float(var.arg[0]), float(var.arg[1])
+    return (low, high - 1) if var.kind in ("randint", "lograndint") else (low, high)
+
+
+def range_problems(spec: dict[str, Any], variables: list[Any]) -> list[str]:
+    """Searched keys whose distribution cannot give a value the schema allows: a box (``space_box``) outside the
+    key's ``key_range``, a ``choice`` value outside it, a float distribution on an int key."""
+    problems = []
+    for var in variables:
+        name, rng = f"search.{var.path}__{var.kind}", key_range(spec, var.path)
+        box = space_box(var)
+        if var.kind == "choice":
+            bad = [v for v in var.arg if _number(v) and not rng.contains(v)]
+            if bad:
+                problems.append(f"{name}: the values {bad} lie outside the values {var.path} takes ({rng.describe()})")
+        elif rng.integer and var.kind not in ("randint", "qrandint", "lograndint", "qlograndint"):
+            problems.append(f"{name}: {var.path} is an int; use randint, qrandint, lograndint, qlograndint or "
+                            "choice")
+        elif box is not None and not (rng.contains(box[0]) or rng.contains(box[1]) or
+                                      (rng.low is not None and box[0] <= rng.low <= box[1])):
+            problems.append(f"{name}: {var.arg} lies outside the values {var.path} takes ({rng.describe()})")
+    return problems
+
+
+def valid_intervals(interval: int, step: int) -> list[int]:
+    """The multiples of ``step`` nearest to ``interval`` below and above it (below left out when it is 0)."""
+    below = interval // step * step
+    return [v for v in (below, below + step) if v > 0]
+
+
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -110,14 +220,21 @@ def pbt_problems(spec: dict[str, Any], variables: list[Any]) -> list[str]:
     if not (isinstance(interval, int) and not isinstance(interval, bool) and interval > 0):
         problems.append(f"{where}.perturbation_interval: expected frames as an int > 0, got {interval!r}")
     else:
-        for key in ("log_frequency", "checkpoint_frequency"):
-            freq = meta.get(key)
-            if isinstance(freq, int) and freq > 0 and interval % freq:
-                problems.append(f"{where}.perturbation_interval: {interval} is not a multiple of meta.{key}={freq} "
-                                "(generations end on a log row and a checkpoint)")
-        num_envs = (spec.get("env") or {}).get("num_envs") or 1
-        if isinstance(num_envs, int) and interval % num_envs:
-            problems.append(f"{where}.perturbation_interval: {interval} is not a multiple of env.num_envs={num_envs}")
+        steps = {f"meta.{k}": meta.get(k) for k in ("log_frequency", "checkpoint_frequency")}
+        steps["env.num_envs"] = (spec.get("env") or {}).get("num_envs") or 1
+        steps = {k: v for k, v in steps.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+        step = math.lcm(*steps.values())
+        off = [f"{k}={v}" for k, v in steps.items() if interval % v]
+        if off:
+            nearest = " and ".join(map(str, valid_intervals(interval, step)))
+            problems.append(f"{where}.perturbation_interval: {interval} is not a multiple of {' and '.join(off)} "
+                            f"(generations end on a log row and a checkpoint); the nearest valid values are {nearest}")
+        max_frame = (spec.get("env") or {}).get("max_frame")
+        if isinstance(max_frame, int) and not isinstance(max_frame, bool) and interval >= max_frame:
+            below = (max_frame - 1) // step * step
+            hint = f" (e.g. {below})" if below > 0 else ""
+            problems.append(f"{where}.perturbation_interval: {interval} is not below env.max_frame={max_frame}: the "
+                            f"population would train without a single decision; use an interval below it{hint}")
     fraction = sched.get("quantile_fraction", 0.25)
     if not (_number(fraction) and 0 < fraction <= 0.5):
         problems.append(f"{where}.quantile_fraction: expected a number in (0, 0.5], got {fraction!r}")
@@ -127,7 +244,7 @@ def pbt_problems(spec: dict[str, Any], variables: list[Any]) -> list[str]:
     factors = sched.get("perturbation_factors", [0.8, 1.2])
     if not (isinstance(factors, list) and factors and all(_number(f) and f > 0 for f in factors)):
         problems.append(f"{where}.perturbation_factors: expected a non-empty list of numbers > 0, got {factors!r}")
-    return problems + population_problems(meta, variables, method)
+    return problems + population_problems(meta, variables, method) + range_problems(spec, variables)
 
 
 def population_problems(meta: dict[str, Any], variables: list[Any], method: str = "PBT") -> list[str]:

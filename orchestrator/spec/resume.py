@@ -8,6 +8,7 @@ from typing import Any
 
 from orchestrator.errors import SpecError
 from orchestrator.spec.load import check
+from orchestrator.spec.pbt import PBT_RESUME_FIXED, is_pbt
 from orchestrator.spec.schema import fill_defaults
 from orchestrator.store.predir import read_json_file, spec_file
 
@@ -37,10 +38,10 @@ def _leaves(tree: Any, prefix: str = "") -> dict[str, Any]:
 def resume_edits(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], list[str], list[str]]:
     """Compare the spec a run was saved with against the spec given on ``train@``.
 
-    Edits under ``RESUME_EDITABLE`` are applied (``max_frame`` and ``max_session`` only upwards);
-    every other difference contradicts the past. ``meta.random_seed`` unset in the new spec means
-    "keep the saved seed", ``agent.memory.optimize_memory_usage`` unset "keep the saved replay layout". Keys
-    the saved spec lacks (fields added to the lab since it was saved, e.g. ``env.noop_max``,
+    Edits under ``RESUME_EDITABLE`` are applied (``max_frame`` and ``max_session`` only upwards, and neither in a
+    PBT search: ``PBT_RESUME_FIXED``); every other difference contradicts the past. ``meta.random_seed`` unset in
+    the new spec means "keep the saved seed", ``agent.memory.optimize_memory_usage`` unset "keep the saved replay
+    layout". Keys the saved spec lacks (fields added to the lab since it was saved, e.g. ``env.noop_max``,
     ``agent.net.conv_hid_layers``) take their current defaults, so older runs resume.
 
     Args:
@@ -60,8 +61,11 @@ def resume_edits(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, 
             continue
         editable = any(key == e or key.startswith(e + ".") for e in RESUME_EDITABLE)
         lowered = key in ("env.max_frame", "meta.max_session") and isinstance(old, int) and value < old
-        if not editable or lowered:
+        population = key in PBT_RESUME_FIXED and is_pbt(saved)
+        if not editable or lowered or population:
             why = " (may only be raised)" if lowered else ""
+            why = " (a PBT population keeps it: its generations and recorded decisions depend on it)" \
+                if population else why
             conflicts.append(f"{key}: the run was saved with {old!r}, the spec gives {value!r}{why}")
             continue
         node = merged

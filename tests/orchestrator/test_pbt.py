@@ -7,7 +7,6 @@ with a Ray of its own, whose leftover processes the test kills by PID.
 """
 
 import json
-import math
 
 import numpy as np
 import pandas as pd
@@ -15,9 +14,7 @@ import pytest
 from lab_helpers import SPECS, kill_driver_when, only_predir, overrides, run_cli, start_driver
 
 from orchestrator.errors import SpecError
-from orchestrator.search.pbt_policy import decide, initial_config, lineage, perturb, quantile_size
 from orchestrator.spec.load import load_spec
-from orchestrator.spec.pbt import PBTSettings
 from orchestrator.spec.search_space import SearchVar, apply_values, parse_search
 
 LR = "agent.net.optim_spec.lr"
@@ -25,60 +22,6 @@ PBT = ["meta.max_trial=4", "meta.max_session=1", "env.max_frame=2000", "meta.log
        "meta.checkpoint_frequency=200", "meta.random_seed=11", 'meta.resources={"num_cpus": 0.5, "num_gpus": 0}',
        'search={"agent.net.optim_spec.lr__loguniform": [1e-4, 1e-2]}',
        'meta.search_scheduler={"name": "PBT", "perturbation_interval": 400}']
-
-
-# ---------------------------------------------------------------- decisions (no Ray)
-def test_decisions_are_seeded_ranked_by_score_and_exploit_the_top_quantile():
-    lr = SearchVar(LR, "loguniform", [1e-4, 1e-2])
-    gamma = SearchVar("agent.algorithm.gamma", "choice", [0.9, 0.95, 0.99])
-    settings = PBTSettings(400, quantile_fraction=0.25, resample_probability=0.0, perturbation_factors=(0.8, 1.2))
-    configs = {t: {LR: 1e-3 * (t + 1), "agent.algorithm.gamma": 0.95} for t in range(8)}
-    scores = {0: 5.0, 1: 50.0, 2: 40.0, 3: math.nan, 4: 30.0, 5: 20.0, 6: 10.0, 7: 45.0}
-    a = decide(3, 1200, scores, configs, [lr, gamma], settings, seed=7)
-    assert a == decide(3, 1200, scores, configs, [lr, gamma], settings, seed=7)
-    assert quantile_size(8, 0.25) == 2 and quantile_size(3, 0.5) == 1
-    exploited = {r["trial"]: r for r in a if r["donor"] is not None}
-    assert set(exploited) == {0, 3}  # the lowest score and the NaN one
-    for r in exploited.values():
-        assert r["donor"] in (1, 7) and r["donor_score"] == scores[r["donor"]]
-        donor_lr = configs[r["donor"]][LR]
-        assert r["config"][LR] in (pytest.approx(donor_lr * 0.8), pytest.approx(donor_lr * 1.2))
-        assert r["config"]["agent.algorithm.gamma"] in (0.9, 0.99)  # a neighbour of 0.95
-    kept = [r for r in a if r["donor"] is None]
-    assert all(r["config"] == configs[r["trial"]] for r in kept) and len(kept) == 6
-    assert [r["trial"] for r in a] == list(range(8)) and all(r["generation"] == 3 and r["frame"] == 1200 for r in a)
-    assert a[3]["score"] is None  # NaN recorded as null
-    other = [decide(3, 1200, scores, configs, [lr, gamma], settings, seed=s) for s in range(8, 20)]
-    assert any(o != a for o in other), "the seed does not reach the decisions"
-
-
-def test_perturb_clamps_to_the_distribution_and_resamples_within_it():
-    rng = np.random.default_rng(0)
-    var = SearchVar("agent.algorithm.gamma", "uniform", [0.9, 0.999])
-    up = PBTSettings(400, resample_probability=0.0, perturbation_factors=(1.2,))
-    assert perturb(var, 0.99, up, rng) == 0.999
-    ints = SearchVar("agent.algorithm.training_epoch", "randint", [1, 20])
-    assert perturb(ints, 5, PBTSettings(400, resample_probability=0.0, perturbation_factors=(1.5,)), rng) == 8
-    always = PBTSettings(400, resample_probability=1.0)
-    draws = [perturb(SearchVar(LR, "loguniform", [1e-4, 1e-2]), 5.0, always, rng) for _ in range(50)]
-    assert all(1e-4 <= d < 1e-2 for d in draws)
-    assert initial_config([var], 3, 1) == initial_config([var], 3, 1) != initial_config([var], 3, 2)
-
-
-def test_lineage_follows_donors_backwards():
-    initial = {0: {"x": 0}, 1: {"x": 1}, 2: {"x": 2}}
-    records = [  # generation 1: t2 takes t0's state; generation 2: t1 takes t2's state
-        {"generation": 1, "trial": 0, "donor": None, "config": {"x": 0}},
-        {"generation": 1, "trial": 1, "donor": None, "config": {"x": 1}},
-        {"generation": 1, "trial": 2, "donor": 0, "config": {"x": 20}},
-        {"generation": 2, "trial": 0, "donor": None, "config": {"x": 0}},
-        {"generation": 2, "trial": 1, "donor": 2, "config": {"x": 21}},
-        {"generation": 2, "trial": 2, "donor": None, "config": {"x": 20}},
-    ]
-    assert lineage(records, 1, initial, 3) == [{"generation": 1, "trial": 0, "config": {"x": 0}},
-                                               {"generation": 2, "trial": 2, "config": {"x": 20}},
-                                               {"generation": 3, "trial": 1, "config": {"x": 21}}]
-    assert [s["trial"] for s in lineage(records, 0, initial, 3)] == [0, 0, 0]
 
 
 # ---------------------------------------------------------------- what PBT may change

@@ -20,9 +20,8 @@ from lab_helpers import REPO, kill_driver_when, only_predir, overrides, run_cli,
 
 from orchestrator.errors import SpecError
 from orchestrator.search import pbt
+from orchestrator.search.pbt_policy import reseed
 from orchestrator.spec.load import load_spec
-from orchestrator.spec.pbt import PBTSettings
-from orchestrator.spec.search_space import SearchVar
 
 DEMO = str(REPO / "specs/demo.json")
 LR = "agent.net.optim_spec.lr"
@@ -110,7 +109,9 @@ def test_sigkill_then_resume_gives_the_same_decisions_and_replay_is_bit_for_bit(
     assert "t0" in capsys.readouterr().out
     records = records_of(dqn_search)
     last = next(r for r in reversed(records) if r["donor"] is not None)
-    assert isinstance(last["reseed"], int) and last["reseed"] == pbt.reseed_value(5, last["trial"], last["generation"])
+    assert isinstance(last["reseed"], int) and last["reseed"] == reseed(5, last["trial"], last["generation"])
+    assert f"acting RNG streams reseeded with {pbt.session_reseed(last['reseed'], 0)} at frame {last['frame']}" in \
+        (dqn_search / f"t{last['trial']}/s0/log.txt").read_text()
     capsys.readouterr()
     assert run_cli(str(dqn_search / "dqn_cartpole_spec.json"), "dqn_cartpole", "train", "--data-dir",
                    str(tmp_path / "replay"), "--pbt-replay", str(dqn_search), "--trial", str(last["trial"])) == 0
@@ -171,26 +172,10 @@ def test_the_score_is_the_mean_return_of_the_generations_episodes():
     assert pbt.generation_score(parquet(rows), evals, 200, 400) == 9.0
 
 
-def test_a_failed_trial_gets_a_working_donor_and_is_never_one():
-    var = SearchVar(LR, "loguniform", [1e-4, 1e-2])
-    settings = PBTSettings(200, quantile_fraction=0.25, resample_probability=0.0)
-    configs = {t: {LR: 1e-3} for t in range(4)}
-    decided = [{"generation": 2, "frame": 400, "trial": t, "donor": None, "score": s, "donor_score": None,
-                "config": configs[t]} for t, s in enumerate([None, 5.0, None, 9.0])]
-    decided[0].update(donor=2)  # the policy picked a failed donor
-    out = pbt.replace_failed(decided, {0, 2}, {0: None, 1: 5.0, 2: None, 3: 9.0}, configs, [var], settings, 7)
-    assert out == pbt.replace_failed(decided, {0, 2}, {0: None, 1: 5.0, 2: None, 3: 9.0}, configs, [var], settings, 7)
-    for t in (0, 2):
-        assert out[t]["failed"] is True and out[t]["donor"] == 3 and out[t]["config"][LR] in (
-            pytest.approx(0.8e-3), pytest.approx(1.2e-3))
-    assert out[1] == decided[1] and out[3] == decided[3]
-
-
-def test_reseed_values_are_deterministic_and_distinct():
-    a = pbt.reseed_value(5, 1, 2)
-    assert a == pbt.reseed_value(5, 1, 2) and len({a, pbt.reseed_value(5, 1, 3), pbt.reseed_value(5, 2, 2),
-                                                    pbt.reseed_value(6, 1, 2)}) == 4
-    assert 0 <= a < 2**31 and pbt.session_reseed(a, 0) != pbt.session_reseed(a, 1)
+def test_session_reseeds_are_deterministic_and_distinct():
+    a = reseed(5, 1, 2)
+    assert pbt.session_reseed(a, 0) == pbt.session_reseed(a, 0) != pbt.session_reseed(a, 1)
+    assert 0 <= pbt.session_reseed(a, 1) < 2**31
 
 
 def test_a_restored_env_discounts_with_the_specs_gamma():
