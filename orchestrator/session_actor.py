@@ -96,7 +96,7 @@ class SessionRunner:
         self.spec, self.key = spec, f"t{trial}_s{session}"
         self.predir, self.trial, self.index = predir, trial, session
         self.reseed = reseed
-        self.keep_live = False  # set by ``extend``'s caller: a ``done`` session keeps its envs open to continue
+        self.keep_live = False  # a ``done`` session keeps its envs open to continue (``extend``)
         self.session_dir = predir_mod.session_dir(predir, trial, session)
         self.store = CheckpointStore(self.session_dir, keep=int(spec["meta"]["keep_checkpoints"]))
         self.session = Session(spec, seed, trial, session, fresh=not resume)
@@ -143,9 +143,8 @@ class SessionRunner:
         self.best = _best_of(self.store)
 
     def extend(self, spec: dict[str, Any]) -> None:
-        """Continue the live session (ended ``done``, envs open: ``keep_live``) to ``spec``'s larger
-        ``env.max_frame`` with no restore: the next ``events`` trains on from the state in memory (replay included)
-        and reports ``restored_frame`` = the frame it continues from.
+        """Continue the live session (ended ``done``, envs open: ``keep_live``) to ``spec``'s larger ``env.max_frame``
+        with no restore: ``events`` trains on from memory (replay included), ``restored_frame`` = the current frame.
 
         Raises:
             ValueError: the session did not end at its ``max_frame``, or ``spec`` changes more than that.
@@ -443,7 +442,6 @@ class SessionActor:
         """Drop the hosted session, closing its envs when it was kept live (``keep_live``)."""
         runner, self.runner = self.runner, None
         if runner is not None and runner.keep_live:
-            runner.keep_live = False
             runner.session.close()
 
     def check_spec(self, spec: dict[str, Any]) -> dict[str, Any]:
@@ -488,10 +486,8 @@ class SessionActor:
             session: the keyword arguments of ``open`` (spec, predir, trial, session, seed, resume,
                 global_params, num_threads, reseed) to host a new session in this actor first; None runs the
                 session it already hosts.
-            extend: ``{"spec": spec}``: continue the hosted live session to the spec's larger ``env.max_frame``
-                (``SessionRunner.extend``; population-based training's kept trials), instead of ``session``.
-            keep_live: a session that ends ``done`` at its ``max_frame`` with its checkpoint committed keeps its
-                envs open, so a later ``run(extend=...)`` continues it in memory.
+            extend: ``{"spec": spec}``: continue the hosted live session instead (``SessionRunner.extend``).
+            keep_live: a session ending ``done`` with its checkpoint committed stays open for ``run(extend=...)``.
         """
         if session is not None:
             self.open(**session)
