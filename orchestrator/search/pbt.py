@@ -223,10 +223,11 @@ class Population:
                     storage.write_bytes(storage.join(dst, name), source.read_file(frame, name))
                 else:
                     storage.delete(storage.join(dst, name))
+            reseeded = "" if record.get("reseed") is None else \
+                f"; acting RNG streams reseeded with {session_reseed(int(record['reseed']), s)}"
             storage.append_text(storage.join(dst, "log.txt"),
                                 f"[{now_iso()}] PBT generation {record['generation']}: continues from t{donor}_s{s}'s "
-                                f"checkpoint at frame {frame}; values {json.dumps(record['config'])}; acting RNG "
-                                f"streams reseeded with {session_reseed(int(record['reseed']), s)}\n")
+                                f"checkpoint at frame {frame}; values {json.dumps(record['config'])}{reseeded}\n")
 
     # ---------------------------------------------------------------- the search
     def read_state(self) -> dict[str, Any]:
@@ -286,7 +287,7 @@ class Population:
         code, new = self.run_generation(
             self.boundaries[g - 1], {t: self.trial_spec(configs[t]) for t in self.trials if t not in failed}, seeds,
             live={int(r["trial"]) for r in before if r["donor"] is None},
-            reseeds={int(r["trial"]): r for r in before if r["donor"] is not None})
+            reseeds={int(r["trial"]): r for r in before if r["donor"] is not None and r.get("reseed") is not None})
         if new:
             failures[g] = failed | new
             storage.write_json(storage.join(self.predir, STATE),
