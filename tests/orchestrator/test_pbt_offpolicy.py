@@ -269,3 +269,14 @@ def test_a_summary_without_decisions_offers_no_replay(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "--pbt-replay" not in out and "no PBT decision" in out and "best_spec.json dqn_cartpole train" in out
     assert math.isfinite(np.float64(df["strength"].iloc[0]))
+
+
+def test_a_population_where_every_trial_failed_stops_with_a_clear_message(tmp_path, capsys):
+    from orchestrator.spec.load import check
+
+    spec = load_spec(DEMO, "dqn_cartpole", DQN)
+    pop = pbt.Population(str(tmp_path), spec, None, True, check)
+    assert pop.stop_failed(2, {0, 1, 2, 3}) == 1
+    err = capsys.readouterr().err
+    assert "error: PBT stopped: every trial failed in generation 2 (frames up to 400)" in err
+    assert all(json.loads((tmp_path / f"t{t}/trial.json").read_text())["status"] == "error" for t in range(4))
