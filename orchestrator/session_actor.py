@@ -74,6 +74,8 @@ class SessionRunner:
         predir: run directory URI.
         trial, session: indices; seed: the session seed.
         resume: restore the newest valid checkpoint first.
+        reseed: ``{"frame": F, "seed": S}``: a restore of the checkpoint at frame F restarts the acting RNG
+            streams at S (``Session.reseed``; PBT after an exploit); of another frame, or None: the restored ones.
         global_params: with ``meta.distributed``, the trial's ``GlobalParamsActor`` handle (or an in-process
             ``GlobalParams``): the session's optimizer steps become pushes to it, it starts from (and at each
             checkpoint loads) the global weights, and its manifests say ``exact: false``
@@ -86,11 +88,15 @@ class SessionRunner:
     """
 
     def __init__(self, spec: dict[str, Any], predir: str, trial: int, session: int, seed: int,
-                 resume: bool, global_params: Any = None, timer: Callable[[], float] = time.monotonic) -> None:
+                 resume: bool, global_params: Any = None, timer: Callable[[], float] = time.monotonic,
+                 reseed: dict[str, int] | None = None) -> None:
         from orchestrator.session.loop import Session  # heavy torch: imported inside the worker
 
         pyarrow_probe_mod.skip_pandas_probe()  # Parquet without pandas (docs/BENCHMARKS.md "Process memory")
         self.spec, self.key = spec, f"t{trial}_s{session}"
+        self.predir, self.trial, self.index = predir, trial, session
+        self.reseed = reseed
+        self.keep_live = False  # a ``done`` session keeps its envs open to continue (``extend``)
         self.session_dir = predir_mod.session_dir(predir, trial, session)
         self.store = CheckpointStore(self.session_dir, keep=int(spec["meta"]["keep_checkpoints"]))
         self.session = Session(spec, seed, trial, session, fresh=not resume)
@@ -130,8 +136,27 @@ class SessionRunner:
                 raise CheckpointError(selection.describe())
             raise FileNotFoundError(f"no committed checkpoint in {self.session_dir}")
         self.session.from_checkpoint(selection.files)
+        if self.reseed is not None and selection.manifest.frame == int(self.reseed["frame"]):
+            self.session.reseed(int(self.reseed["seed"]))
+            self.log_line(f"acting RNG streams reseeded with {self.reseed['seed']} at frame {self.reseed['frame']}")
         self.restored_frame = selection.manifest.frame
         self.best = _best_of(self.store)
+
+    def extend(self, spec: dict[str, Any]) -> None:
+        """Continue the live session (ended ``done``, envs open: ``keep_live``) to ``spec``'s larger ``env.max_frame``
+        with no restore: ``events`` trains on from memory (replay included), ``restored_frame`` = the current frame.
+
+        Raises:
+            ValueError: the session did not end at its ``max_frame``, or ``spec`` changes more than that.
+        """
+        from orchestrator.session.loop import continue_spec_problem
+
+        problem = continue_spec_problem(self.spec, spec, self.session.clock)
+        if problem:
+            raise ValueError(f"session {self.key} cannot continue live: {problem}")
+        self.session.extend(spec)
+        self.spec, self.resume, self.restored_frame, self.set_aside = spec, False, self.session.clock.frame, []
+        self.tracker = SessionTracker(spec, self.predir, self.trial, self.index, self.log_line)
 
     def snapshot(self) -> tuple[int, dict[str, bytes], dict[str, Any]]:
         """Serialize the session now (frame, files, manifest meta); the training thread pays this.
@@ -285,7 +310,9 @@ class SessionRunner:
         self.tracker.close(session, self.committed)
         last = session.train_rows[-1]["total_reward_ma"] if session.train_rows else None
         kind = "interrupted" if session.stop_requested and not session.clock.done() else "done"
-        session.close()
+        if not (kind == "done" and self.keep_live and self.committed == session.clock.frame):
+            session.close()
+            self.keep_live = False
         yield {"kind": kind, "frame": session.clock.frame, "total_reward_ma": last,
                "checkpoint": self.committed == session.clock.frame}
 
@@ -395,11 +422,11 @@ class SessionActor:
         signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def open(self, spec: dict[str, Any], predir: str, trial: int, session: int, seed: int, resume: bool,
-             global_params: Any = None, num_threads: int = 1) -> None:
+             global_params: Any = None, num_threads: int = 1, reseed: dict[str, int] | None = None) -> None:
         """Build the runner of a session in this actor, after dropping (and collecting) the previous one.
 
         Args:
-            spec, predir, trial, session, seed, resume, global_params: see ``SessionRunner``.
+            spec, predir, trial, session, seed, resume, global_params, reseed: see ``SessionRunner``.
             num_threads: torch intra-op threads (the actor's CPU share, at least 1).
         """
         import gc
@@ -407,9 +434,15 @@ class SessionActor:
         import torch
 
         torch.set_num_threads(max(1, num_threads))
-        self.runner = None
+        self.drop()
         gc.collect()
-        self.runner = SessionRunner(spec, predir, trial, session, seed, resume, global_params)
+        self.runner = SessionRunner(spec, predir, trial, session, seed, resume, global_params, reseed=reseed)
+
+    def drop(self) -> None:
+        """Drop the hosted session, closing its envs when it was kept live (``keep_live``)."""
+        runner, self.runner = self.runner, None
+        if runner is not None and runner.keep_live:
+            runner.session.close()
 
     def check_spec(self, spec: dict[str, Any]) -> dict[str, Any]:
         """``orchestrator.spec.check`` of a flat spec in this process (torch imported here already).
@@ -443,18 +476,24 @@ class SessionActor:
         if self.runner is not None:
             self.runner.session.stop_requested = True
 
-    def run(self, session: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+    def run(self, session: dict[str, Any] | None = None, extend: dict[str, Any] | None = None,
+            keep_live: bool = False) -> Iterator[dict[str, Any]]:
         """Generator method: streams the session's events (see module docstring); the ``started``
         event also names the Ray node (``node_id``, hex) and ``hostname`` the actor runs on. The events of
         one checkpoint (its commit, the chunk's log rows) come as one ``batch`` event.
 
         Args:
             session: the keyword arguments of ``open`` (spec, predir, trial, session, seed, resume,
-                global_params, num_threads) to host a new session in this actor first; None runs the session
-                it already hosts.
+                global_params, num_threads, reseed) to host a new session in this actor first; None runs the
+                session it already hosts.
+            extend: ``{"spec": spec}``: continue the hosted live session instead (``SessionRunner.extend``).
+            keep_live: a session ending ``done`` with its checkpoint committed stays open for ``run(extend=...)``.
         """
         if session is not None:
             self.open(**session)
+        elif extend is not None:
+            self.runner.extend(extend["spec"])
+        self.runner.keep_live = keep_live
         for event in checkpoint_batches(self.runner):
             if event["kind"] == "started":
                 event.update(node_id=ray.get_runtime_context().get_node_id(), hostname=socket.gethostname())

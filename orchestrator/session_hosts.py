@@ -25,18 +25,52 @@ class SessionHosts:
 
     def __init__(self) -> None:
         self.idle: list[tuple[tuple[Any, ...], Any]] = []
+        # session key (``t{T}_s{S}``) -> (resources key, frame, actor): actors still holding their session live
+        # (population-based training: ended ``done`` at a generation's end, to continue it with ``run(extend=...)``)
+        self.live: dict[str, tuple[tuple[Any, ...], int, Any]] = {}
 
-    def take(self, key: tuple[Any, ...]) -> Any | None:
+    def take(self, key: tuple[Any, ...], avoid: set[str] = frozenset()) -> Any | None:
         """An idle actor for sessions of resources ``key`` (None when there is none); idle actors of other
-        resources are ended (they hold resources of the placement group the new sessions need)."""
+        resources are ended (they hold resources of the placement group the new sessions need). Without an idle
+        one, an actor holding a live session is taken (its session dropped: its checkpoint holds it), preferring
+        those whose session key is not in ``avoid`` (sessions about to continue in their own)."""
         self.keep_only(key)
-        return self.idle.pop()[1] if self.idle else None
+        if self.idle:
+            return self.idle.pop()[1]
+        for session_key in sorted(self.live, key=lambda k: (k in avoid, k)):
+            if self.live[session_key][0] == key:
+                return self.live.pop(session_key)[2]
+        return None
+
+    def put_live(self, key: tuple[Any, ...], session_key: str, frame: int, actor: Any) -> None:
+        """Keep an actor whose session ``session_key`` ended ``done`` at ``frame`` with its session live."""
+        self.live[session_key] = (key, frame, actor)
+
+    def take_live(self, key: tuple[Any, ...], session_key: str, frame: int) -> Any | None:
+        """The actor holding session ``session_key`` live at ``frame`` with resources ``key`` (None when there is
+        none; a live actor of that session at another frame is kept as a plain host)."""
+        held = self.live.pop(session_key, None)
+        if held is None:
+            return None
+        if held[0] == key and held[1] == frame:
+            return held[2]
+        self.idle.append((held[0], held[2]))
+        return None
+
+    def forget_live(self, session_keys: set[str] | None = None) -> None:
+        """Make the live actors of ``session_keys`` (all when None) plain hosts: their sessions must not continue
+        (an exploit replaced their state)."""
+        for k in [k for k in self.live if session_keys is None or k in session_keys]:
+            key, _, actor = self.live.pop(k)
+            self.idle.append((key, actor))
 
     def keep_only(self, key: tuple[Any, ...]) -> None:
-        """End the idle actors of resources other than ``key``."""
+        """End the idle and live actors of resources other than ``key``."""
         for _, actor in [item for item in self.idle if item[0] != key]:
             ray.kill(actor)
         self.idle = [item for item in self.idle if item[0] == key]
+        for session_key in [k for k, held in self.live.items() if held[0] != key]:
+            ray.kill(self.live.pop(session_key)[2])
 
     def warm_up(self, key: tuple[float, float], count: int) -> list[Any]:
         """Start empty session actors (``SessionActor()``) of resources ``key`` = (num_cpus, num_gpus) until
@@ -56,10 +90,12 @@ class SessionHosts:
         self.idle.append((key, actor))
 
     def clear(self) -> None:
-        """End every idle actor."""
+        """End every idle and live actor."""
         for _, actor in self.idle:
             ray.kill(actor)
-        self.idle = []
+        for _, _, actor in self.live.values():
+            ray.kill(actor)
+        self.idle, self.live = [], {}
 
 
 def empty_session_actor(key: tuple[float, float]) -> Any:

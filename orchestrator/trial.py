@@ -137,6 +137,13 @@ class Trial:
             wait, in plan order, and start as sessions end, in the actors those leave in ``hosts``. None: every
             session's actor is requested at once and Ray places them as resources allow (with ``hosts``, only
             when the plans fit the resources at once: a kept actor holds its resources).
+        keep_live: with ``hosts``, a session that ends ``done`` stays live in its actor (``hosts.put_live``), so
+            the next Trial of the same predir can continue it in memory (population-based training).
+        continue_live: session keys whose first start continues the session live in ``hosts`` at the plan's
+            frame (``SessionActor.run(extend=...)``) when an actor holds it there; otherwise they restore from
+            their checkpoint as usual.
+        reseeds: session key -> ``{"frame": F, "seed": S}``: a session restored from its checkpoint at frame F
+            restarts its acting RNG streams at S (``SessionRunner``'s ``reseed``; PBT after an exploit).
     """
 
     WATCH_BATCH_S = 0.1  # seconds the watch loop gathers events before acting on them
@@ -147,8 +154,10 @@ class Trial:
                  on_log: Callable[[SessionPlan, dict[str, Any]], None] | None = None,
                  analyze: bool = True, lease: Lease | None = None, hosts: SessionHosts | None = None,
                  specs: dict[int, dict[str, Any]] | None = None, resume_mode: str = "train",
-                 max_running: int | None = None) -> None:
+                 max_running: int | None = None, keep_live: bool = False, continue_live: set[str] = frozenset(),
+                 reseeds: dict[str, dict[str, int]] | None = None) -> None:
         self.spec, self.predir, self.plans, self.record, self.quiet = spec, predir, plans, record, quiet
+        self.keep_live, self.continue_live, self.reseeds = keep_live, set(continue_live), reseeds or {}
         self.specs, self.resume_mode = specs or {}, resume_mode
         self.lease, self.hosts = lease, hosts
         self.on_log, self.analyze = on_log, analyze
@@ -192,15 +201,25 @@ class Trial:
         """Start (or restart) the actor of a session and its event stream: in a warm actor of ``hosts``
         when one is idle, else in a new one."""
         moved = bool(plan.restarts) and plan.restarts[-1].get("cause") == "preempted"
-        # a warm host may sit on the draining node; a new actor is placed by Ray, which skips draining nodes
-        actor = self.hosts.take(self.host_key()) if self.hosts is not None and not moved else None
-        if actor is None:
-            actor = self.new_actor(plan)
-        num_cpus = self.host_key()[0]
         spec = self.specs.get(plan.trial, self.spec)
-        stream = actor.run.remote({"spec": spec, "predir": self.predir, "trial": plan.trial,
-                                   "session": plan.session, "seed": plan.seed, "resume": plan.resume,
-                                   "global_params": self.globals.get(plan.trial), "num_threads": max(1, int(num_cpus))})
+        live = plan.key in self.continue_live and not plan.restarts and self.hosts is not None
+        self.continue_live.discard(plan.key)
+        actor = self.hosts.take_live(self.host_key(), plan.key, plan.frame) if live else None
+        if actor is not None:  # the session continues in memory from the frame it ended at
+            stream = actor.run.remote(None, extend={"spec": spec}, keep_live=self.keep_live)
+        else:
+            # a warm host may sit on the draining node; a new actor is placed by Ray, which skips draining nodes
+            actor = self.hosts.take(self.host_key(), self.continue_live) \
+                if self.hosts is not None and not moved else None
+            if actor is None:
+                actor = self.new_actor(plan)
+            num_cpus = self.host_key()[0]
+            session = {"spec": spec, "predir": self.predir, "trial": plan.trial, "session": plan.session,
+                       "seed": plan.seed, "resume": plan.resume, "global_params": self.globals.get(plan.trial),
+                       "num_threads": max(1, int(num_cpus))}
+            if plan.key in self.reseeds:
+                session["reseed"] = self.reseeds[plan.key]
+            stream = actor.run.remote(session, keep_live=True) if self.keep_live else actor.run.remote(session)
         self.actors[plan.key], self.streams[plan.key] = actor, stream
         plan.status = "running"
         self.record.update(plan)
@@ -321,7 +340,10 @@ class Trial:
             return
         if ended and self.hosts is not None and plan.status == "done" and not plan.error \
                 and self.stopping_since is None:
-            self.hosts.put(self.host_key(), actor)
+            if self.keep_live:
+                self.hosts.put_live(self.host_key(), plan.key, plan.frame, actor)
+            else:
+                self.hosts.put(self.host_key(), actor)
         else:
             self.end_actor(actor)
 

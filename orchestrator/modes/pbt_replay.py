@@ -11,7 +11,7 @@ from orchestrator.commandline import mode_header
 from orchestrator.errors import UsageError
 from orchestrator.modes.train import resolve_predir
 from orchestrator.runtime.ray_start import check_resources, init_ray
-from orchestrator.search.pbt import compare_replay, replay
+from orchestrator.search.pbt_replay import compare_replay, replay
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
 from orchestrator.store.lease import Lease

@@ -125,8 +125,7 @@ def named_complete(predir: str, new_spec: dict[str, Any]) -> bool:
 
 def run_population(predir: str, spec: dict[str, Any], lease: Lease | None, quiet: bool) -> int:
     """A PBT search (``orchestrator.search.pbt``): the generations, then the analysis, the lineage graph and the
-    summary with the command that replays the best trial; returns the exit code."""
-    from orchestrator.commandline import lab_command
+    summary with the command that replays the best trial (``report_summary``); returns the exit code."""
     from orchestrator.search.pbt import Population, lineage_graph
     from orchestrator.spec.load import check
 
@@ -138,11 +137,7 @@ def run_population(predir: str, spec: dict[str, Any], lease: Lease | None, quiet
         df = analyze(predir, spec, merge=False)
         lineage_graph(predir, spec)
         report_summary(predir, spec, df, interrupted=code != 0)
-    spec_file = predir_mod.spec_file(predir, spec["name"])
-    if code == 0 and not df.empty:
-        print("replay the best trial's schedule from scratch with:\n  " + lab_command(
-            spec_file, spec["name"], "train", "--pbt-replay", predir, "--trial", str(int(df["trial"].iloc[0]))))
-    elif code == EXIT_RESUMABLE:
+    if code == EXIT_RESUMABLE:
         print("interrupted; resume with:\n  " + resume_command(predir, spec))
     return code
 

@@ -17,7 +17,8 @@ class Lineage:
     """What the graph shows.
 
     Fields:
-        points: (generation, trial) -> (frame, score) at the generation's end (score None when unknown).
+        points: (generation, trial) -> (frame, score) at the generation's end (score None when unknown or failed;
+            ``orchestrator.search.pbt.generation_score``).
         parents: (generation, trial) -> (trial whose state generation ``generation`` continued, exploited) for
             generations after the first.
         best_path: the (generation, trial) points of the best trial's ancestry, first generation first.
@@ -29,9 +30,10 @@ class Lineage:
 
 
 def _edges(lin: Lineage) -> list[tuple[tuple[int, int], tuple[int, int], bool]]:
-    """(from point, to point, exploited) for every generation after the first."""
+    """(from point, to point, exploited) for every generation after the first whose two points are known (a
+    generation under way, or a stop, leaves a decision's next point out)."""
     return [((g - 1, parent), (g, t), exploited) for (g, t), (parent, exploited) in sorted(lin.parents.items())
-            if (g - 1, parent) in lin.points]
+            if (g - 1, parent) in lin.points and (g, t) in lin.points]
 
 
 def _xy(lin: Lineage, a: tuple[int, int], b: tuple[int, int]) -> tuple[list[int], list[float | None]]:
@@ -62,7 +64,7 @@ def lineage_png(lin: Lineage, title: str) -> bytes:
             ax.scatter([frame], [score], color=colors[t], marker="x" if exploited else "o", zorder=4,
                        label=f"t{t}" if g == 1 else None)
     ax.set_xlabel("frame")
-    ax.set_ylabel("score (total_reward_ma, mean over sessions)")
+    ax.set_ylabel("score (generation's mean return, mean over sessions)")
     ax.set_title(title + "\n(dashed: exploit; x: replaced at the next decision; thick: best trial's ancestry)",
                  fontsize=9)
     ax.grid(alpha=0.3)
@@ -85,7 +87,7 @@ def lineage_figure(lin: Lineage, title: str) -> dict[str, Any]:
         traces.append({"type": "scatter", "mode": "markers", "name": f"t{t}", "x": [p[1] for p in pts],
                        "y": [p[2] for p in pts], "text": [f"t{t} generation {p[0]}" for p in pts]})
     return {"data": traces, "layout": {"title": {"text": title}, "xaxis": {"title": {"text": "frame"}},
-                                       "yaxis": {"title": {"text": "score (total_reward_ma)"}}}}
+                                       "yaxis": {"title": {"text": "score (generation's mean return)"}}}}
 
 
 def write_lineage(graph_dir: str, name: str, lin: Lineage, title: str) -> list[str]:

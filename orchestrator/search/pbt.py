@@ -6,38 +6,52 @@ generations: every session trains to the next multiple of ``perturbation_interva
 checkpoint exactly there (its spec's ``max_frame`` is ``F_g`` for the generation, so the loop ends on a log row and
 a checkpoint, as ``train@`` with ``max_frame`` raised continues exactly). Then, once per generation:
 
-1. **rank**: each trial's score is the mean over its sessions of ``total_reward_ma`` in the manifests of the
-   checkpoints at ``F_g`` (not the order in which sessions finished);
-2. **decide** (``pbt_policy.decide``, seeded from ``(meta.random_seed, g)``) and record every decision in
-   ``{predir}/pbt.jsonl`` (written whole, atomically, before anything changes);
+1. **rank**: each trial's score (``scores``) is the mean over its sessions of the mean return of the episodes that
+   ended within the generation, ``(F_{g-1}, F_g]``, read from the train_df in the checkpoints at ``F_g`` (with
+   ``meta.rigorous_eval``, the mean eval return of the generation's eval rows); a trial whose session failed (an
+   exception) has no score and is replaced;
+2. **decide** (``pbt_policy.decide``, seeded from ``(meta.random_seed, g)``; failed trials ranked last and
+   replaced) and record every decision in ``{predir}/pbt.jsonl`` (written whole, atomically, before anything
+   changes); an exploit's record carries ``reseed`` (``pbt_policy.reseed``);
 3. **exploit**: a bottom trial's sessions continue from the donor's committed checkpoints session for session: the
-   donor's ``ckpt/`` (nets, optimizers, LR schedulers, clock, every RNG, env state, stored replay) and its
-   train_df/eval_df copies replace the trial's own, so the trial's curve continues the donor's rows;
+   recipient's ``ckpt/`` is deleted manifest first (``CheckpointStore.delete_all``), then the donor's (nets,
+   optimizers, LR schedulers, clock, every RNG, env state, replay) and its train_df/eval_df copies replace it, so
+   the trial's curve continues the donor's rows; its sessions restore that state with their acting RNG streams
+   restarted at ``session_reseed(reseed, s)``, so recipient and donor do not act alike;
 4. **explore**: the new values are written into the trial's spec files (``{name}_t{T}_spec.json``): every place
-   that reads them gets them on the next restore (the optimizers' lr via ``Algorithm.apply_optim_specs``,
-   schedules as pure functions of the frame); ``pbt.json`` then records the generation as applied.
+   that reads them gets them on the restore (the optimizers' lr via ``Algorithm.apply_optim_specs``, schedules as
+   pure functions of the frame, ``gamma`` also in the env's ``NormalizeReward``); ``pbt.json`` then records the
+   generation as applied.
 
-Session actors survive between generations (``SessionHosts``): the next generation restores each session in the
-same process. A population with more sessions than the cluster's resources hold at once runs as many at a time as
-fit (``session_hosts.capacity``), the others starting in the actors of sessions that end. A SIGKILL at any moment
-is resumed by ``search@`` (or the same ``search --name``): decisions already
-recorded are applied again (idempotent: donors are never recipients of the same generation), unrecorded ones are
-derived again from the same checkpoints and seed, so an interrupted PBT run writes the same ``pbt.jsonl`` and
-train_dfs as an uninterrupted one. ``lab SPEC NAME train --pbt-replay PREDIR --trial T`` (``replay``) trains one
-trial from scratch through the recorded schedule and checks it against the original.
+Kept trials continue with their live state: session actors survive between generations (``SessionHosts``), and a
+session that was not exploited goes on in the same process with everything in memory (``SessionActor.run(extend=
+...)``, no restore); a restore of its checkpoint would give the same state, which is what a resume does. A replay
+buffer must therefore be in the checkpoints (``agent.memory.checkpoint: true``, required for replay-based
+algorithms in a PBT search by the spec check) so that a recipient, a resume and a replay get it. A population with
+more sessions than the cluster's resources hold at once runs as many at a time as fit (``session_hosts.capacity``),
+the others restored in the actors of sessions that end. A SIGKILL at any moment is resumed by ``search@`` (or the
+same ``search --name``): decisions already recorded are applied again (idempotent: donors are never recipients of
+the same generation), unrecorded ones are derived again from the same checkpoints and seed, so an interrupted PBT
+run writes the same ``pbt.jsonl`` and train_dfs as an uninterrupted one. ``lab SPEC NAME train --pbt-replay PREDIR
+--trial T`` (``orchestrator.search.pbt_replay``) trains one trial from scratch through the recorded schedule and
+checks it against the original.
 
 Files of a PBT search beside the usual search files: ``pbt.jsonl`` (decisions), ``pbt.json`` (the last applied
-generation), ``graph/{name}_pbt_lineage.png``/``.html``; ``t{T}/trial.json`` holds the trial's current values.
+generation, and the trials that failed in a generation not yet decided), ``graph/{name}_pbt_lineage.png``/
+``.html``; ``t{T}/trial.json`` holds the trial's current values.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any, Callable
 
-from orchestrator.errors import EXIT_RESUMABLE, SpecError, UsageError
-from orchestrator.search.pbt_policy import decide, format_exploit, initial_config, lineage
+import numpy as np
+
+from orchestrator.errors import EXIT_RESUMABLE, SpecError
+from orchestrator.search.pbt_policy import decide, format_exploit, initial_config
 from orchestrator.search.trials import trial_json, write_spec_files
 from orchestrator.session_actor import EXPORTED_FILES
 from orchestrator.session_hosts import SessionHosts, capacity, host_key
@@ -124,10 +138,20 @@ class Population:
         storage.write_json(uri, {**info, "values": config, "status": status, **extra})
 
     # ---------------------------------------------------------------- one generation
-    def run_generation(self, frame: int, specs: dict[int, dict[str, Any]],
-                       seeds: dict[int, list[int]]) -> int:
-        """Train every session of ``specs``'s trials to ``frame`` (skipping those already there); returns the exit
-        code of the generation's ``Trial`` (0 when every session reached ``frame``)."""
+    def run_generation(self, frame: int, specs: dict[int, dict[str, Any]], seeds: dict[int, list[int]],
+                       live: set[int] = frozenset(), reseeds: dict[int, dict[str, Any]] | None = None
+                       ) -> tuple[int, set[int]]:
+        """Train every session of ``specs``'s trials to ``frame`` (skipping those already there).
+
+        Args:
+            live: trials whose sessions continue in memory in the actors that hold them (kept at the last decision).
+            reseeds: trial -> ``{"frame", "reseed"}`` of its exploit: its sessions restored from that frame restart
+                their acting RNG streams (``session_reseed``).
+
+        Returns:
+            (exit code of the generation's ``Trial``: 0 when every session reached ``frame``; the trials with a
+            failed session).
+        """
         plans = []
         for t in sorted(specs):
             for s in range(self.sessions):
@@ -137,64 +161,93 @@ class Population:
                     plan.resume, plan.frame = selection.frame is not None, selection.frame or 0
                     plans.append(plan)
         if not plans:
-            return 0
+            return 0, set()
         at_frame = {t: {**spec, "env": {**spec["env"], "max_frame": frame}} for t, spec in specs.items()}
         record = RunRecord.load_or_new(self.predir, self.name)
+        reseeds = reseeds or {}
         trial = Trial(self.spec, self.predir, plans, record, quiet=self.quiet, analyze=False, lease=self.lease,
                       hosts=self.hosts, specs=at_frame, resume_mode="search",
-                      max_running=capacity(host_key(self.meta)))
+                      max_running=capacity(host_key(self.meta)), keep_live=True,
+                      continue_live={p.key for p in plans if p.trial in live},
+                      reseeds={p.key: {"frame": int(reseeds[p.trial]["frame"]),
+                                       "seed": session_reseed(int(reseeds[p.trial]["reseed"]), p.session)}
+                               for p in plans if p.trial in reseeds})
         self.current = trial
         if self.stop_requested:
             trial.stop_requested = True
         try:
-            return trial.run()
+            code = trial.run()
         finally:
             self.current = None
+        failed = {p.trial for p in plans if p.status == "failed"}
+        self.hosts.forget_live({p.key for p in plans if p.trial in failed})  # siblings of a failed session
+        if code == 1 and failed and all(p.status == "done" for p in plans if p.trial not in failed):
+            code = 0  # the others reached the frame: the failed trials are replaced at the decision
+        return code, failed
 
-    def scores(self, frame: int, trials: list[int]) -> dict[int, float | None]:
-        """Trial -> mean over its sessions of ``total_reward_ma`` in the manifests of their checkpoints at ``frame``
-        (None when no session has a finite one)."""
+    def scores(self, frame: int, trials: list[int], since: int = 0) -> dict[int, float | None]:
+        """Trial -> mean over its sessions of ``generation_score`` of the checkpoints at ``frame`` for the frames
+        ``(since, frame]`` (None when no session has one)."""
+        rigorous = bool(self.meta.get("rigorous_eval"))
         out: dict[int, float | None] = {}
         for t in trials:
             values = []
             for s in range(self.sessions):
                 store = CheckpointStore(predir_mod.session_dir(self.predir, t, s))
-                ma = store.manifest(frame).meta.get("total_reward_ma")
-                if ma is not None and not math.isnan(float(ma)):
-                    values.append(float(ma))
+                held = store.manifest(frame).files
+                evals = store.read_file(frame, "eval_df.parquet") if rigorous and "eval_df.parquet" in held else None
+                score = generation_score(store.read_file(frame, "train_df.parquet"), evals, since, frame)
+                if score is not None:
+                    values.append(score)
             out[t] = sum(values) / len(values) if values else None
         return out
 
     # ---------------------------------------------------------------- exploit
     def exploit(self, record: dict[str, Any]) -> None:
-        """Replace trial ``record["trial"]``'s session state by its donor's, session for session (idempotent)."""
+        """Replace trial ``record["trial"]``'s session state by its donor's, session for session (idempotent): the
+        recipient's checkpoints are deleted manifest first, then the donor's up to the decision's frame copied."""
         t, donor, frame = int(record["trial"]), int(record["donor"]), int(record["frame"])
+        self.hosts.forget_live({f"t{t}_s{s}" for s in range(self.sessions)})
         for s in range(self.sessions):
             src = predir_mod.session_dir(self.predir, donor, s)
             dst = predir_mod.session_dir(self.predir, t, s)
-            source = CheckpointStore(src)
-            storage.delete(storage.join(dst, "ckpt"))
+            source, target = CheckpointStore(src), CheckpointStore(dst)
+            target.delete_all()
             for f in (f for f in source.frames() if f <= frame):  # the donor's state at the decision's frame
-                storage.copy_tree(source.frame_uri(f), CheckpointStore(dst).frame_uri(f), last=MANIFEST_NAME)
+                storage.copy_tree(source.frame_uri(f), target.frame_uri(f), last=MANIFEST_NAME)
             held = source.manifest(frame).files
             for name in EXPORTED_FILES:  # the user copies, from the donor's checkpoint at the decision's frame
                 if name in held:
                     storage.write_bytes(storage.join(dst, name), source.read_file(frame, name))
+                else:
+                    storage.delete(storage.join(dst, name))
+            reseeded = "" if record.get("reseed") is None else \
+                f"; acting RNG streams reseeded with {session_reseed(int(record['reseed']), s)}"
             storage.append_text(storage.join(dst, "log.txt"),
                                 f"[{now_iso()}] PBT generation {record['generation']}: continues from t{donor}_s{s}'s "
-                                f"checkpoint at frame {frame}; values {json.dumps(record['config'])}\n")
+                                f"checkpoint at frame {frame}; values {json.dumps(record['config'])}{reseeded}\n")
 
     # ---------------------------------------------------------------- the search
-    def run(self) -> int:
-        """Run (or resume) every generation; returns the exit code (0, ``EXIT_RESUMABLE`` after a signal, 1 when a
-        session failed)."""
-        records = read_records(self.predir)
-        state_uri = storage.join(self.predir, STATE)
-        applied = int(storage.read_json(state_uri).get("applied", 0)) if storage.exists(state_uri) else 0
+    def read_state(self) -> dict[str, Any]:
+        """``pbt.json``: ``{"applied": G, "frame": F, "failed": {"g": [trials]}}`` (empty before the first)."""
+        uri = storage.join(self.predir, STATE)
+        return storage.read_json(uri) if storage.exists(uri) else {}
+
+    def begin(self) -> tuple[int, dict[int, set[int]]]:
+        """The generations applied so far and the failures recorded (``pbt.json``); a new population's trials get
+        their initial values written first."""
+        state = self.read_state()
+        applied = int(state.get("applied", 0))
         if applied == 0:
             for t in self.trials:
                 self.write_trial(t, self.initial[t], "running")
-        seeds = {t: [session_seed(self.seed, t, s) for s in range(self.sessions)] for t in self.trials}
+        return applied, {int(g): set(ts) for g, ts in state.get("failed", {}).items()}
+
+    def run(self) -> int:
+        """Run (or resume) every generation; returns the exit code (0, ``EXIT_RESUMABLE`` after a signal, 1 when a
+        session failed otherwise than in a generation followed by a decision, or every trial failed)."""
+        records = read_records(self.predir)
+        applied, failures = self.begin()
         try:
             for g, frame in enumerate(self.boundaries, start=1):
                 if g <= applied:
@@ -202,14 +255,16 @@ class Population:
                 configs = self.configs_after(records, g - 1)
                 # decisions recorded but not all applied (killed mid-exploit): a recipient's ckpt/ may be half
                 # copied, so nothing trains before the exploits are applied again
-                recorded = sum(int(r["generation"]) == g for r in records) == len(self.trials)
-                code = 0 if recorded else self.run_generation(
-                    frame, {t: self.trial_spec(configs[t]) for t in self.trials}, seeds)
-                if code != 0:
-                    return code
+                if sum(int(r["generation"]) == g for r in records) != len(self.trials):
+                    code = self.train_generation(g, records, configs, failures)
+                    if code != 0 or self.stop_requested:
+                        return code or EXIT_RESUMABLE
+                failed = failures.get(g, set())
+                if failed and (frame == self.boundaries[-1] or failed >= set(self.trials)):
+                    return self.stop_failed(g, failed)
                 if frame == self.boundaries[-1]:
                     break
-                records = self.decide_and_apply(records, g, frame, configs)
+                records = self.decide_and_apply(records, g, frame, configs, failed)
                 if self.stop_requested:
                     return EXIT_RESUMABLE
         finally:
@@ -218,10 +273,43 @@ class Population:
             self.write_trial(t, config, "done", frame=self.boundaries[-1], finished=now_iso())
         return 0
 
+    def train_generation(self, g: int, records: list[dict[str, Any]], configs: dict[int, dict[str, Any]],
+                         failures: dict[int, set[int]]) -> int:
+        """Train generation ``g``: the trials kept at decision ``g - 1`` continue live, its recipients restore their
+        donor's state reseeded, trials that failed in it already (``failures[g]``, from ``pbt.json``) do not train
+        again; new failures are added to ``failures`` and recorded in ``pbt.json``. Returns ``run_generation``'s
+        exit code."""
+        before = [r for r in records if int(r["generation"]) == g - 1]
+        failed = failures.get(g, set())
+        seeds = {t: [session_seed(self.seed, t, s) for s in range(self.sessions)] for t in self.trials}
+        code, new = self.run_generation(
+            self.boundaries[g - 1], {t: self.trial_spec(configs[t]) for t in self.trials if t not in failed}, seeds,
+            live={int(r["trial"]) for r in before if r["donor"] is None},
+            reseeds={int(r["trial"]): r for r in before if r["donor"] is not None and r.get("reseed") is not None})
+        if new:
+            failures[g] = failed | new
+            storage.write_json(storage.join(self.predir, STATE),
+                               {**self.read_state(), "failed": {str(k): sorted(v) for k, v in failures.items()}})
+        return code
+
+    def stop_failed(self, g: int, failed: set[int]) -> int:
+        """The end of a population that cannot go on: every trial failed in generation ``g``, or some failed in the
+        last one (no decision left to replace them). Marks them ``error`` and returns 1."""
+        for t in sorted(failed):
+            self.write_trial(t, self.configs_after(read_records(self.predir), g - 1)[t], "error")
+        which = "every trial" if failed >= set(self.trials) else "trials " + ", ".join(f"t{t}" for t in sorted(failed))
+        print(f"error: {self.settings.method} stopped: {which} failed in generation {g} (frames up to "
+              f"{self.boundaries[g - 1]}); nothing is left to continue them from. Each failed session's error is in "
+              f"its t{{T}}/s{{S}}/log.txt and run.json", file=sys.stderr)
+        return 1
+
     def decide_and_apply(self, records: list[dict[str, Any]], g: int, frame: int,
-                         configs: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+                         configs: dict[int, dict[str, Any]], failed: set[int] = frozenset()) -> list[dict[str, Any]]:
         """Decision ``g`` at ``frame``: the recorded one, or a new one recorded first (``pbt.jsonl`` rewritten whole);
         then its exploits and explored values applied and ``pbt.json`` marking it applied.
+
+        Args:
+            failed: trials with a failed session in generation ``g``: no score, never donors, always replaced.
 
         Returns:
             Every record so far.
@@ -230,9 +318,11 @@ class Population:
         if len(decided) != len(self.trials):
             if self.lease is not None:  # a driver that lost the run's lease records nothing (LeaseLostError: 75)
                 self.lease.check()
-            decided = decide(g, frame, self.scores(frame, self.trials), configs, self.variables, self.settings,
-                             self.seed, records, len(self.boundaries), ranges=self.ranges,
-                             problems=self.config_problems)
+            since = self.boundaries[g - 2] if g > 1 else 0
+            scores = self.scores(frame, [t for t in self.trials if t not in failed], since)
+            scores.update({t: None for t in failed})
+            decided = decide(g, frame, scores, configs, self.variables, self.settings, self.seed, records,
+                             len(self.boundaries), failed=failed, ranges=self.ranges, problems=self.config_problems)
             records = [r for r in records if int(r["generation"]) < g] + decided
             storage.write_text(storage.join(self.predir, RECORDS), "".join(json.dumps(r) + "\n" for r in records))
         for r in decided:
@@ -241,7 +331,10 @@ class Population:
                     self.lease.check()
                 self.exploit(r)
             self.write_trial(int(r["trial"]), r["config"], "running")
-        storage.write_json(storage.join(self.predir, STATE), {"applied": g, "frame": frame})
+        state = self.read_state()
+        storage.write_json(storage.join(self.predir, STATE),
+                           {**state, "applied": g, "frame": frame,
+                            "failed": {k: v for k, v in state.get("failed", {}).items() if int(k) > g}})
         self.print_generation(decided)
         return records
 
@@ -264,79 +357,54 @@ class Population:
         return "committing final checkpoints (Ctrl-C twice leaves at once)"
 
 
-# ---------------------------------------------------------------- replay
-def replay(source: str, trial: int, spec: dict[str, Any], predir: str, quiet: bool,
-           check: Callable[[dict[str, Any]], dict[str, Any]]) -> tuple[int, list[dict[str, Any]]]:
-    """Train trial ``trial`` of the PBT run ``source`` again from scratch, as trial 0 of the new run ``predir``: per
-    generation, the sessions (seeds) and values of the trial that trained that part of its final state
-    (``pbt_policy.lineage``), switching at the same frames, so the exploits become plain continuations.
+def session_reseed(reseed: int, session: int) -> int:
+    """The seed session ``session`` of a recipient restarts its acting RNG streams at, from its decision's
+    ``reseed`` (distinct per session, as session seeds are)."""
+    return int(np.random.SeedSequence([reseed, session]).generate_state(1)[0] >> 1)
+
+
+def generation_score(train_df: bytes, eval_df: bytes | None, since: int, frame: int) -> float | None:
+    """The score of one session for the generation ``(since, frame]``: the mean return of the episodes that ended
+    within it, from the train_df rows logged there (each row's ``total_reward`` is the mean return of the episodes
+    ended since the previous row, ``epi`` counts them; rows where none ended are skipped). With ``eval_df`` (bytes of
+    the checkpoint's eval_df, ``meta.rigorous_eval``) and eval rows within the generation: their mean
+    ``total_reward`` instead.
 
     Args:
-        spec: the PBT run's saved spec (with its search section).
+        train_df, eval_df: Parquet bytes of the checkpoint at ``frame``.
 
     Returns:
-        (exit code, the lineage replayed).
-
-    Raises:
-        UsageError: ``source`` is not a finished PBT run, or has no trial ``trial``.
+        The score in undiscounted return units, or None when no episode ended (no eval row) within the generation.
     """
-    pop = Population(source, spec, None, quiet, check)
-    state = storage.read_json(storage.join(source, STATE)) if storage.exists(storage.join(source, STATE)) else {}
-    if trial not in pop.trials:
-        raise UsageError(f"--trial {trial}: the PBT run {source} has trials 0..{len(pop.trials) - 1}")
-    if int(state.get("applied", 0)) < len(pop.boundaries) - 1:
-        raise UsageError(f"--pbt-replay: {source} has not applied every generation's decisions yet "
-                         f"({state.get('applied', 0)} of {len(pop.boundaries) - 1}); finish it with search@ first")
-    schedule = lineage(read_records(source), trial, pop.initial, len(pop.boundaries))
-    runner = Population(predir, spec, None, quiet, check)
-    runner.trials = [0]
-    storage.write_json(storage.join(predir, "pbt_replay.json"),
-                       {"source": source, "trial": trial, "lineage": schedule, "boundaries": pop.boundaries})
-    try:
-        for step, frame in zip(schedule, pop.boundaries):
-            owner = int(step["trial"])
-            trial_spec = pop.trial_spec(step["config"])
-            write_spec_files(predir, {**trial_spec, "search": {}}, 0)
-            seeds = {0: [session_seed(pop.seed, owner, s) for s in range(pop.sessions)]}
-            code = runner.run_generation(frame, {0: trial_spec}, seeds)
-            if code != 0:
-                return code, schedule
-    finally:
-        runner.hosts.clear()
-    return 0, schedule
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if eval_df is not None:
+        rows = pq.read_table(pa.BufferReader(eval_df), columns=["frame", "total_reward"]).to_pylist()
+        returns = [r["total_reward"] for r in rows if since < r["frame"] <= frame and _finite(r["total_reward"])]
+        if returns:
+            return float(np.mean(returns))
+    rows = pq.read_table(pa.BufferReader(train_df), columns=["frame", "epi", "total_reward"]).to_pylist()
+    epi_before = max((r["epi"] for r in rows if r["frame"] <= since), default=0)
+    total = count = 0.0
+    for r in sorted((r for r in rows if since < r["frame"] <= frame), key=lambda r: r["frame"]):
+        ended = int(r["epi"]) - int(epi_before)
+        epi_before = r["epi"]
+        if ended > 0 and _finite(r["total_reward"]):
+            total, count = total + float(r["total_reward"]) * ended, count + ended
+    return total / count if count else None
 
 
-def compare_replay(source: str, trial: int, predir: str, sessions: int) -> list[str]:
-    """Differences between the replayed sessions (``predir``, trial 0) and trial ``trial`` of ``source``: final
-    train_df (all columns but ``wall_t`` and ``fps``) and ``weights_sha256`` of the newest checkpoint per session.
-
-    Returns:
-        One line per difference (empty: replayed bit for bit).
-    """
-    import pandas as pd
-
-    out = []
-    for s in range(sessions):
-        a, b = predir_mod.session_dir(source, trial, s), predir_mod.session_dir(predir, 0, s)
-        ma, mb = (CheckpointStore(d).select_latest().manifest for d in (a, b))
-        if ma is None or mb is None or ma.frame != mb.frame:
-            out.append(f"s{s}: final checkpoint frame {ma and ma.frame} vs {mb and mb.frame}")
-            continue
-        if ma.meta.get("weights_sha256") != mb.meta.get("weights_sha256"):
-            out.append(f"s{s}: weights_sha256 differ at frame {ma.frame}")
-        dfs = [storage.read_parquet(storage.join(d, "train_df.parquet")).drop(columns=["wall_t", "fps"])
-               for d in (a, b)]
-        try:
-            pd.testing.assert_frame_equal(dfs[0], dfs[1], check_exact=True)
-        except AssertionError as err:
-            out.append(f"s{s}: train_df differs: {str(err).splitlines()[0]}")
-    return out
+def _finite(value: Any) -> bool:
+    return value is not None and math.isfinite(float(value))
 
 
 # ---------------------------------------------------------------- lineage graph
 def lineage_graph(predir: str, spec: dict[str, Any]) -> list[str]:
-    """Write the lineage graph (``orchestrator.report.pbt_graph``) of the generations decided so far, with the final
-    scores once every trial reached ``max_frame``; returns the files written (none before the first decision)."""
+    """Write the lineage graph (``orchestrator.report.pbt_graph``) of the generations decided so far (``pbt.jsonl``:
+    only what is committed), with the final scores once every session committed its checkpoint at ``max_frame``;
+    returns the files written (none before the first decision, or when drawing failed: one warning line).
+    """
     from orchestrator.report.pbt_graph import Lineage, write_lineage
 
     records = read_records(predir)
@@ -350,16 +418,22 @@ def lineage_graph(predir: str, spec: dict[str, Any]) -> list[str]:
     last = max(g for g, _ in points) + 1
     final = pop.boundaries[-1]
     try:
-        finals = pop.scores(final, pop.trials) if last == len(pop.boundaries) else {}
-    except CheckpointError:  # a session not at max_frame yet
+        finals = pop.scores(final, pop.trials, pop.boundaries[-2]) if last == len(pop.boundaries) else {}
+    except (CheckpointError, storage.StorageError, KeyError):  # a session not at max_frame (yet, or failed)
         finals = {}
     for t, score in finals.items():
         points[(last, t)] = (final, score)
-    ends = {t: s for (g, t), (_, s) in points.items() if g == max(g for g, _ in points)}
+    parents = {k: v for k, v in parents.items() if k in points}  # the generation under way has no point yet
+    top = max(g for g, _ in points)
+    ends = {t: s for (g, t), (_, s) in points.items() if g == top}
     best = max(sorted(ends), key=lambda t: -math.inf if ends[t] is None else ends[t])
-    path = [(max(g for g, _ in points), best)]
+    path = [(top, best)]
     while path[-1] in parents:
         g, t = path[-1]
         path.append((g - 1, parents[(g, t)][0]))
-    title = f"{spec['name']}: PBT lineage ({len(pop.trials)} trials x {pop.sessions} sessions)"
-    return write_lineage(storage.join(predir, "graph"), spec["name"], Lineage(points, parents, path[::-1]), title)
+    title = f"{spec['name']}: {pop.settings.method} lineage ({len(pop.trials)} trials x {pop.sessions} sessions)"
+    try:
+        return write_lineage(storage.join(predir, "graph"), spec["name"], Lineage(points, parents, path[::-1]), title)
+    except Exception as err:  # noqa: BLE001 - a graph never fails the run; `lab analyze` does not redo it
+        print(f"warning: the lineage graph of {predir} was not drawn ({type(err).__name__}: {err})", file=sys.stderr)
+        return []

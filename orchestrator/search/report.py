@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from orchestrator.search.trials import METRIC, final_metrics, lab_trials
+from orchestrator.spec.pbt import is_pbt
 from orchestrator.spec.search_space import SearchVar, parse_search
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
@@ -120,7 +121,9 @@ def analyze(predir: str, spec: dict[str, Any], merge: bool = True) -> Any:
 
     if merge:  # a PBT search keeps one run.json for its population (orchestrator.search.pbt)
         merge_run_records(predir, spec["name"])
-    slm_metrics = analyzed_trials(predir)
+    # a PBT population's trials end together and an exploit rewrites a trial's curve: every trial is analyzed again
+    # (an interrupted search's analysis stopped at the interrupt frame)
+    slm_metrics = {} if is_pbt(spec) else analyzed_trials(predir)
     todo = sorted(t for t in lab_trials(predir) if f"t{t}" not in slm_metrics)
     try:
         slm_metrics.update(analyze_predir(predir, trials=todo)["trials"] if todo else {})
@@ -145,16 +148,30 @@ def analyze(predir: str, spec: dict[str, Any], merge: bool = True) -> Any:
 
 
 def report_summary(predir: str, spec: dict[str, Any], df: Any, interrupted: bool = False) -> None:
-    """Print the experiment table and where the best spec is (so far, when ``interrupted``)."""
+    """Print the experiment table and how to reproduce the best trial (so far, when ``interrupted``): the best spec's
+    ``train``, or for a PBT search that made decisions (``pbt.jsonl``) its ``train --pbt-replay`` command (a PBT
+    trial's values change along its run: a spec trained from scratch does not reproduce it)."""
     if df.empty:
         print(f"search: no trial ran in {predir}")
         return
+    from orchestrator.commandline import lab_command
+
     columns = ["trial", *[v.path for v in parse_search(spec)[0]], "status", "strength", METRIC, "frame"]
     print(df[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    best_t = int(df["trial"].iloc[0])
+    head = f"search {'interrupted' if interrupted else 'done'}: {predir}\n  best trial " \
+           f"{'so far ' if interrupted else ''}t{best_t}"
+    if is_pbt(spec) and storage.exists(storage.join(predir, "pbt.jsonl")):
+        replay = lab_command(predir_mod.spec_file(predir, spec["name"]), spec["name"], "train", "--pbt-replay",
+                             predir, "--trial", str(best_t))
+        when = " once the search is finished" if interrupted else ""
+        print(f"{head}; its values changed along the run (pbt.jsonl): replay its schedule from scratch{when} with:\n"
+              f"  {replay}")
+        return
+    if is_pbt(spec):
+        head += " (no PBT decision: env.max_frame is within the first perturbation_interval, so every trial " \
+                "trained its initial values)"
     best = storage.join(predir, f"{spec['name']}_best_spec.json")
-    from orchestrator.commandline import lab_command
-    print(f"search {'interrupted' if interrupted else 'done'}: {predir}\n  best trial "
-          f"{'so far ' if interrupted else ''}t{int(df['trial'].iloc[0])}; run it with:\n"
-          f"  {lab_command(best, spec['name'], 'train')}")
+    print(f"{head}; run it with:\n  {lab_command(best, spec['name'], 'train')}")
 
 

@@ -407,12 +407,27 @@ class Session:
         if "env.pkl" in files:
             self.env.close()
             self.env = pickle.loads(files["env.pkl"])
+            set_reward_gamma(self.env, self.spec.agent.algorithm.gamma)  # the spec's, if it changed since
             self.obs = state["obs"].numpy()
         else:
             self.not_exact(ENV_NOT_RESTORED)
             self.algorithm.memory.cut_episodes()
             self.clock.t = 0
             self.obs = self.reset_env(self.clock.resume_count)
+
+    def extend(self, spec: dict[str, Any]) -> None:
+        """Raise the frame budget to ``spec``'s ``env.max_frame`` and run on with the state in memory (the same as a
+        restore of the checkpoint at the current frame with that spec, without one: population-based training's
+        kept trials, ``SessionRunner.extend``). ``continue_spec_problem`` says whether ``spec`` allows it."""
+        self.spec = build(spec)
+        self.clock.max_frame = int(spec["env"]["max_frame"])
+
+    def reseed(self, seed: int) -> None:
+        """Restart the acting RNG streams at ``seed``: the algorithm's generators (``Algorithm.reseed``) and the
+        global RNGs (``seed_globals``); nets, optimizers, memory, clock and env state untouched. Population-based
+        training applies it to a trial that continues from a donor's checkpoint, so the two do not act alike."""
+        self.algorithm.reseed(seed)
+        seed_globals(seed)
 
     def reset_env(self, resume_count: int) -> np.ndarray:
         """Reset the training env with ``sub_env_seeds(seed, N, TRAIN_STREAM, resume_count)``.
@@ -439,6 +454,44 @@ def _has_replay(algorithm_state: dict[str, Any]) -> bool:
     and for ``SILReplay``, whose on-policy part is always saved, its ``replay`` entry."""
     memory = algorithm_state.get("memory")
     return memory is not None and ("onpolicy" not in memory or "replay" in memory)
+
+
+def set_reward_gamma(env: Any, gamma: float) -> int:
+    """Set the discount of every ``NormalizeReward`` wrapper of a (restored) vector env to ``gamma``: the env's
+    running return statistics keep their state, and go on discounting with the algorithm's ``gamma`` of the spec
+    now run (``make_env`` builds them with it; a pickled env holds the one it was built with).
+
+    Returns:
+        How many wrappers were set.
+    """
+    import gymnasium as gym
+
+    count, layer = 0, env
+    while layer is not None:
+        if isinstance(layer, gym.wrappers.vector.NormalizeReward):
+            layer.gamma = float(gamma)
+            if isinstance(getattr(layer, "_saved_kwargs", None), dict):
+                layer._saved_kwargs["gamma"] = float(gamma)
+            count += 1
+        layer = getattr(layer, "env", None) if isinstance(layer, gym.vector.VectorWrapper) else None
+    return count
+
+
+def continue_spec_problem(old: dict[str, Any], new: dict[str, Any], clock: Clock) -> str | None:
+    """Why a live session that ran with spec ``old`` cannot continue with spec ``new`` (``Session.extend``): it did
+    not end at its ``max_frame``, the new ``env.max_frame`` is not larger, or anything else changed.
+
+    Returns:
+        The reason, or None when it can continue.
+    """
+    if not clock.done():
+        return f"it stopped at frame {clock.frame}, before its max_frame {clock.max_frame}"
+    if int(new["env"]["max_frame"]) <= clock.frame:
+        return f"env.max_frame {new['env']['max_frame']} is not beyond frame {clock.frame}"
+    strip = ({**spec, "env": {**spec["env"], "max_frame": None}} for spec in (old, new))
+    if spec_hash(next(strip)) != spec_hash(next(strip)):
+        return "its spec changed beyond env.max_frame (it must continue from a checkpoint instead)"
+    return None
 
 
 def _to_torch(tree: Any) -> Any:

@@ -267,3 +267,23 @@ def population_problems(meta: dict[str, Any], variables: list[Any], method: str 
                             "state); it may perturb learning rates, optimizer hyperparameters, loss coefficients, "
                             "gamma, lam, schedule values and frames, clip_grad_val and lr_scheduler_spec arguments")
     return problems
+
+
+def replay_problems(spec: dict[str, Any], memory_class: Any) -> list[str]:
+    """A PBT/PB2 search of an algorithm with a replay buffer (``memory_class.has_replay``) needs the replay in its
+    checkpoints: exploits, resumes and ``--pbt-replay`` restore a trial's whole state from them
+    (``orchestrator.search.pbt``).
+
+    Returns:
+        The problem naming ``agent.memory.checkpoint`` and its fix, or [].
+    """
+    meta, agent = spec.get("meta"), spec.get("agent")
+    sched = meta.get("search_scheduler") if isinstance(meta, dict) else None
+    memory = agent.get("memory") if isinstance(agent, dict) else None
+    if not (isinstance(sched, dict) and sched.get("name") in ("PBT", "PB2") and spec.get("search")
+            and isinstance(memory, dict) and getattr(memory_class, "has_replay", False)
+            and not memory.get("checkpoint")):
+        return []
+    return [f"agent.memory.checkpoint: a {sched['name']} search of {memory.get('name')} (a replay buffer) needs the "
+            "replay in its checkpoints, so an exploit hands it to the recipient and a resume or --pbt-replay "
+            "continues exactly; set -s agent.memory.checkpoint=true"]

@@ -33,6 +33,7 @@ from agents.schedules import DECAYS, LR_SCHEDULERS, VarSchedule, lr_factor
 from envs import envpool_vec
 from envs.make import is_atari, resolve_env_id
 from orchestrator.spec.hints import did_you_mean
+from orchestrator.spec.pbt import replay_problems as pbt_replay_problems
 from orchestrator.spec.schema import (
     AGENT_KEYS,
     MAX_LR,
@@ -328,6 +329,7 @@ def _check_finite(tree: Any, path: str, problems: list[str]) -> None:
 def _check_names(spec: dict[str, Any], problems: list[str]) -> None:
     """Registry names: algorithm, net, memory, optimizers, losses, schedules, env id."""
     _check_agent_names(spec, problems)
+    problems += pbt_replay_problems(spec, registered(MEMORIES, value_at(spec, "agent.memory.name")))
     _check_component_names(spec, problems)
     _check_env_name(spec, problems)
 

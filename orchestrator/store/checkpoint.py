@@ -354,6 +354,21 @@ class CheckpointStore:
         storage.delete(storage.join(uri, MANIFEST_NAME))
         storage.delete(uri)
 
+    def delete_all(self) -> None:
+        """Delete every checkpoint of the session, newest first and each manifest first (``_delete_dir``), then the
+        rest of ``ckpt/``: a delete cut short at any point leaves only committed checkpoints and uncommitted debris
+        (``collect_garbage``), never a checkpoint that reads as corrupt.
+
+        Raises:
+            CheckpointError: the store cannot be listed or a delete failed.
+        """
+        try:
+            for frame in reversed(self.frames()):
+                self._delete_dir(self.frame_uri(frame))
+            storage.delete(self.ckpt_dir)
+        except storage.StorageError as err:
+            raise CheckpointError(f"cannot delete the checkpoints in {self.ckpt_dir}: {err}") from err
+
     def _restore_replaced(self) -> None:
         """Finish or roll back replacements of a writer killed in the middle of ``commit``.
 
