@@ -222,6 +222,22 @@ def _local_temp(path: str, data: bytes) -> str:
     return tmp
 
 
+def _local_lock(path: str) -> Any:
+    """The open lock file ``{path}.lock``, locked (``flock``, exclusive; released when it is closed). A lock file
+    unlinked by ``remove`` while this process waited is opened again, so all holders lock the same file."""
+    import fcntl
+
+    while True:
+        lock = open(f"{path}.lock", "a+b")
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if os.fstat(lock.fileno()).st_ino == os.stat(f"{path}.lock").st_ino:
+                return lock
+        except FileNotFoundError:
+            pass
+        lock.close()
+
+
 def _local_put(path: str, data: bytes, version: str | None) -> str | None:
     tmp = _local_temp(path, data)
     try:
@@ -231,10 +247,7 @@ def _local_put(path: str, data: bytes, version: str | None) -> str | None:
             except FileExistsError:
                 return None
             return _local_version(data)
-        import fcntl
-
-        with open(f"{path}.lock", "a+b") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        with _local_lock(path):
             current = _local_read(path)
             if current is None or current.version != version:
                 return None
@@ -291,6 +304,32 @@ def write(uri: str, data: bytes, version: str | None) -> str | None:
         return _local_put(path, data, version)
     except OSError as err:
         raise storage_error(f"cannot write '{uri}': {err}", uri, err) from None
+
+
+def remove(uri: str, version: str) -> bool:
+    """Delete the object at ``uri`` if it is still at ``version``; True when deleted. Local disk: under the lock
+    (its lock file removed too); object stores: a read, then a delete (a write between the two is lost).
+
+    Raises:
+        StorageError: the store failed.
+    """
+    if _scheme(uri) != "local":
+        current = read(uri)
+        if current is None or current.version != version:
+            return False
+        storage.delete(uri)
+        return True
+    _, path = storage.resolve(uri)
+    try:
+        with _local_lock(path):
+            current = _local_read(path)
+            if current is None or current.version != version:
+                return False
+            os.unlink(path)
+            os.unlink(f"{path}.lock")
+            return True
+    except OSError as err:
+        raise storage_error(f"cannot delete '{uri}': {err}", uri, err) from None
 
 
 def ignores_preconditions(uri: str, current: Versioned) -> str | None:
