@@ -12,7 +12,8 @@ A *version* is an opaque string: S3's ETag, GCS's object generation, and on loca
   with ``ifGenerationMatch=<generation>``; 412 when the condition fails.
 - Local disk: create is a hard link of a complete temp file (fails if the name exists); replace holds an exclusive
   ``flock`` on the object's own file (its inode, checked to be still the one at the path) while it compares the
-  content's sha256 and renames a complete temp file over the object (POSIX locks also hold on NFSv4).
+  content's sha256 and renames a complete temp file over the object (POSIX locks also hold on NFSv4); a delete
+  holds the same lock.
 
 Every call is retried on transient errors (``faults.retried``); a conditional write whose answer was lost and that
 is then retried may report a failed condition although its first try succeeded: the caller re-reads and recognises
@@ -29,6 +30,8 @@ import hashlib
 import json
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 from urllib.parse import quote, urlparse
 
@@ -222,6 +225,28 @@ def _local_temp(path: str, data: bytes) -> str:
     return tmp
 
 
+@contextmanager
+def _locked_object(path: str) -> Iterator[bool]:
+    """Hold an exclusive ``flock`` on the object's own file while the block runs (released when it ends); yields
+    False, without a lock, when there is no object at ``path`` or it was replaced while this caller waited. The lock
+    is on the object's inode, so no lock file is ever left beside it; the file is opened for writing, which an
+    exclusive lock needs on NFS (where flock is a POSIX lock), though nothing is written through it."""
+    import fcntl
+
+    try:
+        held = open(path, "r+b")
+    except FileNotFoundError:
+        yield False
+        return
+    with held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            same = os.stat(path).st_ino == os.fstat(held.fileno()).st_ino
+        except FileNotFoundError:
+            same = False
+        yield same
+
+
 def _local_put(path: str, data: bytes, version: str | None) -> str | None:
     tmp = _local_temp(path, data)
     try:
@@ -231,22 +256,8 @@ def _local_put(path: str, data: bytes, version: str | None) -> str | None:
             except FileExistsError:
                 return None
             return _local_version(data)
-        import fcntl
-
-        try:
-            # the lock is on the object's own inode (no lock file is left beside it); opened for writing, which an
-            # exclusive lock needs on NFS (where flock is a POSIX lock), though nothing is written through it
-            held = open(path, "r+b")
-        except FileNotFoundError:
-            return None
-        with held:
-            fcntl.flock(held, fcntl.LOCK_EX)  # released when the file closes
-            try:
-                if os.stat(path).st_ino != os.fstat(held.fileno()).st_ino:
-                    return None  # replaced while this writer waited: the version it expects is gone
-            except FileNotFoundError:
-                return None
-            current = _local_read(path)
+        with _locked_object(path) as held:
+            current = _local_read(path) if held else None
             if current is None or current.version != version:
                 return None
             os.replace(tmp, path)
@@ -302,6 +313,31 @@ def write(uri: str, data: bytes, version: str | None) -> str | None:
         return _local_put(path, data, version)
     except OSError as err:
         raise storage_error(f"cannot write '{uri}': {err}", uri, err) from None
+
+
+def remove(uri: str, version: str) -> bool:
+    """Delete the object at ``uri`` if it is still at ``version``; True when deleted. Local disk: under the lock on
+    the object's own file; object stores: a read, then a delete (a write between the two is lost).
+
+    Raises:
+        StorageError: the store failed.
+    """
+    if _scheme(uri) != "local":
+        current = read(uri)
+        if current is None or current.version != version:
+            return False
+        storage.delete(uri)
+        return True
+    _, path = storage.resolve(uri)
+    try:
+        with _locked_object(path) as held:
+            current = _local_read(path) if held else None
+            if current is None or current.version != version:
+                return False
+            os.unlink(path)
+            return True
+    except OSError as err:
+        raise storage_error(f"cannot delete '{uri}': {err}", uri, err) from None
 
 
 def ignores_preconditions(uri: str, current: Versioned) -> str | None:

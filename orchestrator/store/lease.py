@@ -353,9 +353,9 @@ class Lease:
         if self._thread is not None:
             self._thread.join(timeout=10)
         try:
-            current = self.read()
-            if current is not None and current.get("driver_id") == self.driver_id:
-                storage.delete(self.uri)
+            current = conditional.read(self.uri)
+            if current is not None and (self._parse(current) or {}).get("driver_id") == self.driver_id:
+                conditional.remove(self.uri, current.version)
         except (storage.StorageError, OSError) as err:
             print(f"warning: cannot release the lease {self.uri}: {err}", file=sys.stderr)
 
