@@ -34,7 +34,7 @@ import torch
 
 from agents import policy
 from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats, ReplayCadence
-from agents.memory import PrioritizedReplay, Replay
+from agents.memory import PrioritizedReplay, Replay, make_replay
 from agents.nets import make_loss, polyak_update, target_updates_due
 from envs.clock import Clock
 
@@ -117,9 +117,9 @@ class DQN(ReplayCadence, Algorithm):
         self.last_target_frame = 0
 
     def init_memory(self) -> Replay:
-        """A ``Replay`` or ``PrioritizedReplay`` (in the layout ``Replay.from_spec`` picks: each frame once on
+        """A ``Replay`` or ``PrioritizedReplay`` (in the layout ``make_replay`` picks: each frame once on
         Atari) of ``memory.max_size`` transitions."""
-        return Replay.from_spec(self.spec.memory, self.obs_space, (), np.int64, num_envs=self.num_envs)
+        return make_replay(self.spec.memory, self.obs_space, (), np.int64, num_envs=self.num_envs)
 
     @torch.no_grad()
     def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:

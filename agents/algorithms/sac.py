@@ -64,7 +64,7 @@ import torch.nn.functional as F
 from agents import policy
 from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats, ReplayCadence
 from agents.algorithms.dqn import sample_batch
-from agents.memory import PrioritizedReplay, Replay
+from agents.memory import PrioritizedReplay, Replay, make_replay
 from agents.nets import POLICY_GAIN, NetSpec, StackedMLP, make_loss, polyak_update, stackable, target_updates_due
 from envs.clock import Clock
 
@@ -199,7 +199,7 @@ class SoftActorCritic(ReplayCadence, Algorithm):
     def init_memory(self) -> Replay:
         """A ``Replay`` or ``PrioritizedReplay`` of ``memory.max_size`` transitions (Box actions float32)."""
         act_shape, act_dtype = ((), np.int64) if self.discrete else (self.action_space.shape, np.float32)
-        return Replay.from_spec(self.spec.memory, self.obs_space, act_shape, act_dtype, num_envs=self.num_envs)
+        return make_replay(self.spec.memory, self.obs_space, act_shape, act_dtype, num_envs=self.num_envs)
 
     @property
     def training_iter(self) -> int:

@@ -2,7 +2,7 @@
 ``SIL``, reimplemented. ``SILMixin`` holds everything SIL adds and is shared with ``PPOSIL`` (``ppo_sil.py``).
 
 An ``ActorCritic`` (same nets, optimizers, rollouts and losses; see ``actor_critic.py``) whose memory is a
-``SILReplay`` (``agents/memory.py``): the on-policy memory ``agent.memory.name`` plus a replay
+``SILReplay`` (``agents/memory/sil.py``): the on-policy memory ``agent.memory.name`` plus a replay
 (``agent.memory.sil_replay_name``: ``Replay``, or ``PrioritizedReplay`` as in the paper) of the transitions of
 finished episodes with their discounted Monte-Carlo returns R. Each ``update`` is the algorithm's own update,
 then ``training_iter`` times: sample ``memory.batch_size`` rows from the replay, and take
@@ -42,7 +42,7 @@ import torch
 from agents import policy
 from agents.algorithms.actor_critic import ActorCritic, ActorCriticSpec
 from agents.algorithms.base import LossStats, mean_metrics
-from agents.memory import Replay, SILReplay
+from agents.memory import SILReplay, make_replay
 from envs.clock import Clock
 
 SIL_METRICS = ("sil_policy_loss", "sil_val_loss")
@@ -101,8 +101,8 @@ class SILMixin:
         transitions (actions (A,) float32 for Box, int64 for Discrete), without next observations."""
         onpolicy = super().init_memory()
         act_shape, act_dtype = ((), np.int64) if self.discrete else (self.action_space.shape, np.float32)
-        replay = Replay.from_spec(self.spec.memory, self.obs_space, act_shape, act_dtype,
-                                  name=self.spec.memory.sil_replay_name or "Replay", store_next_obs=False)
+        replay = make_replay(self.spec.memory, self.obs_space, act_shape, act_dtype,
+                             name=self.spec.memory.sil_replay_name or "Replay", store_next_obs=False)
         return SILReplay(onpolicy, replay, self.algo.gamma, self.num_envs)
 
     def refill_size(self) -> int:
