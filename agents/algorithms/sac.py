@@ -37,7 +37,7 @@ from it, with its ``optim_spec``, ``loss_spec``, ``lr_scheduler_spec`` and ``cli
 
 Twin critics as one ensemble (``stacked_critics``: plain ``MLPNet`` critics without ``clip_grad_val``, the
 common case): the two critics' (and the two targets') weights are stacked per layer into one ``StackedMLP``
-(``agents/nets.py``), so each critic forward, backward, Adam step and polyak update runs once for both, with
+(``agents/nets/mlp.py``), so each critic forward, backward, Adam step and polyak update runs once for both, with
 batched matmuls; the per-critic semantics (own weights, own targets, min or mean over the two) are unchanged.
 ``q1_net`` / ``q2_net`` and their targets stay in the nets, with their weights views of the stack: checkpoints,
 ``weights_sha256`` and ``agent.net.init_from`` transfer see the same two critics as before; the optimizer is
