@@ -153,12 +153,12 @@ class SoftActorCritic(ReplayCadence, Algorithm):
         else:
             for k in ("q1_net", "q2_net"):
                 self.add_optim(k, self.nets[k].parameters(), self.critic_optim_spec, cs)
-        alpha_optim = dict(self.algo.alpha_optim_spec or ns.optim_spec)
-        if self.algo.alpha_lr is not None:
-            alpha_optim["lr"] = self.algo.alpha_lr
+        alpha_optim = dict(self.algo_spec.alpha_optim_spec or ns.optim_spec)
+        if self.algo_spec.alpha_lr is not None:
+            alpha_optim["lr"] = self.algo_spec.alpha_lr
         self.add_optim("log_alpha", [log_alpha], alpha_optim)
-        if self.algo.target_entropy is not None:
-            self.target_entropy = float(self.algo.target_entropy)
+        if self.algo_spec.target_entropy is not None:
+            self.target_entropy = float(self.algo_spec.target_entropy)
         else:
             self.target_entropy = 0.6 * math.log(self.action_space.n) if self.discrete else -float(act_dim)
         self.loss_fn = make_loss({**cs.loss_spec, "reduction": "none"})
@@ -204,7 +204,7 @@ class SoftActorCritic(ReplayCadence, Algorithm):
     @property
     def training_iter(self) -> int:
         """Gradient steps per training round: ``algorithm.training_iter``, or ``num_envs`` when unset."""
-        return self.algo.training_iter or self.num_envs
+        return self.algo_spec.training_iter or self.num_envs
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -217,7 +217,7 @@ class SoftActorCritic(ReplayCadence, Algorithm):
         training_start_step`` (not when ``deterministic``), else sampled from the policy (its mode when
         ``deterministic``)."""
         n = len(obs_NO)
-        if not deterministic and clock.frame < self.algo.training_start_step:
+        if not deterministic and clock.frame < self.algo_spec.training_start_step:
             if self.discrete:
                 return self.rng.integers(0, self.action_space.n, size=n)
             return self.rng.uniform(-1.0, 1.0, size=(n, *self.action_space.shape)).astype(np.float32)
@@ -270,7 +270,7 @@ class SoftActorCritic(ReplayCadence, Algorithm):
         next_obs = batch["next_obs"]
         next_act, next_logp = self.next_action(next_obs)
         q_next = self.twin_q(next_obs, next_act, target=True)
-        return batch["reward"] + self.algo.gamma * (1.0 - batch["terminated"]) * self.soft_value(
+        return batch["reward"] + self.algo_spec.gamma * (1.0 - batch["terminated"]) * self.soft_value(
             q_next[0], q_next[1], next_logp, alpha)
 
     def critic_preds(self, batch: dict[str, torch.Tensor],
@@ -338,13 +338,13 @@ class SoftActorCritic(ReplayCadence, Algorithm):
             self.polyak_targets()
             metrics["q_loss"].append(q_loss.detach())
             loss = q_loss.detach()
-            if clock.opt_step % self.algo.policy_delay == 0:  # delayed policy updates (policy_delay critic steps)
+            if clock.opt_step % self.algo_spec.policy_delay == 0:  # delayed policy updates (policy_delay critic steps)
                 policy_loss, alpha_loss = self.actor_losses(batch["obs"], alpha, q_all)
                 # one backward for both: the policy loss reads alpha detached and the temperature loss log pi
                 # detached, so each loss's gradients are those of its own backward
                 self.optim_step_tensor(policy_loss + alpha_loss, ("net", "log_alpha"), clock, count=False, norm=False)
                 with torch.no_grad():
-                    log_alpha.clamp_(self.algo.log_alpha_min, self.algo.log_alpha_max)
+                    log_alpha.clamp_(self.algo_spec.log_alpha_min, self.algo_spec.log_alpha_max)
                 loss = loss + (policy_loss + alpha_loss).detach()
                 metrics["policy_loss"].append(policy_loss.detach())
                 metrics["alpha_loss"].append(alpha_loss.detach())
