@@ -2,7 +2,7 @@
 
 * ``docs/reference/spec-keys.md``: every key of every spec section (type, default, checks, origin, meaning),
   read from the section dataclasses (``orchestrator.spec.schema.MetaSpec``, ``envs.make.EnvSpec``,
-  ``agents.nets.NetSpec``, ``agents.memory.MemorySpec``, each algorithm's ``AlgorithmSpec`` subclass): the
+  ``agents.nets.spec.NetSpec``, ``agents.memory.spec.MemorySpec``, each algorithm's ``AlgorithmSpec`` subclass): the
   meaning from the ``Fields:`` list of the class docstring (the nearest class in the MRO that documents the
   key), the checks and the origin from the field metadata (no ``origin``: an SLM-Lab key).
 * ``docs/reference/cli.md``: every argument of ``lab`` and its commands, read from their argparse parsers.

@@ -105,17 +105,17 @@ class ActorCritic(Algorithm):
                 self.add_optim("critic", self.nets["critic"].parameters(),
                                ns.critic_optim_spec or ns.optim_spec)
         self.value_loss = make_loss(ns.loss_spec)
-        self.return_normalizer = ReturnNormalizer() if self.algo.normalize_v_targets else None
+        self.return_normalizer = ReturnNormalizer() if self.algo_spec.normalize_v_targets else None
 
     def horizon(self) -> int:
         """Vector steps per ``OnPolicyBatchReplay`` rollout: ``num_step_returns`` if set, else
         ``training_frequency``."""
-        return self.algo.num_step_returns or self.algo.training_frequency
+        return self.algo_spec.num_step_returns or self.algo_spec.training_frequency
 
     def init_memory(self) -> OnPolicyBatchReplay | OnPolicyReplay:
         """A rollout of ``horizon()`` vector steps, or ``training_frequency`` episodes (``OnPolicyReplay``)."""
         if self.spec.memory.name in EPISODIC:
-            return episodic_memory(self.spec.memory, self.algo.training_frequency, self.num_envs)
+            return episodic_memory(self.spec.memory, self.algo_spec.training_frequency, self.num_envs)
         return OnPolicyBatchReplay(self.horizon())
 
     def pdparam_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -140,15 +140,15 @@ class ActorCritic(Algorithm):
     def advantages(self, batch: dict[str, torch.Tensor], value: torch.Tensor,
                    next_value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Advantages and value targets, both (T, N), of a time-major rollout (GAE, n-step or MC)."""
-        algo = self.algo
+        algo_spec = self.algo_spec
         reward, terminated, done = batch["reward"], batch["terminated"], batch["done"]
-        if algo.lam is not None:
-            adv = calc_gaes(reward, value, next_value, terminated, done, algo.gamma, algo.lam)
+        if algo_spec.lam is not None:
+            adv = calc_gaes(reward, value, next_value, terminated, done, algo_spec.gamma, algo_spec.lam)
             return adv, adv + value
-        if algo.num_step_returns is not None:
-            ret = calc_nstep_returns(reward, next_value, terminated, done, algo.gamma)
+        if algo_spec.num_step_returns is not None:
+            ret = calc_nstep_returns(reward, next_value, terminated, done, algo_spec.gamma)
         else:
-            ret = calc_returns(reward, done, algo.gamma)
+            ret = calc_returns(reward, done, algo_spec.gamma)
         return ret - value, ret
 
     @torch.no_grad()
@@ -193,7 +193,7 @@ class ActorCritic(Algorithm):
 
     def normalize_adv(self, adv: torch.Tensor) -> torch.Tensor:
         """Advantages (B,) standardized over the batch when ``normalize_advantage`` (and B > 1)."""
-        return standardize(adv) if self.algo.normalize_advantage else adv
+        return standardize(adv) if self.algo_spec.normalize_advantage else adv
 
     def val_loss(self, value: torch.Tensor, mb: dict[str, torch.Tensor], clock: Clock) -> torch.Tensor:
         """Scalar value loss ``L(V, v_target)`` of values (B,) against ``mb["v_target"]`` (B,), before
@@ -228,7 +228,7 @@ class ActorCritic(Algorithm):
         policy_loss = self.policy_loss(logp, mb, adv, clock, metrics)
         val_loss = self.val_loss(value, mb, clock)
         entropy = entropy.mean()
-        loss = self.algo.policy_loss_coef * policy_loss + self.algo.val_loss_coef * val_loss
+        loss = self.algo_spec.policy_loss_coef * policy_loss + self.algo_spec.val_loss_coef * val_loss
         ent_coef = self.entropy_coef(clock.frame)
         if ent_coef:  # a zero bonus is left out of the graph: same loss and grads, less backward work
             loss = loss - ent_coef * entropy

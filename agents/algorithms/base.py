@@ -152,7 +152,7 @@ def pick_device(gpu: bool | str) -> torch.device:
 class ReplayCadence:
     """Training cadence of replay-based algorithms (DQN family, SAC), mixed in before ``Algorithm``.
 
-    Needs ``self.algo.training_start_step`` (transitions), ``self.algo.training_frequency`` (frames),
+    Needs ``self.algo_spec.training_start_step`` (transitions), ``self.algo_spec.training_frequency`` (frames),
     ``self.memory`` and an int ``self.last_train_frame`` (frame of the last update, in ``extra_state``).
     Once the replay holds ``training_start_step`` transitions, a vector step that crosses a multiple of
     ``training_frequency`` frames (since ``last_train_frame``) trains one round, however many multiples it
@@ -166,10 +166,10 @@ class ReplayCadence:
     def train_ready(self, clock: Clock) -> bool:
         """Replay holds ``training_start_step`` transitions and this vector step crossed a multiple of
         ``training_frequency`` frames since ``last_train_frame`` (one round is due, whatever the count)."""
-        if len(self.memory) < self.algo.training_start_step:
+        if len(self.memory) < self.algo_spec.training_start_step:
             self.last_train_frame = clock.frame
             return False
-        tf = self.algo.training_frequency
+        tf = self.algo_spec.training_frequency
         return clock.frame // tf > self.last_train_frame // tf
 
 
@@ -219,7 +219,7 @@ class Algorithm:
 
     def __init__(self, spec: AgentSpec, obs_space: gym.Space, action_space: gym.Space,
                  num_envs: int, seed: int) -> None:
-        self.spec, self.algo, self.net_spec = spec, spec.algorithm, spec.net
+        self.spec, self.algo_spec, self.net_spec = spec, spec.algorithm, spec.net
         if spec.memory.name not in self.memory_names:
             raise ValueError(f"{type(self).__name__} needs agent.memory.name in {list(self.memory_names)}, "
                              f"got '{spec.memory.name}'")
@@ -229,8 +229,8 @@ class Algorithm:
         self.device = pick_device(spec.net.gpu)
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
         self.rng = np.random.default_rng(seed)
-        self.explore_var = VarSchedule.from_spec(self.algo.explore_var_spec, default=math.nan)
-        self.entropy_coef = VarSchedule.from_spec(self.algo.entropy_coef_spec, default=0.0)
+        self.explore_var = VarSchedule.from_spec(self.algo_spec.explore_var_spec, default=math.nan)
+        self.entropy_coef = VarSchedule.from_spec(self.algo_spec.entropy_coef_spec, default=0.0)
         self.nets: dict[str, nn.Module] = {}
         self.no_transfer: set[str] = set()  # names in self.nets that init_from leaves as built
         self.optims: dict[str, torch.optim.Optimizer] = {}
@@ -477,7 +477,7 @@ class Algorithm:
         """Replay transitions a session restored without its replay (no ``memory.checkpoint``) collects before
         its replay-based training resumes, the refill gate (docs/ARCHITECTURE.md 5): ``training_start_step``
         where the algorithm has one, else 0."""
-        return int(getattr(self.algo, "training_start_step", 0))
+        return int(getattr(self.algo_spec, "training_start_step", 0))
 
     def extra_state(self) -> dict[str, Any]:
         """Algorithm counters beyond nets/optimizers (subclasses extend)."""

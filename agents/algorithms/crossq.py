@@ -99,8 +99,8 @@ class CrossQ(SoftActorCritic):
             q_cur.append(q[: len(obs)])
             q_next.append(q[len(obs):].detach())
         with torch.no_grad():
-            y = batch["reward"] + self.algo.gamma * (1.0 - batch["terminated"]) * self.soft_value(*q_next, next_logp,
-                                                                                                  alpha)
+            y = batch["reward"] + self.algo_spec.gamma * (1.0 - batch["terminated"]) * self.soft_value(
+                *q_next, next_logp, alpha)
         q_all = torch.stack(q_cur)
         if not self.discrete:
             return q_all, None, y

@@ -19,4 +19,4 @@ class DoubleDQN(DQN):
         """Double-Q bootstrap target (B,): online net picks, target net evaluates."""
         next_act = self.nets["net"](batch["next_obs"]).argmax(dim=-1, keepdim=True)
         next_q = self.nets["target_net"](batch["next_obs"]).gather(-1, next_act).squeeze(-1)
-        return batch["reward"] + self.algo.gamma * (1.0 - batch["terminated"]) * next_q
+        return batch["reward"] + self.algo_spec.gamma * (1.0 - batch["terminated"]) * next_q

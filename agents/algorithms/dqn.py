@@ -34,7 +34,7 @@ import torch
 
 from agents import policy
 from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats, ReplayCadence
-from agents.memory import PrioritizedReplay, Replay
+from agents.memory import PrioritizedReplay, Replay, make_replay
 from agents.nets import make_loss, polyak_update, target_updates_due
 from envs.clock import Clock
 
@@ -117,15 +117,15 @@ class DQN(ReplayCadence, Algorithm):
         self.last_target_frame = 0
 
     def init_memory(self) -> Replay:
-        """A ``Replay`` or ``PrioritizedReplay`` (in the layout ``Replay.from_spec`` picks: each frame once on
+        """A ``Replay`` or ``PrioritizedReplay`` (in the layout ``make_replay`` picks: each frame once on
         Atari) of ``memory.max_size`` transitions."""
-        return Replay.from_spec(self.spec.memory, self.obs_space, (), np.int64, num_envs=self.num_envs)
+        return make_replay(self.spec.memory, self.obs_space, (), np.int64, num_envs=self.num_envs)
 
     @torch.no_grad()
     def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:
         """Epsilon-greedy or Boltzmann actions (N,) from Q-values; argmax when ``deterministic``."""
         q = self.nets["net"](self.obs_tensor(obs_NO))
-        return policy.q_act(q, self.algo.action_policy, self.explore_var(clock.frame), self.rng, self.gen,
+        return policy.q_act(q, self.algo_spec.action_policy, self.explore_var(clock.frame), self.rng, self.gen,
                             deterministic)
 
     @torch.no_grad()
@@ -135,7 +135,7 @@ class DQN(ReplayCadence, Algorithm):
         next_obs = batch["next_obs"]
         lead = batch["reward"].shape
         next_q = self.target_net(next_obs.reshape(-1, *next_obs.shape[len(lead):])).max(dim=-1).values
-        return batch["reward"] + self.algo.gamma * (1.0 - batch["terminated"]) * next_q.reshape(lead)
+        return batch["reward"] + self.algo_spec.gamma * (1.0 - batch["terminated"]) * next_q.reshape(lead)
 
     @property
     def fixed_targets(self) -> bool:
@@ -168,9 +168,9 @@ class DQN(ReplayCadence, Algorithm):
         kept as tensors and read once at the end.
         """
         self.last_train_frame = clock.frame
-        net, loss_fn, batch_iter = self.nets["net"], self.loss_fn, self.algo.training_batch_iter
+        net, loss_fn, batch_iter = self.nets["net"], self.loss_fn, self.algo_spec.training_batch_iter
         losses, grad_norms, qs, targets = [], [], [], []
-        for batch, target in self.batches(clock, self.algo.training_iter):
+        for batch, target in self.batches(clock, self.algo_spec.training_iter):
             for _ in range(batch_iter):
                 q = net(batch["obs"]).gather(-1, batch["act"].unsqueeze(-1)).squeeze(-1)
                 if "weight" in batch:

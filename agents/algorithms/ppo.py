@@ -77,8 +77,8 @@ class PPO(ActorCritic):
     def init_nets(self) -> None:
         """``ActorCritic`` nets and optimizers, plus the clip range schedule."""
         super().init_nets()
-        self.clip_eps = VarSchedule.from_spec(self.algo.clip_eps_spec, default=0.2)
-        self.percentile_normalizer = PercentileNormalizer() if self.algo.normalize_advantages == "percentile" \
+        self.clip_eps = VarSchedule.from_spec(self.algo_spec.clip_eps_spec, default=0.2)
+        self.percentile_normalizer = PercentileNormalizer() if self.algo_spec.normalize_advantages == "percentile" \
             else None
 
     def normalizers(self) -> dict[str, Any]:
@@ -101,9 +101,9 @@ class PPO(ActorCritic):
         values, targets (and old values); with ``clip_vloss`` the clipped form of the class docstring
         (``clip_eps`` at ``clock.frame``), else ``ActorCritic.val_loss``."""
         v_target, old_value = mb["v_target"], mb["old_value"]
-        if self.algo.symlog:
+        if self.algo_spec.symlog:
             value, v_target, old_value = symlog(value), symlog(v_target), symlog(old_value)
-        if not self.algo.clip_vloss:
+        if not self.algo_spec.clip_vloss:
             return super().val_loss(value, {**mb, "v_target": v_target}, clock)
         eps = self.clip_eps(clock.frame)
         clipped = old_value + (value - old_value).clamp(-eps, eps)
@@ -111,14 +111,14 @@ class PPO(ActorCritic):
 
     def horizon(self) -> int:
         """``time_horizon`` vector steps per rollout."""
-        return self.algo.time_horizon
+        return self.algo_spec.time_horizon
 
     def init_memory(self) -> OnPolicyBatchReplay | OnPolicyReplay:
         """An ``OnPolicyBatchReplay`` of ``time_horizon`` vector steps, or an ``OnPolicyReplay`` of
         ``training_frequency`` completed episodes (SLM-Lab's PPO refuses it; here its epochs and minibatches
         run over the episodes' steps)."""
         if self.spec.memory.name in EPISODIC:
-            return episodic_memory(self.spec.memory, self.algo.training_frequency, self.num_envs)
+            return episodic_memory(self.spec.memory, self.algo_spec.training_frequency, self.num_envs)
         return OnPolicyBatchReplay(self.horizon())
 
     def update(self, clock: Clock) -> LossStats:
@@ -128,11 +128,11 @@ class PPO(ActorCritic):
         ``ceil(B / minibatch_size)`` optimizer steps per epoch; the last slice holds the remainder.
         """
         data = self.prepare(self.memory.pop())
-        size, mb = len(data["adv"]), min(self.algo.minibatch_size, len(data["adv"]))
+        size, mb = len(data["adv"]), min(self.algo_spec.minibatch_size, len(data["adv"]))
         optim_names = tuple(self.optims)
         losses, entropies, grad_norms = [], [], []
         metrics: dict[str, list[Any]] = {name: [] for name in self.metric_names}
-        for _ in range(self.algo.training_epoch):
+        for _ in range(self.algo_spec.training_epoch):
             perm = torch.randperm(size, generator=self.gen, device=self.device)
             for start in range(0, size, mb):  # the last minibatch may be smaller: every sample is used (as SB3)
                 idx = perm[start:start + mb]

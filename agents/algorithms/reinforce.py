@@ -63,8 +63,8 @@ class Reinforce(Algorithm):
     def init_memory(self) -> OnPolicyReplay | OnPolicyBatchReplay:
         """``OnPolicyReplay`` (episodes) or ``OnPolicyBatchReplay`` (vector steps), per the spec."""
         if self.spec.memory.name in EPISODIC:
-            return episodic_memory(self.spec.memory, self.algo.training_frequency, self.num_envs)
-        return OnPolicyBatchReplay(self.algo.training_frequency)
+            return episodic_memory(self.spec.memory, self.algo_spec.training_frequency, self.num_envs)
+        return OnPolicyBatchReplay(self.algo_spec.training_frequency)
 
     @torch.no_grad()
     def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:
@@ -81,17 +81,17 @@ class Reinforce(Algorithm):
         batch = self.memory.pop()
         reward = self.to_tensor(batch["reward"])
         done = self.to_tensor(np.logical_or(batch["terminated"], batch["truncated"]))
-        ret = calc_returns(reward, done, self.algo.gamma).reshape(-1)
-        if self.algo.center_return:
+        ret = calc_returns(reward, done, self.algo_spec.gamma).reshape(-1)
+        if self.algo_spec.center_return:
             ret = ret - ret.mean()
-        if self.algo.normalize_advantage:
+        if self.algo_spec.normalize_advantage:
             ret = standardize(ret)
         obs = self.obs_tensor(batch["obs"]).reshape(-1, *self.obs_space.shape)
         act_dtype = torch.int64 if self.discrete else torch.float32
         act = self.to_tensor(batch["act"], act_dtype).reshape(len(obs), *self.action_space.shape)
         logp, entropy = policy.log_prob_entropy(self.pdparam(self.nets["net"](obs)), act, self.discrete)
         policy_loss = -(logp * ret).mean()
-        loss = self.algo.policy_loss_coef * policy_loss - self.entropy_coef(clock.frame) * entropy.mean()
+        loss = self.algo_spec.policy_loss_coef * policy_loss - self.entropy_coef(clock.frame) * entropy.mean()
         grad_norm = self.optim_step(loss, ("net",), clock)
         return LossStats(float(loss.detach()), float(entropy.detach().mean()), grad_norm,
                          {"policy_loss": float(policy_loss.detach())})

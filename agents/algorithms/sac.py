@@ -37,7 +37,7 @@ from it, with its ``optim_spec``, ``loss_spec``, ``lr_scheduler_spec`` and ``cli
 
 Twin critics as one ensemble (``stacked_critics``: plain ``MLPNet`` critics without ``clip_grad_val``, the
 common case): the two critics' (and the two targets') weights are stacked per layer into one ``StackedMLP``
-(``agents/nets.py``), so each critic forward, backward, Adam step and polyak update runs once for both, with
+(``agents/nets/mlp.py``), so each critic forward, backward, Adam step and polyak update runs once for both, with
 batched matmuls; the per-critic semantics (own weights, own targets, min or mean over the two) are unchanged.
 ``q1_net`` / ``q2_net`` and their targets stay in the nets, with their weights views of the stack: checkpoints,
 ``weights_sha256`` and ``agent.net.init_from`` transfer see the same two critics as before; the optimizer is
@@ -64,7 +64,7 @@ import torch.nn.functional as F
 from agents import policy
 from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats, ReplayCadence
 from agents.algorithms.dqn import sample_batch
-from agents.memory import PrioritizedReplay, Replay
+from agents.memory import PrioritizedReplay, Replay, make_replay
 from agents.nets import POLICY_GAIN, NetSpec, StackedMLP, make_loss, polyak_update, stackable, target_updates_due
 from envs.clock import Clock
 
@@ -153,12 +153,12 @@ class SoftActorCritic(ReplayCadence, Algorithm):
         else:
             for k in ("q1_net", "q2_net"):
                 self.add_optim(k, self.nets[k].parameters(), self.critic_optim_spec, cs)
-        alpha_optim = dict(self.algo.alpha_optim_spec or ns.optim_spec)
-        if self.algo.alpha_lr is not None:
-            alpha_optim["lr"] = self.algo.alpha_lr
+        alpha_optim = dict(self.algo_spec.alpha_optim_spec or ns.optim_spec)
+        if self.algo_spec.alpha_lr is not None:
+            alpha_optim["lr"] = self.algo_spec.alpha_lr
         self.add_optim("log_alpha", [log_alpha], alpha_optim)
-        if self.algo.target_entropy is not None:
-            self.target_entropy = float(self.algo.target_entropy)
+        if self.algo_spec.target_entropy is not None:
+            self.target_entropy = float(self.algo_spec.target_entropy)
         else:
             self.target_entropy = 0.6 * math.log(self.action_space.n) if self.discrete else -float(act_dim)
         self.loss_fn = make_loss({**cs.loss_spec, "reduction": "none"})
@@ -199,12 +199,12 @@ class SoftActorCritic(ReplayCadence, Algorithm):
     def init_memory(self) -> Replay:
         """A ``Replay`` or ``PrioritizedReplay`` of ``memory.max_size`` transitions (Box actions float32)."""
         act_shape, act_dtype = ((), np.int64) if self.discrete else (self.action_space.shape, np.float32)
-        return Replay.from_spec(self.spec.memory, self.obs_space, act_shape, act_dtype, num_envs=self.num_envs)
+        return make_replay(self.spec.memory, self.obs_space, act_shape, act_dtype, num_envs=self.num_envs)
 
     @property
     def training_iter(self) -> int:
         """Gradient steps per training round: ``algorithm.training_iter``, or ``num_envs`` when unset."""
-        return self.algo.training_iter or self.num_envs
+        return self.algo_spec.training_iter or self.num_envs
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -217,7 +217,7 @@ class SoftActorCritic(ReplayCadence, Algorithm):
         training_start_step`` (not when ``deterministic``), else sampled from the policy (its mode when
         ``deterministic``)."""
         n = len(obs_NO)
-        if not deterministic and clock.frame < self.algo.training_start_step:
+        if not deterministic and clock.frame < self.algo_spec.training_start_step:
             if self.discrete:
                 return self.rng.integers(0, self.action_space.n, size=n)
             return self.rng.uniform(-1.0, 1.0, size=(n, *self.action_space.shape)).astype(np.float32)
@@ -270,7 +270,7 @@ class SoftActorCritic(ReplayCadence, Algorithm):
         next_obs = batch["next_obs"]
         next_act, next_logp = self.next_action(next_obs)
         q_next = self.twin_q(next_obs, next_act, target=True)
-        return batch["reward"] + self.algo.gamma * (1.0 - batch["terminated"]) * self.soft_value(
+        return batch["reward"] + self.algo_spec.gamma * (1.0 - batch["terminated"]) * self.soft_value(
             q_next[0], q_next[1], next_logp, alpha)
 
     def critic_preds(self, batch: dict[str, torch.Tensor],
@@ -338,13 +338,13 @@ class SoftActorCritic(ReplayCadence, Algorithm):
             self.polyak_targets()
             metrics["q_loss"].append(q_loss.detach())
             loss = q_loss.detach()
-            if clock.opt_step % self.algo.policy_delay == 0:  # delayed policy updates (policy_delay critic steps)
+            if clock.opt_step % self.algo_spec.policy_delay == 0:  # delayed policy updates (policy_delay critic steps)
                 policy_loss, alpha_loss = self.actor_losses(batch["obs"], alpha, q_all)
                 # one backward for both: the policy loss reads alpha detached and the temperature loss log pi
                 # detached, so each loss's gradients are those of its own backward
                 self.optim_step_tensor(policy_loss + alpha_loss, ("net", "log_alpha"), clock, count=False, norm=False)
                 with torch.no_grad():
-                    log_alpha.clamp_(self.algo.log_alpha_min, self.algo.log_alpha_max)
+                    log_alpha.clamp_(self.algo_spec.log_alpha_min, self.algo_spec.log_alpha_max)
                 loss = loss + (policy_loss + alpha_loss).detach()
                 metrics["policy_loss"].append(policy_loss.detach())
                 metrics["alpha_loss"].append(alpha_loss.detach())

@@ -72,14 +72,14 @@ class SARSA(Algorithm):
     def init_memory(self) -> OnPolicyBatchReplay | OnPolicyReplay:
         """``training_frequency`` vector steps, or episodes with ``OnPolicyReplay``."""
         if self.spec.memory.name in EPISODIC:
-            return episodic_memory(self.spec.memory, self.algo.training_frequency, self.num_envs)
-        return OnPolicyBatchReplay(self.algo.training_frequency)
+            return episodic_memory(self.spec.memory, self.algo_spec.training_frequency, self.num_envs)
+        return OnPolicyBatchReplay(self.algo_spec.training_frequency)
 
     @torch.no_grad()
     def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:
         """Epsilon-greedy or Boltzmann actions (N,) from Q-values; argmax when ``deterministic``."""
         q = self.nets["net"](self.obs_tensor(obs_NO))
-        return policy.q_act(q, self.algo.action_policy, self.explore_var(clock.frame), self.rng, self.gen,
+        return policy.q_act(q, self.algo_spec.action_policy, self.explore_var(clock.frame), self.rng, self.gen,
                             deterministic)
 
     def train_ready(self, clock: Clock) -> bool:
@@ -112,7 +112,7 @@ class SARSA(Algorithm):
         next_q = self.nets["net"](batch["next_obs"])
         taken = next_q.gather(-1, batch["next_act"].unsqueeze(-1)).squeeze(-1)
         next_val = torch.where(batch["has_next"], taken, next_q.max(dim=-1).values)
-        return batch["reward"] + self.algo.gamma * (1.0 - batch["terminated"]) * next_val
+        return batch["reward"] + self.algo_spec.gamma * (1.0 - batch["terminated"]) * next_val
 
     def update(self, clock: Clock) -> LossStats:
         """One TD regression step on the rollout's B = L*N transitions (no step if L = 0)."""

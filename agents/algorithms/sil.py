@@ -2,7 +2,7 @@
 ``SIL``, reimplemented. ``SILMixin`` holds everything SIL adds and is shared with ``PPOSIL`` (``ppo_sil.py``).
 
 An ``ActorCritic`` (same nets, optimizers, rollouts and losses; see ``actor_critic.py``) whose memory is a
-``SILReplay`` (``agents/memory.py``): the on-policy memory ``agent.memory.name`` plus a replay
+``SILReplay`` (``agents/memory/sil.py``): the on-policy memory ``agent.memory.name`` plus a replay
 (``agent.memory.sil_replay_name``: ``Replay``, or ``PrioritizedReplay`` as in the paper) of the transitions of
 finished episodes with their discounted Monte-Carlo returns R. Each ``update`` is the algorithm's own update,
 then ``training_iter`` times: sample ``memory.batch_size`` rows from the replay, and take
@@ -42,7 +42,7 @@ import torch
 from agents import policy
 from agents.algorithms.actor_critic import ActorCritic, ActorCriticSpec
 from agents.algorithms.base import LossStats, mean_metrics
-from agents.memory import Replay, SILReplay
+from agents.memory import SILReplay, make_replay
 from envs.clock import Clock
 
 SIL_METRICS = ("sil_policy_loss", "sil_val_loss")
@@ -101,13 +101,13 @@ class SILMixin:
         transitions (actions (A,) float32 for Box, int64 for Discrete), without next observations."""
         onpolicy = super().init_memory()
         act_shape, act_dtype = ((), np.int64) if self.discrete else (self.action_space.shape, np.float32)
-        replay = Replay.from_spec(self.spec.memory, self.obs_space, act_shape, act_dtype,
-                                  name=self.spec.memory.sil_replay_name or "Replay", store_next_obs=False)
-        return SILReplay(onpolicy, replay, self.algo.gamma, self.num_envs)
+        replay = make_replay(self.spec.memory, self.obs_space, act_shape, act_dtype,
+                             name=self.spec.memory.sil_replay_name or "Replay", store_next_obs=False)
+        return SILReplay(onpolicy, replay, self.algo_spec.gamma, self.num_envs)
 
     def refill_size(self) -> int:
         """Replay transitions before SIL steps: ``training_start_step``."""
-        return self.algo.training_start_step
+        return self.algo_spec.training_start_step
 
     def update(self, clock: Clock) -> LossStats:
         """The base algorithm's update, then the SIL steps (``sil_update``); their metrics join its own."""
@@ -124,21 +124,21 @@ class SILMixin:
         """
         if len(self.memory) < self.refill_size():
             return {name: math.nan for name in SIL_METRICS}
-        algo, optim_names = self.algo, tuple(self.optims)
+        algo_spec, optim_names = self.algo_spec, tuple(self.optims)
         metrics: dict[str, list[Any]] = {name: [] for name in SIL_METRICS}
-        for _ in range(algo.training_iter):
+        for _ in range(algo_spec.training_iter):
             batch = self.memory.sample(self.rng, clock.frame)
             obs = self.obs_tensor(batch["obs"])
             act = self.to_tensor(batch["act"], torch.int64 if self.discrete else torch.float32)
             ret = self.to_tensor(batch["ret"])
             weight = self.to_tensor(batch["weight"]) if "weight" in batch else None
-            for _ in range(algo.training_batch_iter):
+            for _ in range(algo_spec.training_batch_iter):
                 pdparam, value = self.pdparam_value(obs)
                 logp = policy.log_prob_entropy(pdparam, act, self.discrete)[0]
                 policy_loss, val_loss, clipped = sil_losses(logp, value, ret, weight)
                 if "idx" in batch:
                     self.memory.replay.update_priorities(batch["idx"], clipped.detach().cpu().numpy())
-                loss = algo.sil_policy_loss_coef * policy_loss + algo.sil_val_loss_coef * val_loss
+                loss = algo_spec.sil_policy_loss_coef * policy_loss + algo_spec.sil_val_loss_coef * val_loss
                 self.optim_step(loss, optim_names, clock)
                 metrics["sil_policy_loss"].append(policy_loss.detach())
                 metrics["sil_val_loss"].append(val_loss.detach())

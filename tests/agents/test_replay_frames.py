@@ -1,7 +1,7 @@
 """FrameStackReplay (each frame of a (K, H, W) stack once): the samples are exactly Replay's through episode
 ends, life losses without a reset, truncations, ring wrap-around (N not dividing max_size), env resets under a
 restored buffer, state round trips, and FrameOnceReplay and Replay states written before it; its prioritized kind
-samples what PrioritizedReplay samples; bytes per transition and the kind from_spec picks."""
+samples what PrioritizedReplay samples; bytes per transition and the kind make_replay picks."""
 
 import gymnasium as gym
 import numpy as np
@@ -14,6 +14,7 @@ from agents.memory import (
     PrioritizedFrameStackReplay,
     PrioritizedReplay,
     Replay,
+    make_replay,
     transition_bytes,
 )
 from tests.agents.test_replay_pixels import assert_same_samples as same_samples
@@ -160,29 +161,29 @@ def test_prioritized_frame_stacks_sample_what_prioritized_replay_samples(beta_st
 
 def test_bytes_per_transition_and_selection():
     """(4, 84, 84) uint8: one 84x84 frame (7,056 bytes) + act, reward, terminated (16) + the head flag (1) per
-    row: 7,073 bytes at max_size, against 28,240 (FrameOnceReplay) and 56,464 (Replay). from_spec picks the
+    row: 7,073 bytes at max_size, against 28,240 (FrameOnceReplay) and 56,464 (Replay). make_replay picks the
     frame-stack kinds for (K, H, W) spaces unless optimize_memory_usage is false (null, the default, included;
     PrioritizedReplay too: + its sum tree), FrameOnceReplay for other shapes only when it is true."""
     atari = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
     vec = gym.spaces.Box(-1, 1, (4,), np.float32)
     for optimize in (None, True):
         spec = MemorySpec(max_size=1000, optimize_memory_usage=optimize)
-        mem = Replay.from_spec(spec, atari, (), np.int64, num_envs=4)
+        mem = make_replay(spec, atari, (), np.int64, num_envs=4)
         assert type(mem) is FrameStackReplay and mem.num_envs == 4
         assert mem.nbytes == 1000 * 7_073 == transition_bytes(spec, atari, (), np.int64) * 1000
         assert mem.obs_nbytes == 28_224
-        per = Replay.from_spec(spec, atari, (), np.int64, name="PrioritizedReplay")
+        per = make_replay(spec, atari, (), np.int64, name="PrioritizedReplay")
         assert type(per) is PrioritizedFrameStackReplay and per.nbytes == 1000 * 7_073 + 2 * 1024 * 8
-    assert type(Replay.from_spec(MemorySpec(optimize_memory_usage=True), vec, (), np.int64)) is FrameOnceReplay
-    assert type(Replay.from_spec(MemorySpec(), vec, (), np.int64)) is Replay
-    assert type(Replay.from_spec(MemorySpec(name="PrioritizedReplay"), vec, (), np.int64)) is PrioritizedReplay
+    assert type(make_replay(MemorySpec(optimize_memory_usage=True), vec, (), np.int64)) is FrameOnceReplay
+    assert type(make_replay(MemorySpec(), vec, (), np.int64)) is Replay
+    assert type(make_replay(MemorySpec(name="PrioritizedReplay"), vec, (), np.int64)) is PrioritizedReplay
     off = MemorySpec(max_size=1000, optimize_memory_usage=False)
-    assert type(Replay.from_spec(off, atari, (), np.int64)) is Replay
+    assert type(make_replay(off, atari, (), np.int64)) is Replay
     assert transition_bytes(off, atari, (), np.int64) == 56_464
     assert transition_bytes(MemorySpec(max_size=1_000_000), atari, (), np.int64, "PrioritizedReplay") == \
         7_073 + 2 * 2**20 * 8 / 1_000_000
     with pytest.raises(ValueError, match=r"PrioritizedReplay only for \(K, H, W\) frame stacks, not .* \(4,\)"):
-        Replay.from_spec(MemorySpec(name="PrioritizedReplay", optimize_memory_usage=True), vec, (), np.int64)
+        make_replay(MemorySpec(name="PrioritizedReplay", optimize_memory_usage=True), vec, (), np.int64)
     with pytest.raises(ValueError, match=r"needs \(K, H, W\) observations, got shape \(4,\)"):
         FrameStackReplay(10, (4,), (), np.int64, 2)
     with pytest.raises(ValueError, match="needs max_size >= 2 \\* num_envs, got 7 < 2 \\* 4"):

@@ -6,7 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from agents.memory import FrameOnceReplay, MemorySpec, Replay, storage_dtype
+from agents.memory import FrameOnceReplay, MemorySpec, Replay, make_replay, storage_dtype
 from envs.make import EnvSpec, final_obs, make_env, sub_env_seeds
 
 ATARI = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
@@ -22,10 +22,10 @@ def test_bytes_per_transition():
     assert per == {"float32": 225_808, "uint8": 56_464, "frame_once": 28_240}
     assert storage_dtype(np.float64) == np.float32 and storage_dtype(np.uint8) == np.uint8
     spec = MemorySpec(max_size=size, optimize_memory_usage=True)
-    assert isinstance(Replay.from_spec(spec, ATARI, (), np.int64), FrameOnceReplay)
+    assert isinstance(make_replay(spec, ATARI, (), np.int64), FrameOnceReplay)
     plain = MemorySpec(max_size=size, optimize_memory_usage=False)
-    assert type(Replay.from_spec(plain, ATARI, (), np.int64)) is Replay
-    assert Replay.from_spec(plain, ATARI, (), np.int64).data["obs"].dtype == np.uint8
+    assert type(make_replay(plain, ATARI, (), np.int64)) is Replay
+    assert make_replay(plain, ATARI, (), np.int64).data["obs"].dtype == np.uint8
 
 
 def fill(memories, steps, seed=0, reset_at=None):
@@ -121,10 +121,10 @@ def test_float16_obs_storage_rounds_as_slm_lab_replay(frame_once):
     the plain float16 replay's."""
     space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
     half = MemorySpec(max_size=200, batch_size=16, obs_dtype="float16")
-    memory = Replay.from_spec(half, space, (), np.int64)
+    memory = make_replay(half, space, (), np.int64)
     assert memory.data["obs"].dtype == np.float16 and memory.nbytes == 200 * 32
-    assert Replay.from_spec(MemorySpec(max_size=200), space, (), np.int64).nbytes == 200 * 48
-    assert Replay.from_spec(half, ATARI, (), np.int64).data["frame"].dtype == np.uint8  # frames stay uint8
+    assert make_replay(MemorySpec(max_size=200), space, (), np.int64).nbytes == 200 * 48
+    assert make_replay(half, ATARI, (), np.int64).data["frame"].dtype == np.uint8  # frames stay uint8
     assert storage_dtype(np.float64, np.float16) == np.float16 and storage_dtype(np.float16) == np.float16
     full = Replay(200, (4,), (), np.int64, 16)
     fill([memory, full], 30)  # 90 rows, 3 sub-envs, episodes of 6 steps
@@ -132,8 +132,8 @@ def test_float16_obs_storage_rounds_as_slm_lab_replay(frame_once):
     np.testing.assert_array_equal(memory.data["next_obs"], full.data["next_obs"].astype(np.float16))
     assert not np.array_equal(memory.data["obs"][:90].astype(np.float32), full.data["obs"][:90])  # really rounded
     if frame_once:
-        once = Replay.from_spec(MemorySpec(max_size=200, batch_size=16, obs_dtype="float16",
-                                           optimize_memory_usage=True), space, (), np.int64)
+        once = make_replay(MemorySpec(max_size=200, batch_size=16, obs_dtype="float16",
+                                       optimize_memory_usage=True), space, (), np.int64)
         once32 = FrameOnceReplay(200, (4,), (), np.int64, 16)
         fill([once, once32], 30)
         assert once.data["obs"].dtype == np.float16

@@ -134,7 +134,7 @@ def test_atari_dqn_entries_store_each_frame_once(rel, name, kind, per_transition
     import gymnasium as gym
     import numpy as np
 
-    from agents.memory import Replay
+    from agents.memory import make_replay
     from orchestrator.spec import preflight
     from orchestrator.spec.load import build
 
@@ -144,7 +144,7 @@ def test_atari_dqn_entries_store_each_frame_once(rel, name, kind, per_transition
     assert memory_spec.optimize_memory_usage is None and memory_spec.max_size == 200_000
     atari = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
     small = dataclasses.replace(memory_spec, max_size=1000)
-    assert type(Replay.from_spec(small, atari, (), np.int64, num_envs=16)).__name__ == kind
+    assert type(make_replay(small, atari, (), np.int64, num_envs=16)).__name__ == kind
     shape = preflight.EnvShape((4, 84, 84), (), np.dtype(np.int64), 6, 10_000, np.dtype(np.uint8))
     needs = {key: what for key, _, what in preflight.memory_needs(spec, shape)}
     assert needs["agent.memory.max_size"] == f"replay of 200000 transitions x {per_transition} bytes"

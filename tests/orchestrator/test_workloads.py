@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from agents import memory
+from agents.memory import factory
 from orchestrator.session.loop import Session
 from orchestrator.session_actor import SessionRunner
 from orchestrator.spec.load import load_spec
@@ -80,7 +81,7 @@ def test_older_replay_checkpoint_resumes_into_frame_stack_replay(tmp_path, monke
     predir = str(tmp_path / "dqn_atari_2026_01_01_000000")
     with monkeypatch.context() as m:
         older = getattr(memory, before)
-        m.setattr(memory, "FrameStackReplay", lambda *args, num_envs: older(*args))  # the replay before this class
+        m.setattr(factory, "FrameStackReplay", lambda *args, num_envs: older(*args))  # the replay before this class
         first = SessionRunner(spec, predir, 0, 0, 3, resume=False)
         for event in first.events():
             if event["kind"] == "started":

@@ -127,7 +127,7 @@ def test_advantages_standardized_by_default_as_slm_lab():
     uniform policy (logp = -ln 2 for both) policy_loss = ln 2 * mean(0.7071, -0.7071) = 0 (0.43322 without).
     The value loss is unchanged: 0.40625."""
     algo = _two_step_rollout([o for o in NSTEP if "normalize_advantage" not in o])
-    assert algo.algo.normalize_advantage is True
+    assert algo.algo_spec.normalize_advantage is True
     clock = Clock(100, 1)
     clock.frame = 2
     stats = algo.update(clock)

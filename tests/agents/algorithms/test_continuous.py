@@ -69,7 +69,7 @@ def test_reinforce_standardizes_returns_hand_computed(overrides, loss):
     algo = pendulum_algo("reinforce_pendulum", [*SMALL, no_bonus, "agent.algorithm.center_return=false",
                                                 "agent.algorithm.policy_loss_coef=0.5",
                                                 'agent.net.optim_spec={"name": "SGD", "lr": 0.1}', *overrides])
-    assert algo.algo.policy_loss_coef == 0.5
+    assert algo.algo_spec.policy_loss_coef == 0.5
     with torch.no_grad():
         for p in algo.nets["net"].parameters():
             p.zero_()

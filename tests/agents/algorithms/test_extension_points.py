@@ -32,7 +32,7 @@ class AlphaReinforce(Reinforce):
     def init_nets(self):
         super().init_nets()
         log_alpha = self.add_tensor("log_alpha", torch.tensor([0.5]), transfer=False)
-        self.add_optim("log_alpha", [log_alpha], self.algo.alpha_optim_spec)
+        self.add_optim("log_alpha", [log_alpha], self.algo_spec.alpha_optim_spec)
 
 
 @pytest.fixture
