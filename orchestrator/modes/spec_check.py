@@ -8,8 +8,9 @@ exit"). A ``train`` driver only plans sessions and watches them, so ``start`` ru
 run's saved spec, ``spec.resume_spec``, instead of ``check_init_from``) in a short child process
 (``python -c ... orchestrator.modes.spec_check``) and returns at once; the driver starts Ray meanwhile and
 then takes the result. The child prints the checked spec (JSON) or the problem (``SpecError``,
-``UsageError``, ``storage.StorageError``, raised again in the driver with the same message: exit 2,
-no traceback, before any run directory exists or a resumed run is changed). Its other output goes to the
+``UsageError``, ``storage.StorageError``, raised again in the driver with the same message: exit 2, or 75 for a
+storage fault of the machine, which keeps its hint; no traceback, before any run directory exists or a resumed run
+is changed). Its other output goes to the
 driver's stderr.
 
 Where torch is already imported (the lab called in-process, e.g. by tests, or ``dev``), the check runs in
@@ -108,8 +109,9 @@ def decode(answer: dict[str, Any]) -> dict[str, Any]:
         raise SpecError(answer["problems"])
     if kind == "usage":
         raise UsageError(answer["message"])
-    if kind == "storage":
-        raise storage.StorageError(answer["message"])
+    if kind == "storage":  # a fault of the machine keeps its hint (exit 75), bad input has none (exit 2)
+        raise storage.StorageError(answer["message"], answer.get("uri", ""), hint=answer.get("hint"),
+                                   transient=bool(answer.get("transient")))
     return answer
 
 
@@ -131,7 +133,8 @@ def main() -> None:
     except UsageError as err:
         answer = {"error": "usage", "message": str(err)}
     except storage.StorageError as err:
-        answer = {"error": "storage", "message": str(err)}
+        answer = {"error": "storage", "message": str(err), "uri": err.uri, "hint": err.hint,
+                  "transient": err.transient}
     try:
         out.write(RESULT_PREFIX + json.dumps(answer) + "\n")
         out.flush()

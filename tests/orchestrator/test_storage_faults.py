@@ -416,3 +416,19 @@ def test_s3_pbt_search_rides_out_503s_on_every_request_kind(ray_local, tmp_path,
         assert_every_kind_faulted(proxy, ("HEAD", "GET", "LIST", "PUT", "DELETE"))
     assert storage.read_text(f"{data}/job/pbt.jsonl") == storage.read_text(f"{local}/pbt.jsonl")
     assert_same_train_dfs(f"{data}/job", local, ["t0/s0", "t1/s0"])
+
+
+def test_a_storage_fault_in_the_spec_check_child_keeps_its_hint():
+    """The spec-check child's answer carries a storage fault's hint, so the driver exits 75 for a fault of the machine
+    (and 2 for bad input, which has none)."""
+    from orchestrator.modes import spec_check
+    from orchestrator.store.faults import StorageError
+
+    fault = {"error": "storage", "message": "cannot read 's3://b/run/spec.json': 503", "uri": "s3://b/run/spec.json",
+             "hint": "check the object store and the network", "transient": False}
+    with pytest.raises(StorageError) as err:
+        spec_check.decode(fault)
+    assert (err.value.hint, err.value.uri) == ("check the object store and the network", "s3://b/run/spec.json")
+    with pytest.raises(StorageError) as err:
+        spec_check.decode({"error": "storage", "message": "no such bucket"})
+    assert err.value.hint is None
