@@ -42,7 +42,6 @@ from orchestrator.store.checkpoint import DEFAULT_CHECKPOINT_INTERVAL_S, Checkpo
 COMMIT_BACKOFF_S = (0.5, 1.0, 2.0)  # waits between checkpoint write attempts, seconds
 CHECKPOINT_TIME_SHARE = 0.005  # without checkpoint_frequency: the share of training time checkpoints may take
 # (half the < 1% goal: the first checkpoint, after the interval alone, and the last one, forced, come on top)
-EXPORTED_FILES = ("train_df.parquet", "eval_df.parquet")  # checkpoint files copied to the session dir
 
 
 def checkpoint_frequency(meta: dict[str, Any]) -> int:
@@ -203,9 +202,7 @@ class SessionRunner:
             self.best = (ma, frame)
         try:  # housekeeping: retention (the newest is always kept) and the user copy of train_df
             self.store.prune(best_frame=self.best[1] if self.best else None)
-            for name in EXPORTED_FILES:  # the user copies (the checkpoint's are authoritative)
-                if name in files:
-                    storage.write_bytes(storage.join(self.session_dir, name), files[name])
+            self.store.export(files)  # the user copies (the checkpoint's are authoritative)
         except (CheckpointError, storage.StorageError, OSError) as err:
             self.log_line(f"after checkpoint {frame}: {err}")
         return True

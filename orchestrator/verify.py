@@ -6,7 +6,6 @@ from __future__ import annotations
 import sys
 
 from orchestrator.errors import UsageError
-from orchestrator.session_actor import EXPORTED_FILES
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
 from orchestrator.store.checkpoint import CheckpointError, CheckpointStore, Selection
@@ -69,16 +68,8 @@ def export_committed(predir: str, plan: SessionPlan, selection: Selection) -> li
     Raises:
         storage.StorageError: a write failed.
     """
-    sdir = predir_mod.session_dir(predir, plan.trial, plan.session)
-    written = []
-    for name in EXPORTED_FILES:
-        if name not in selection.files:
-            continue
-        uri = storage.join(sdir, name)
-        current = storage.read_bytes(uri) if storage.exists(uri) else None
-        if current != selection.files[name]:
-            storage.write_bytes(uri, selection.files[name])
-            written.append(name)
+    store = CheckpointStore(predir_mod.session_dir(predir, plan.trial, plan.session))
+    written = store.export(selection.files, changed_only=True)
     if written:
         print(f"session {plan.key}: {', '.join(written)} rewritten from its committed checkpoint at frame "
               f"{selection.frame}", file=sys.stderr)

@@ -53,13 +53,12 @@ import numpy as np
 from orchestrator.errors import EXIT_RESUMABLE, SpecError
 from orchestrator.search.pbt_policy import decide, format_exploit, initial_config
 from orchestrator.search.trials import trial_json, write_spec_files
-from orchestrator.session_actor import EXPORTED_FILES
 from orchestrator.session_hosts import SessionHosts, capacity, host_key
 from orchestrator.spec.pbt import PBTSettings, key_range
 from orchestrator.spec.search_space import SearchVar, apply_values, parse_search
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
-from orchestrator.store.checkpoint import MANIFEST_NAME, CheckpointError, CheckpointStore
+from orchestrator.store.checkpoint import CheckpointError, CheckpointStore
 from orchestrator.store.lease import Lease
 from orchestrator.store.predir import session_seed
 from orchestrator.store.record import RunRecord, SessionPlan, now_iso
@@ -211,16 +210,7 @@ class Population:
         for s in range(self.sessions):
             src = predir_mod.session_dir(self.predir, donor, s)
             dst = predir_mod.session_dir(self.predir, t, s)
-            source, target = CheckpointStore(src), CheckpointStore(dst)
-            target.delete_all()
-            for f in (f for f in source.frames() if f <= frame):  # the donor's state at the decision's frame
-                storage.copy_tree(source.frame_uri(f), target.frame_uri(f), last=MANIFEST_NAME)
-            held = source.manifest(frame).files
-            for name in EXPORTED_FILES:  # the user copies, from the donor's checkpoint at the decision's frame
-                if name in held:
-                    storage.write_bytes(storage.join(dst, name), source.read_file(frame, name))
-                else:
-                    storage.delete(storage.join(dst, name))
+            CheckpointStore(src).copy_to(CheckpointStore(dst), frame)  # the donor's state at the decision's frame
             reseeded = "" if record.get("reseed") is None else \
                 f"; acting RNG streams reseeded with {session_reseed(int(record['reseed']), s)}"
             storage.append_text(storage.join(dst, "log.txt"),

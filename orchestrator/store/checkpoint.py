@@ -43,6 +43,7 @@ DEFAULT_CHECKPOINT_INTERVAL_S = 1.0
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "MANIFEST.json"
+EXPORTED_FILES = ("train_df.parquet", "eval_df.parquet")  # checkpoint files with a user copy in the session dir
 STAGING_PREFIX = ".staging-"
 REPLACED_PREFIX = ".replaced-"
 CORRUPT_PREFIX = ".corrupt-"
@@ -368,6 +369,53 @@ class CheckpointStore:
             storage.delete(self.ckpt_dir)
         except storage.StorageError as err:
             raise CheckpointError(f"cannot delete the checkpoints in {self.ckpt_dir}: {err}") from err
+
+    def export(self, files: dict[str, bytes], changed_only: bool = False, drop_missing: bool = False) -> list[str]:
+        """Write the session directory's user copies (``EXPORTED_FILES``: train_df/eval_df parquet) from a
+        checkpoint's ``files``: the committed checkpoint is authoritative.
+
+        Args:
+            changed_only: rewrite only copies whose bytes differ (one read each).
+            drop_missing: delete a user copy that ``files`` does not hold.
+
+        Returns:
+            Names of the files written (or deleted).
+
+        Raises:
+            storage.StorageError: a read, write or delete failed.
+        """
+        written = []
+        for name in EXPORTED_FILES:
+            uri = storage.join(self.session_dir, name)
+            if name not in files:
+                if drop_missing and storage.exists(uri):
+                    storage.delete(uri)
+                    written.append(name)
+                continue
+            if changed_only and storage.exists(uri) and storage.read_bytes(uri) == files[name]:
+                continue
+            storage.write_bytes(uri, files[name])
+            written.append(name)
+        return written
+
+    def copy_to(self, target: CheckpointStore, frame: int) -> None:
+        """Make ``target`` (another session) hold this session's state at ``frame``: its checkpoints deleted manifest
+        first (``delete_all``), this session's committed checkpoints up to ``frame`` copied manifest last, and its
+        user copies written from the checkpoint at ``frame``. Idempotent: a copy cut short is done again whole.
+
+        Raises:
+            CheckpointError: no valid checkpoint at ``frame``, or the store failed.
+        """
+        target.delete_all()
+        try:
+            for f in (f for f in self.frames() if f <= frame):
+                storage.copy_tree(self.frame_uri(f), target.frame_uri(f), last=MANIFEST_NAME)
+            held = self.manifest(frame).files
+            target.export({name: self.read_file(frame, name) for name in EXPORTED_FILES if name in held},
+                          drop_missing=True)
+        except storage.StorageError as err:
+            raise CheckpointError(f"cannot copy {self.ckpt_dir} up to frame {frame} to {target.ckpt_dir}: {err}") \
+                from err
 
     def _restore_replaced(self) -> None:
         """Finish or roll back replacements of a writer killed in the middle of ``commit``.

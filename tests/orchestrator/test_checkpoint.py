@@ -419,3 +419,21 @@ def test_storage_move_and_copy_rules(tmp_path, s3_bucket):
     storage.write_bytes(storage.join(s3_bucket, "a", "x", "f"), b"3")
     assert storage.copy_tree(storage.join(s3_bucket, "a"), storage.join(s3_bucket, "b")) == ["x/f"]
     assert storage.read_bytes(storage.join(s3_bucket, "b", "x", "f")) == b"3"
+
+
+def test_copy_to_gives_the_target_the_sources_state_at_a_frame_and_its_user_copies(tmp_path):
+    """``copy_to`` (a PBT exploit): the target's own checkpoints go, the source's up to the frame come (later ones
+    do not), and the user copies are the source checkpoint's, a copy the checkpoint lacks deleted."""
+    src, dst = CheckpointStore(str(tmp_path / "src")), CheckpointStore(str(tmp_path / "dst"))
+    for frame in (100, 200, 300):
+        src.commit(frame, {"state.pt": b"s%d" % frame, "train_df.parquet": b"df%d" % frame}, {"total_reward_ma": 1.0})
+    dst.commit(400, {"state.pt": b"mine", "train_df.parquet": b"mine"}, {"total_reward_ma": 2.0})
+    (tmp_path / "dst" / "eval_df.parquet").write_bytes(b"stale")
+    src.copy_to(dst, 200)
+    assert dst.frames() == [100, 200] and dst.load(200)[1]["state.pt"] == b"s200"
+    assert (tmp_path / "dst" / "train_df.parquet").read_bytes() == b"df200"
+    assert not (tmp_path / "dst" / "eval_df.parquet").exists()
+    src.copy_to(dst, 200)  # again (a kill mid-copy): the same result
+    assert dst.frames() == [100, 200]
+    assert dst.export({"train_df.parquet": b"df200"}, changed_only=True) == []
+    assert dst.export({"train_df.parquet": b"new"}, changed_only=True) == ["train_df.parquet"]
