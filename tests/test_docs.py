@@ -201,3 +201,17 @@ def test_readme_install_story_matches_the_torch_pin():
     commands = [line for line in readme.splitlines() if line.startswith("pip install -e")][:2]
     assert [c.split(" && ")[0] for c in commands] == ["pip install -e .", 'pip install -e ".[test]"']
     assert commands[0].endswith("python run_lab.py specs/demo.json ppo_cartpole dev")
+
+
+def test_every_test_file_a_docstring_or_page_names_exists():
+    """Code, tools, bench scripts and docs name test files by path (``tests/...py``): each one exists."""
+    named = {}
+    for root in ("orchestrator", "agents", "envs", "tools", "bench", "docs"):
+        for path in (ROOT / root).rglob("*"):
+            if path.suffix in (".py", ".md"):
+                for name in re.findall(r"tests/[A-Za-z0-9_/]+\.py", path.read_text(errors="replace")):
+                    named.setdefault(name, path.relative_to(ROOT))
+    for name in re.findall(r"tests/[A-Za-z0-9_/]+\.py", (ROOT / "README.md").read_text()):
+        named.setdefault(name, "README.md")
+    missing = {name: str(where) for name, where in named.items() if not (ROOT / name).exists()}
+    assert named and not missing, missing

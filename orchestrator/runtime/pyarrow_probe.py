@@ -3,7 +3,7 @@
 Checked on: pyarrow 26 (``CHECKED_ON``). Fallback: where pyarrow no longer probes, or probes elsewhere, the patch
 does nothing and pandas is imported as before. Measured gain: about 100 MB RSS and 1 s of each session process
 that writes Parquet before it imports pandas (docs/BENCHMARKS.md "Process memory"), 2% of the 45 s CartPole
-``train`` of "Start-up and exit" and a tenth of a CartPole session's RSS. ``tests/orchestrator/test_runtime_patches.py``
+``train`` of "Start-up and exit" and a tenth of a CartPole session's RSS. ``tests/test_architecture.py``
 fails when a new pyarrow stops importing pandas on its probe (the patch is then no longer needed).
 """
 

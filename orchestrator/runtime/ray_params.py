@@ -3,7 +3,7 @@
 Checked on: Ray 2.60.0 (``CHECKED_ON``). Fallback: on a Ray whose private names differ (``applies`` is False) the
 local Ray starts through the public ``ray.init`` alone. Measured gain (docs/BENCHMARKS.md "Start-up and exit",
 "Process memory"): about 100 MB less RSS on the head and 1-2 s less of a ``train``'s start, 2-4% of the
-45 s CartPole ``train`` it was timed on. ``tests/orchestrator/test_runtime_patches.py`` fails when a new Ray
+45 s CartPole ``train`` it was timed on. ``tests/test_architecture.py`` fails when a new Ray
 changes the names it patches.
 """
 
