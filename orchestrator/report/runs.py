@@ -52,8 +52,10 @@ class RunInfo:
         return max(scores) if scores else None
 
 
-def session_info(predir: str, key: str, run: dict[str, Any]) -> SessionInfo:
-    """Status, committed frame and best checkpoint score of session ``key`` (``t{T}_s{S}``)."""
+def session_info(predir: str, key: str, run: dict[str, Any], max_frame: int | None = None) -> SessionInfo:
+    """Status, committed frame and best checkpoint score of session ``key`` (``t{T}_s{S}``). A session ``done`` at a
+    frame below ``max_frame`` (frames) is ``paused``: it ended a part of the run (a PBT generation) or a run whose
+    ``env.max_frame`` was raised since, and continues when the run is resumed."""
     t, s = (int(x) for x in re.fullmatch(r"t(\d+)_s(\d+)", key).groups())
     store = CheckpointStore(predir_mod.session_dir(predir, t, s))
     ranked = store.ranked("best")
@@ -73,6 +75,8 @@ def session_info(predir: str, key: str, run: dict[str, Any]) -> SessionInfo:
         if len(df):
             frame = int(df["frame"].iloc[-1])
             best = None if df["total_reward_ma"].isna().all() else float(df["total_reward_ma"].max())
+    if status == "done" and max_frame is not None and frame < max_frame:
+        status = "paused"
     return SessionInfo(key, status, frame, best, bool(ranked))
 
 
@@ -112,8 +116,8 @@ def run_info(predir: str) -> RunInfo | None:
     keys = set(run.get("sessions", {}))
     keys |= {f"t0_s{s}" for s in range(int(spec["meta"].get("max_session", 1)))}
     keys |= {f"t{t}_s{s}" for t, s in session_keys(predir)}
-    sessions = [session_info(predir, key, run) for key in sorted(keys, key=_key_order)]
     max_frame = int(spec["env"]["max_frame"])
+    sessions = [session_info(predir, key, run, max_frame) for key in sorted(keys, key=_key_order)]
     return RunInfo(storage.basename(predir), spec_name, max_frame, sessions,
                    resumability(sessions, max_frame, is_dev(run)), spec["env"], str(run.get("created", "")))
 

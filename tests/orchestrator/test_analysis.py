@@ -274,6 +274,12 @@ def test_ls_status_frames_best_and_resumability(tmp_path, capsys):
     assert run_cli("ls", "--data-dir", str(tmp_path / "data")) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "best=30.00" in lines[0] and lines[0].endswith("resumable=yes")
+
+    run = json.loads((tmp_path / "data/ppo_cartpole_2026_01_02_030405/run.json").read_text())
+    run["sessions"]["t0_s1"]["status"] = "done"  # done at 400 of 1600: a PBT generation's end, not the run's
+    (tmp_path / "data/ppo_cartpole_2026_01_02_030405/run.json").write_text(json.dumps(run))
+    assert run_cli("ls", "--data-dir", str(tmp_path / "data")) == 0
+    assert capsys.readouterr().out.splitlines()[2].split() == ["t0_s1", "paused", "400/1600", "best", "30.00"]
     assert run_cli("ls", "--data-dir", str(tmp_path / "empty")) == 0
     assert "no runs in" in capsys.readouterr().out
 
