@@ -192,7 +192,8 @@ def search_trial(config: dict[str, Any], spec: dict[str, Any], predir: str) -> N
     metrics = final_metrics(predir, trial_spec, t)
     storage.write_json(trial_json(predir, t), {**info, "status": "done", "finished": now_iso(),
                                                "frame": metrics["frame"]})
-    tune.report({**metrics, "trial": t, "ran": True, "progress": progress})  # its graphs: the driver's TrialAnalyzer, as the next runs
+    # its graphs: the driver's TrialAnalyzer, as the next runs
+    tune.report({**metrics, "trial": t, "ran": True, "progress": progress})
 
 
 class TrialAnalyzer:
