@@ -5,8 +5,9 @@ Each Tune trial runs one lab ``Trial`` of ``meta.max_session`` session actors, w
 all its sessions reserved by a placement group (``[{}] + [session bundle] * max_session``: the
 trial's own process takes none). The sampled values are applied to the spec (``search_space``), and
 at every log checkpoint reached by all its sessions the trial reports ``{"total_reward_ma": mean over
-sessions, "frame": ..., "trial": T}`` to Tune, so a scheduler (``meta.search_scheduler``: ASHA with
-``time_attr="frame"``) can stop it early.
+sessions, "frame": ..., "trial": T, "progress": each session's latest row}`` to Tune, so a scheduler
+(``meta.search_scheduler``: ASHA with ``time_attr="frame"``) can stop it early and the driver's console
+(``orchestrator.search.console``: the lab's lines and bars, Tune's own output off) shows every session.
 
 Trial numbering: trial ``T`` is the T-th configuration Tune generates (its experiment tag counter),
 given to the trial as its name ``t{T}``. The built-in generator is seeded from ``meta.random_seed``,
