@@ -5,8 +5,9 @@ Each Tune trial runs one lab ``Trial`` of ``meta.max_session`` session actors, w
 all its sessions reserved by a placement group (``[{}] + [session bundle] * max_session``: the
 trial's own process takes none). The sampled values are applied to the spec (``search_space``), and
 at every log checkpoint reached by all its sessions the trial reports ``{"total_reward_ma": mean over
-sessions, "frame": ..., "trial": T}`` to Tune, so a scheduler (``meta.search_scheduler``: ASHA with
-``time_attr="frame"``) can stop it early.
+sessions, "frame": ..., "trial": T, "progress": each session's latest row}`` to Tune, so a scheduler
+(``meta.search_scheduler``: ASHA with ``time_attr="frame"``) can stop it early and the driver's console
+(``orchestrator.search.console``: the lab's lines and bars, Tune's own output off) shows every session.
 
 Trial numbering: trial ``T`` is the T-th configuration Tune generates (its experiment tag counter),
 given to the trial as its name ``t{T}``. The built-in generator is seeded from ``meta.random_seed``,
@@ -57,6 +58,7 @@ from orchestrator.errors import EXIT_RESUMABLE, SpecError, UsageError
 from orchestrator.modes.train import check_named, missing_spec_message, resolve_predir, with_saved_overrides
 from orchestrator.runtime.ray_start import check_resources, init_ray
 from orchestrator.runtime.signals import STOP, pause_point
+from orchestrator.search.console import CONSOLE, quiet_tune
 from orchestrator.search.report import analyze, report_summary
 from orchestrator.search.trials import ANALYZER, lab_trials, mark_ended, search_complete
 from orchestrator.search.tune import StopSignalRelay, make_tuner, param_space, restore_or_new_tuner, search_alg_name
@@ -103,11 +105,14 @@ def run_search(args: argparse.Namespace) -> int:
             predir, spec, settings, tuner = start_search(args, new_spec, lease, named)
         print(f"{mode_header(args.mode, predir)} (max_trial={spec['meta']['max_trial']}, {spec['meta']['max_session']} "
               f"session(s) per trial, search algorithm {settings['search_alg']})")
+        if spec["meta"].get("tensorboard", True):
+            print(f"TensorBoard (every session's events, t{{T}}/s{{S}}/tb/): tensorboard --logdir {predir}")
         if is_pbt(spec):
             return run_population(predir, spec, lease.lease, args.quiet)
         ANALYZER.start(predir)
         try:
-            results, signalled = fit_with_signals(tuner)
+            with CONSOLE.showing(spec, args.quiet), quiet_tune():
+                results, signalled = fit_with_signals(tuner)
         finally:
             ANALYZER.close()
         return finish_search(predir, spec, results, signalled)
@@ -246,7 +251,7 @@ def start_search(args: argparse.Namespace, spec: dict[str, Any], lease: SearchLe
             predir_mod.save_overrides(predir, args.overrides)
         storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)
         storage.write_json(storage.join(predir, "search.json"), settings)
-    return predir, spec, settings, None if is_pbt(spec) else make_tuner(spec, predir, settings, args.quiet)
+    return predir, spec, settings, None if is_pbt(spec) else make_tuner(spec, predir, settings)
 
 
 def resume_search(args: argparse.Namespace, new_spec: dict[str, Any], target: str, lease: SearchLease,
@@ -278,7 +283,7 @@ def resume_search(args: argparse.Namespace, new_spec: dict[str, Any], target: st
     if is_pbt(spec):  # its env.max_frame and meta.max_session are fixed (spec.resume refuses their edits)
         return predir, spec, settings, None
     longer = any(line.startswith("env.max_frame:") for line in applied)
-    tuner = restore_or_new_tuner(spec, predir, settings, args.quiet, restore=not longer)
+    tuner = restore_or_new_tuner(spec, predir, settings, restore=not longer)
     return predir, spec, settings, tuner
 
 

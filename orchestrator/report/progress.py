@@ -48,13 +48,14 @@ class SessionProgress:
     def __exit__(self, *exc: Any) -> None:
         self.progress.__exit__(*exc)
 
-    def update(self, key: str, row: dict[str, Any], max_frame: int, status: str = "") -> None:
-        """Show a session's latest log row (frame of max_frame, fps, total_reward_ma)."""
+    def update(self, key: str, row: dict[str, Any], max_frame: int, status: str = "", line: bool = False) -> None:
+        """Show a session's latest log row (frame of max_frame, fps, total_reward_ma); ``line``: print its plain line
+        now (output that is not a terminal) even within ``PLAIN_INTERVAL_S`` of the last one."""
         fields = {"fps": _fmt(row.get("fps")), "ma": _fmt(row.get("total_reward_ma")), "status": status}
         if key not in self.tasks:
             self.tasks[key] = self.progress.add_task(key, total=max_frame, **fields)
         self.progress.update(self.tasks[key], completed=row.get("frame", 0), total=max_frame, **fields)
-        if self.plain and time.monotonic() - self.last_line.get(key, -math.inf) >= PLAIN_INTERVAL_S:
+        if self.plain and (line or time.monotonic() - self.last_line.get(key, -math.inf) >= PLAIN_INTERVAL_S):
             self.print_line(key)
 
     def status(self, key: str, status: str) -> None:

@@ -157,7 +157,8 @@ def report_summary(predir: str, spec: dict[str, Any], df: Any, interrupted: bool
     from orchestrator.commandline import lab_command
 
     columns = ["trial", *[v.path for v in parse_search(spec)[0]], "status", "strength", METRIC, "frame"]
-    print(df[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    table = df[columns].assign(trial=[f"t{t}" for t in df["trial"]])
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     best_t = int(df["trial"].iloc[0])
     head = f"search {'interrupted' if interrupted else 'done'}: {predir}\n  best trial " \
            f"{'so far ' if interrupted else ''}t{best_t}"

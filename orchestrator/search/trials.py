@@ -91,7 +91,8 @@ def session_history(predir: str, t: int, s: int) -> dict[int, float]:
 
 
 class TrialReporter:
-    """Reports a trial's mean ``total_reward_ma`` to Tune at each frame every live session has logged.
+    """Reports a trial's mean ``total_reward_ma`` to Tune at each frame every live session has logged, with the latest
+    row of each session for the driver's console (``progress``, ``orchestrator.search.console``).
 
     Args:
         t: trial index.
@@ -104,17 +105,28 @@ class TrialReporter:
                  report: Any) -> None:
         self.t, self.plans, self.history, self.report = t, {p.session: p for p in plans}, history, report
         self.reported = -1
+        self.latest = {s: {"frame": max(h), METRIC: h[max(h)]} for s, h in history.items() if h}
 
     def __call__(self, plan: SessionPlan, row: dict[str, Any]) -> None:
         """Record one train_df row of a session; report each frame all live sessions have now reached."""
         self.history.setdefault(plan.session, {})[int(row["frame"])] = float(row[METRIC])
+        self.latest[plan.session] = {"frame": int(row["frame"]), "fps": row.get("fps"), METRIC: float(row[METRIC])}
         live = [s for s in self.history if s not in self.plans or self.plans[s].status != "failed"]
         common = set.intersection(*(set(self.history[s]) for s in live)) if live else set()
         for frame in sorted(f for f in common if f > self.reported):
             values = [self.history[s][frame] for s in live if not math.isnan(self.history[s][frame])]
             mean = sum(values) / len(values) if values else math.nan
-            self.report({METRIC: mean, "frame": frame, "trial": self.t})
+            self.report({METRIC: mean, "frame": frame, "trial": self.t, "progress": self.progress()})
             self.reported = frame
+
+    def progress(self) -> dict[str, dict[str, Any]]:
+        """``{"t{T}_s{S}": {"frame", "fps", "total_reward_ma", "status"}}``: each session's latest row and its status
+        (``""`` while it runs or waits; a session not run in this trial process was ``done`` before)."""
+        out = {}
+        for s, row in sorted(self.latest.items()):
+            status = self.plans[s].status if s in self.plans else "done"
+            out[f"t{self.t}_s{s}"] = {**row, "status": "" if status in ("running", "pending") else status}
+        return out
 
 
 def final_metrics(predir: str, spec: dict[str, Any], t: int) -> dict[str, Any]:
@@ -176,11 +188,12 @@ def search_trial(config: dict[str, Any], spec: dict[str, Any], predir: str) -> N
     write_spec_files(predir, trial_spec, t)  # a resume may have raised max_frame
     info = info or {"trial": t, "values": values, "tune_trial_id": ctx.get_trial_id(), "started": now_iso()}
     storage.write_json(trial_json(predir, t), {**info, "status": "running"})
-    run_lab_trial(predir, trial_spec, t)
+    progress = run_lab_trial(predir, trial_spec, t)
     metrics = final_metrics(predir, trial_spec, t)
     storage.write_json(trial_json(predir, t), {**info, "status": "done", "finished": now_iso(),
                                                "frame": metrics["frame"]})
-    tune.report({**metrics, "trial": t, "ran": True})  # its graphs: the driver's TrialAnalyzer, as the next runs
+    # its graphs: the driver's TrialAnalyzer, as the next runs
+    tune.report({**metrics, "trial": t, "ran": True, "progress": progress})
 
 
 class TrialAnalyzer:
@@ -245,8 +258,11 @@ def search_complete(predir: str, spec: dict[str, Any]) -> bool:
     return len(trials) == int(spec["meta"]["max_trial"]) * grid and all(is_final(i, spec) for i in trials.values())
 
 
-def run_lab_trial(predir: str, spec: dict[str, Any], t: int) -> None:
+def run_lab_trial(predir: str, spec: dict[str, Any], t: int) -> dict[str, dict[str, Any]]:
     """Run the unfinished sessions of trial ``t`` as actors, reporting to Tune at each log checkpoint.
+
+    Returns:
+        The sessions' latest rows and statuses (``TrialReporter.progress``; {} when every session was done).
 
     Raises:
         RuntimeError: a session failed.
@@ -258,7 +274,7 @@ def run_lab_trial(predir: str, spec: dict[str, Any], t: int) -> None:
         if entry.get("status") != "done" or entry.get("frame") != plan.frame:
             record.update(plan, checkpoint=plan.frame)
     if not plans:
-        return
+        return {}
     if any(p.resume for p in plans) or record.data["sessions"]:
         entry = {"at": now_iso(), "spec_edits": [], "from_frames": {p.key: p.frame for p in plans}}
         set_aside = {p.key: p.set_aside for p in [*plans, *done] if p.set_aside}
@@ -275,6 +291,7 @@ def run_lab_trial(predir: str, spec: dict[str, Any], t: int) -> None:
         failed = [f"{p.key}: {(p.error or '').strip().splitlines()[-1:]}"
                   for p in plans if p.status == "failed"]
         raise RuntimeError(f"trial t{t}: session(s) failed: {failed}")
+    return reporter.progress()
 
 
 def lab_trials(predir: str) -> dict[int, dict[str, Any]]:

@@ -12,6 +12,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
 from orchestrator.errors import SpecError, UsageError
 from orchestrator.runtime.signals import STOP
+from orchestrator.search.console import ConsoleRelay
 from orchestrator.search.trials import ANALYZER, METRIC, search_trial
 from orchestrator.spec.search_space import SearchVar, parse_search
 from orchestrator.store import storage
@@ -218,8 +219,9 @@ class StopSignalRelay(tune.Callback):
             cls.tune_stop(signal.SIGUSR1, None)
 
 
-def make_tuner(spec: dict[str, Any], predir: str, settings: dict[str, Any], quiet: bool) -> tune.Tuner:
-    """A new Tuner for the search of ``spec`` (settings from ``search.json``)."""
+def make_tuner(spec: dict[str, Any], predir: str, settings: dict[str, Any]) -> tune.Tuner:
+    """A new Tuner for the search of ``spec`` (settings from ``search.json``), with Tune's own output off
+    (``verbose=0``; ``console.quiet_tune`` while it runs): the console shows the lab's (``ConsoleRelay``)."""
     storage_path, fs = tune_storage(predir)
     meta = spec["meta"]
     namer = TrialNamer(1 if settings["search_alg"] == "optuna" else 0)
@@ -230,7 +232,7 @@ def make_tuner(spec: dict[str, Any], predir: str, settings: dict[str, Any], quie
         search_alg=search_alg, trial_name_creator=namer, trial_dirname_creator=namer, reuse_actors=True)
     run_config = tune.RunConfig(name=settings["tune_name"], storage_path=storage_path, storage_filesystem=fs,
                                 failure_config=tune.FailureConfig(max_failures=int(meta["max_restarts"])),
-                                verbose=0 if quiet else 1, callbacks=[StopSignalRelay()])
+                                verbose=0, callbacks=[StopSignalRelay(), ConsoleRelay()])
     return tune.Tuner(trainable(spec, predir), param_space=param_space(spec), tune_config=tune_config,
                       run_config=run_config)
 
@@ -241,7 +243,7 @@ def trainable(spec: dict[str, Any], predir: str) -> Any:
     return tune.with_resources(bound, placement(spec["meta"]))
 
 
-def restore_or_new_tuner(spec: dict[str, Any], predir: str, settings: dict[str, Any], quiet: bool,
+def restore_or_new_tuner(spec: dict[str, Any], predir: str, settings: dict[str, Any],
                          restore: bool = True) -> tune.Tuner:
     """``Tuner.restore`` of the search's Tune state when it can be restored (and ``restore``), else a
     new Tuner (the old Tune state, if any, is deleted; the lab's trial dirs are what matters)."""
@@ -251,6 +253,6 @@ def restore_or_new_tuner(spec: dict[str, Any], predir: str, settings: dict[str, 
         return tune.Tuner.restore(path, trainable(spec, predir), resume_unfinished=True, resume_errored=True,
                                   storage_filesystem=fs)
     storage.delete(storage.join(predir, TUNE_DIR, settings["tune_name"]))
-    return make_tuner(spec, predir, settings, quiet)
+    return make_tuner(spec, predir, settings)
 
 

@@ -101,12 +101,20 @@ def test_trial_reporter_reports_the_mean_once_every_live_session_logged_a_frame(
     reporter(plans[1], {"frame": 800, "total_reward_ma": 20.0})
     reporter(plans[0], {"frame": 1600, "total_reward_ma": 30.0})
     assert reports == []
-    reporter(plans[2], {"frame": 800, "total_reward_ma": math.nan})  # no episode ended yet: left out
-    assert reports == [{"total_reward_ma": 15.0, "frame": 800, "trial": 3}]
+    reporter(plans[2], {"frame": 800, "total_reward_ma": math.nan, "fps": 90.0})  # no episode ended yet: left out
+    assert [{k: v for k, v in r.items() if k != "progress"} for r in reports] == [
+        {"total_reward_ma": 15.0, "frame": 800, "trial": 3}]
     plans[2].status = "failed"  # a failed session stops counting
     reporter(plans[1], {"frame": 1600, "total_reward_ma": 50.0})
-    assert reports[-1] == {"total_reward_ma": 40.0, "frame": 1600, "trial": 3}
+    assert {k: v for k, v in reports[-1].items() if k != "progress"} == {"total_reward_ma": 40.0, "frame": 1600,
+                                                                         "trial": 3}
     assert len(reports) == 2
+    # each report carries every session's latest row and status for the driver's console
+    assert reports[0]["progress"]["t3_s0"] == {"frame": 1600, "fps": None, "total_reward_ma": 30.0, "status": ""}
+    s2 = reports[0]["progress"]["t3_s2"]
+    assert s2["fps"] == 90.0 and math.isnan(s2["total_reward_ma"]) and s2["status"] == ""
+    assert reports[-1]["progress"]["t3_s2"]["status"] == "failed"
+    assert reports[-1]["progress"]["t3_s1"] == {"frame": 1600, "fps": None, "total_reward_ma": 50.0, "status": ""}
 
 
 def test_trial_names_come_from_the_generation_order():
