@@ -28,10 +28,15 @@ CORE = '''"""Constants of MyCart (a sibling module: the whole working directory 
 EPISODE_STEPS = 10
 '''
 MODULE = '''"""MyCart: a 2-action env whose episodes end after 10 steps; action 1 earns 1."""
+import os
+
 import gymnasium as gym
 import numpy as np
 
 from mycart_core import EPISODE_STEPS
+
+with open(IMPORTS, "a") as log:  # where each process imported this module from
+    log.write(os.path.dirname(os.path.abspath(__file__)) + "\\n")
 
 
 class MyCart(gym.Env):
@@ -87,7 +92,8 @@ def ok(proc: subprocess.CompletedProcess) -> str:
 def test_own_env_every_mode(tmp_path: Path, address: str) -> None:
     """dev, train --name, search --name --address, enjoy@ and analyze of myenvs:MyCart-v0 each exit 0 with their
     outputs; every episode of the env lasts 10 steps with 1 per action 1, so returns lie in [0, 10]."""
-    (tmp_path / "myenvs.py").write_text(MODULE)
+    imports = tmp_path.parent / "imports.txt"
+    (tmp_path / "myenvs.py").write_text(f"IMPORTS = {str(imports)!r}\n" + MODULE)
     (tmp_path / "mycart_core.py").write_text(CORE)
     spec = [SPECS, "ppo_cartpole"]
 
@@ -107,6 +113,10 @@ def test_own_env_every_mode(tmp_path: Path, address: str) -> None:
     search = tmp_path / "data" / "se"
     for t in ("t0", "t1"):
         assert list((search / "graph").glob(f"*_{t}_trial_graph.png")), (t, out)
+    # the shared Ray's session actors imported the env from the copy Ray unpacked (runtime_env working_dir), as a
+    # node without the driver's directory does; the driver and its local runs from the directory itself
+    where = set(imports.read_text().split())
+    assert str(tmp_path) in where and any("working_dir_files" in w for w in where), where
 
     ok(lab(tmp_path, *spec, f"enjoy@{run / 'ppo_cartpole_t0_s0_spec.json'}", "--episodes", "2",
            "--quiet"))
@@ -124,7 +134,7 @@ def test_own_env_every_mode(tmp_path: Path, address: str) -> None:
 def test_cluster_upload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What a joined cluster is sent: the directory with data/ and .venv/ left out; nothing inside a Ray job (its
     own working_dir decides) or past the size limit (with a warning)."""
-    (tmp_path / "myenvs.py").write_text(MODULE)
+    (tmp_path / "myenvs.py").write_text("")
     monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR", raising=False)
     env = workdir.runtime_env(str(tmp_path))
     assert env["working_dir"] == str(tmp_path) and {"data/", ".venv/"} <= set(env["excludes"])
