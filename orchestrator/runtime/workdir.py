@@ -4,9 +4,11 @@
 The rule, applied once by ``orchestrator.cli.main`` (``make_importable``): the current working directory goes first
 on the driver's ``sys.path`` and last on ``PYTHONPATH`` (after the user's own entries) in the driver's environment,
 which the spec-check child (``orchestrator.modes.spec_check``) and an embedded local Ray (its raylet and every
-worker it starts) inherit. On a Ray cluster joined with ``--address`` the directory's files are not on the other
-nodes: ``orchestrator.runtime.ray_start`` sends them with Ray's ``runtime_env`` ``working_dir`` (``runtime_env``
-here), which Ray unpacks on every node and puts first on each worker's ``PYTHONPATH``.
+worker it starts) inherit; Ray itself also adds a driver's current directory to the ``sys.path`` of its workers,
+which is enough where every worker shares the driver's filesystem. On a Ray cluster joined with ``--address`` the
+directory's files are not on the other nodes: ``orchestrator.runtime.ray_start`` sends them with Ray's
+``runtime_env`` ``working_dir`` (``runtime_env`` here), which Ray unpacks on every node and puts first on each
+worker's ``PYTHONPATH`` (the workers' working directory too).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A user's own gymnasium env, a module in the working directory named as ``env.name=myenvs:MyCart-v0``, in every
-mode: ``dev``, ``train --name`` (its own local Ray: the workers inherit the directory through PYTHONPATH),
+mode: ``dev``, ``train --name`` (its own local Ray, whose workers share the driver's filesystem),
 ``search --name`` joining the tests' shared Ray with ``--address`` (whose workers never saw the directory: it reaches
 them as Ray's ``runtime_env`` ``working_dir``), ``enjoy@`` of the train's session and ``lab analyze``. Each runs as
 the ``lab`` command does (``run_lab.py`` in a subprocess) with the temp directory as its working directory and
