@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
 import warnings
 from typing import Any
 
@@ -95,7 +96,9 @@ def resolve_env_id(name: str) -> str:
         try:
             importlib.import_module(module)
         except ImportError as err:
-            raise ValueError(f"env '{name}': cannot import module '{module}': {err}") from None
+            raise ValueError(f"env '{name}': cannot import module '{module}': {err} (the lab imports it from the "
+                             f"directory the lab command runs in, {os.getcwd()}, or from the installed packages: "
+                             f"see docs/own-env.md)") from None
         if env_id not in gym.registry:
             raise ValueError(f"unknown env id '{env_id}': module '{module}' does not register it")
         return name

@@ -45,6 +45,7 @@ from orchestrator.errors import EXIT_RESUMABLE, SpecError, UsageError
 from orchestrator.modes.dev import run_dev
 from orchestrator.runtime.console import install_warning_format
 from orchestrator.runtime.signals import STOP, Stopped, signal_name
+from orchestrator.runtime.workdir import make_importable
 from orchestrator.store import storage
 
 # orchestrator.spec (and with it torch and gymnasium) is imported only by the modes that check in this
@@ -321,10 +322,15 @@ def main(argv: list[str] | None = None) -> int:
     A run mode (``SPEC_FILE SPEC_NAME MODE``) runs under the lab's stop handler from its first line to its last
     (``orchestrator.runtime.signals``: SIGTERM, SIGINT, SIGUSR1 end it with exit 75, resumable, or 0 when the work
     was complete; ``dev``: 130). Called in-process (``argv`` given), the handlers in place before come back at the
-    end; as the ``lab`` command (``entry``) they stay for the exit.
+    end; as the ``lab`` command (``entry``) they stay for the exit. The working directory is made importable first,
+    as with ``python -m`` (``orchestrator.runtime.workdir``).
     """
     in_process = argv is not None
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:  # a module of the working directory (env.name=myenvs:MyCart-v0) imports here and in every child
+        make_importable()
+    except UsageError as err:
+        fail(str(err))
     if argv and argv[0] in SUBCOMMANDS:
         return run_subcommand(argv)
     if len(argv) == 1 and not argv[0].startswith("-"):

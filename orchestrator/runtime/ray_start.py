@@ -10,6 +10,7 @@ import ray
 from orchestrator.errors import UsageError
 from orchestrator.runtime.ray_params import lean_head_params
 from orchestrator.runtime.signals import pause_point, ray_init_guard
+from orchestrator.runtime.workdir import runtime_env
 
 
 def init_ray(address: str | None, dashboard: bool = False, prestart: bool = True) -> None:
@@ -35,7 +36,8 @@ def init_ray(address: str | None, dashboard: bool = False, prestart: bool = True
 
 
 def start_ray(address: str | None, dashboard: bool, prestart: bool) -> None:
-    """``ray.init`` for ``init_ray`` (its arguments)."""
+    """``ray.init`` for ``init_ray`` (its arguments); joining a cluster, with the working directory as the job's
+    ``runtime_env`` ``working_dir`` (``orchestrator.runtime.workdir.runtime_env``: what is sent and when not)."""
     address = address or os.environ.get("RAY_ADDRESS") or "local"
     local = {} if prestart else {"_system_config": {"prestart_worker_first_driver": False}}
     if dashboard and address == "local":
@@ -51,7 +53,17 @@ def start_ray(address: str | None, dashboard: bool, prestart: bool) -> None:
         with lean_head_params():
             ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR", **local)
         return
-    ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    # a cluster's workers get the working directory (a user's env module) through Ray's working_dir upload; a local
+    # Ray's inherit it through PYTHONPATH (orchestrator.runtime.workdir)
+    env = runtime_env(os.getcwd())
+    try:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+                 **({} if env is None else {"runtime_env": env}))
+    except ValueError as err:  # Ray's package-size limit (the directory's files, zipped) or a bad runtime_env
+        if env is None or "working_dir" not in str(err) and "size" not in str(err):
+            raise
+        raise UsageError(f"cannot send the working directory {os.getcwd()} to the Ray cluster: {err}; run lab from "
+                         f"a smaller directory or list what to leave out in a .rayignore there") from None
 
 
 def check_resources(meta: dict[str, Any], together: bool = False) -> None:
