@@ -87,9 +87,12 @@ def start(request: dict[str, Any]) -> Callable[[], dict[str, Any]]:
         answer = check_request(request)
         return lambda: answer
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    # its own session: a Ctrl-C at the terminal (or a signal to the driver's process group) reaches the driver only,
+    # never this child's interpreter while it starts (where Python turns SIGINT into a fatal error with a traceback);
+    # a stop of the driver ends it (orchestrator.runtime.signals), and it ends with its parent (quiet_child)
     proc = subprocess.Popen([sys.executable, "-c", "from orchestrator.modes.spec_check import main; main()",
-                             json.dumps(request)], stdout=subprocess.PIPE, env=env, text=True)
-    STOP.adopt(proc)  # a stop of the driver ends it (orchestrator.runtime.signals)
+                             json.dumps(request)], stdout=subprocess.PIPE, env=env, text=True, start_new_session=True)
+    STOP.adopt(proc)
     pause_point("spec_check")
 
     def result() -> dict[str, Any]:

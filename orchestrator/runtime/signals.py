@@ -277,9 +277,9 @@ def ray_init_guard() -> Iterator[None]:
 
 
 def quiet_child() -> None:
-    """In a child process of a driver (the spec check): SIGINT, SIGTERM and SIGUSR1 end it at once and quietly
-    (exit 128 + signal; a terminal's Ctrl-C reaches the whole process group, SLURM signals every process of the
-    job; the driver ends the child itself, ``StopHandler.end_children``)."""
+    """In a child process of a driver (the spec check, started in a session of its own): SIGINT, SIGTERM and SIGUSR1
+    end it at once and quietly (exit 128 + signal; SLURM signals every process of the job; the driver ends the child
+    itself, ``StopHandler.end_children``), and so does its parent's end."""
     for sig in STOP_SIGNALS:
         signal.signal(sig, lambda signum, frame: os._exit(128 + signum))
     if sys.platform.startswith("linux"):  # ended with its parent, even a parent killed by SIGKILL

@@ -251,6 +251,10 @@ def read_bytes(uri: str) -> bytes:
     try:
         with fs.open_input_file(path) as f:
             return f.read()
+    except ValueError as err:  # pyarrow's GCS file whose download failed reads as closed: a failed request
+        if not is_remote(uri):
+            raise
+        raise StorageError(f"cannot read '{uri}': {err}", uri, transient=True) from None
     except FileNotFoundError:
         _check_bucket(uri)
         raise FileNotFoundError(f"no such file: {uri}") from None

@@ -50,11 +50,11 @@ def test_interrupt_summary_names_committed_frames_and_sessions_not_started(tmp_p
     record.update(plans[2])
     trial = Trial(spec, predir, plans, record, quiet=True, analyze=False)
     trial.stopping_since = 0.0
-    assert trial.finish() == 1  # t0_s1 committed nothing within the grace period
+    assert trial.finish() == 75  # t0_s1 committed nothing within the grace period: resumable from its last one
     out = capsys.readouterr().out.splitlines()
     assert out == ["interrupted:",
                    "  t0_s0: interrupted, committed checkpoint at frame 2400",
-                   "  t0_s1: interrupted, no committed checkpoint",
+                   "  t0_s1: interrupted, no committed checkpoint (no final checkpoint within shutdown_grace_s=30.0 s)",
                    "  t0_s2: not started",
                    "resume with:",
                    f"  lab {predir}/ppo_cartpole_spec.json ppo_cartpole train@{predir} --allow-fresh"]

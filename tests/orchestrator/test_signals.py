@@ -7,8 +7,8 @@ at once, one per signal, each on a fresh run, and stops it in that phase: the te
 caught at the first committed checkpoint. Every stop must exit 75 (0 for the final analysis: the work was complete),
 print no traceback, and leave no process behind: the driver's descendants (the spec-check child, a local Ray's
 processes) and the session actors it started are gone within seconds of its exit. In the spec-check phase the
-signal goes to the driver's whole process group (as a terminal's Ctrl-C and SLURM send it), so the spec-check
-child gets it too and must end quietly.
+signal goes to the driver's whole process group (as a terminal's Ctrl-C sends it); the spec-check child runs in a
+session of its own (a SIGINT never reaches its interpreter while it starts), and the driver ends it.
 
 The same command run again must finish the run with the train_df of an uninterrupted run (``wall_t``/``fps`` aside).
 That re-run, a whole training each, is checked on a representative subset to keep the file short: per mode the

@@ -201,6 +201,7 @@ def test_transient_local_errors_are_retried(tmp_path, monkeypatch, capsys, code)
     """EIO, ESTALE, ETIMEDOUT, a lost connection (an NFS or Lustre mount that hiccups): retried with a logged line,
     and the write then succeeds."""
     monkeypatch.setattr(faults, "RETRY_FIRST_WAIT_S", 0.01)
+    storage.set_retry_listener(None)  # the default, stderr (an in-process SessionRunner of another test sets its own)
     fs = flaky(monkeypatch, tmp_path, code, times=2)
     storage.write_text(str(tmp_path / "run.json"), "{}")
     assert fs.calls == 2 and (tmp_path / "run.json").read_text() == "{}"
