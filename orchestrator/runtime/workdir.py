@@ -74,22 +74,38 @@ def runtime_env(root: str) -> dict[str, Any] | None:
     """
     if os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR"):
         return None
-    size, files = directory_size(root)
+    size, files, ray_dirs = directory_size(root)
     if size > MAX_SEND_BYTES or files > MAX_SEND_FILES:
         print(f"warning: the working directory {root} is not sent to the Ray cluster's workers (over "
               f"{MAX_SEND_BYTES // 2**20} MiB or {MAX_SEND_FILES} files without {' '.join(EXCLUDES)}): a module of "
               f"it named by env.name must be installed on every node (docs/own-env.md)", file=sys.stderr)
         return None
-    return {"working_dir": root, "excludes": list(EXCLUDES)}
+    # a Ray temp dir inside it (``ray start --temp-dir``) grows while Ray zips the directory, its own zip included
+    return {"working_dir": root, "excludes": [*EXCLUDES, *(f"/{d}/" for d in ray_dirs)]}
 
 
-def directory_size(root: str) -> tuple[int, int]:
-    """(bytes, files) under ``root`` without ``EXCLUDES``' directories and ``.pyc`` files; stops counting once past
-    ``MAX_SEND_BYTES`` or ``MAX_SEND_FILES`` (a large home directory is not walked to its end)."""
+def is_ray_temp_dir(path: str) -> bool:
+    """Whether ``path`` is a Ray temp dir (``--temp-dir``, ``/tmp/ray``): it holds Ray's ``session_latest`` link."""
+    return os.path.lexists(os.path.join(path, "session_latest"))
+
+
+def directory_size(root: str) -> tuple[int, int, list[str]]:
+    """(bytes, files, Ray temp dirs) under ``root``, without ``EXCLUDES``' directories, Ray temp dirs (paths
+    relative to ``root``, never walked) and ``.pyc`` files; stops counting once past ``MAX_SEND_BYTES`` or
+    ``MAX_SEND_FILES`` (a large home directory is not walked to its end)."""
     skip = {e.rstrip("/") for e in EXCLUDES if e.endswith("/")}
     size = files = 0
+    ray_dirs: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in skip]
+        kept = []
+        for d in dirnames:
+            if d in skip:
+                continue
+            if is_ray_temp_dir(os.path.join(dirpath, d)):
+                ray_dirs.append(os.path.relpath(os.path.join(dirpath, d), root).replace(os.sep, "/"))
+                continue
+            kept.append(d)
+        dirnames[:] = kept
         for name in filenames:
             if name.endswith(".pyc"):
                 continue
@@ -99,5 +115,5 @@ def directory_size(root: str) -> tuple[int, int]:
                 continue
             files += 1
             if size > MAX_SEND_BYTES or files > MAX_SEND_FILES:
-                return size, files
-    return size, files
+                return size, files, ray_dirs
+    return size, files, ray_dirs

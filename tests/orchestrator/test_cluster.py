@@ -208,6 +208,17 @@ def cluster(s3_server, tmp_path_factory):
         c.kill_all()
 
 
+def zipped_bytes(root: Path) -> int:
+    """Bytes of the ``.zip`` files under ``root`` (Ray's packages of a driver's working directory)."""
+    total = 0
+    for path in root.rglob("*.zip"):
+        try:
+            total += path.stat().st_size
+        except FileNotFoundError:  # uploaded and removed meanwhile
+            pass
+    return total
+
+
 def one_run(data: str) -> str:
     (name,) = [n for n in storage.listdir(data) if n.startswith("ppo_cartpole_")]
     return f"{data}/{name}"
@@ -245,6 +256,8 @@ def test_train_over_two_nodes_survives_losing_one(cluster, s3_bucket):
     data = f"{s3_bucket}/train"
     items = TINY + ["meta.max_session=4", f"env.max_frame={MAX_FRAME}", "meta.log_frequency=1024",
                     "meta.checkpoint_frequency=1024"]
+    # run from the directory that holds the nodes' Ray temp dirs: the working directory sent to the cluster
+    # leaves them out (Ray's zip of it is written inside them)
     proc = subprocess.Popen([LAB, SPECS, "ppo_cartpole", "train", "--data-dir", data, "--address", cluster.address,
                              "--quiet", *overrides(items)], env=cluster.env, cwd=cluster.root,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -252,6 +265,9 @@ def test_train_over_two_nodes_survives_losing_one(cluster, s3_bucket):
         deadline, lost = time.time() + 180, None
         while lost is None:
             assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
+            # the working directory goes to the cluster without the nodes' Ray temp dirs (zipped, they would hold
+            # the zip itself, which then grows until the disk is full)
+            assert zipped_bytes(cluster.root) < 10 * 2**20
             time.sleep(0.2)
             try:
                 sessions = storage.read_json(f"{one_run(data)}/run.json")["sessions"]

@@ -145,6 +145,13 @@ def test_cluster_upload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     (tmp_path / "data" / "big.bin").write_bytes(b"\0" * 4096)  # left out: not counted
     monkeypatch.setattr(workdir, "MAX_SEND_BYTES", 2048)
     assert workdir.directory_size(str(tmp_path))[1] == 1
+    # a Ray temp dir in it (``ray start --temp-dir=./ray``) is neither counted nor sent: Ray's zip of the directory
+    # is written inside it and would zip itself without end
+    (tmp_path / "ray" / "head" / "session_1").mkdir(parents=True)
+    (tmp_path / "ray" / "head" / "session_latest").symlink_to(tmp_path / "ray" / "head" / "session_1")
+    (tmp_path / "ray" / "head" / "session_1" / "log.bin").write_bytes(b"\0" * 4096)
+    assert workdir.directory_size(str(tmp_path)) == (0, 1, ["ray/head"])
+    assert "/ray/head/" in workdir.runtime_env(str(tmp_path))["excludes"]
     (tmp_path / "weights.bin").write_bytes(b"\0" * 4096)
     assert workdir.runtime_env(str(tmp_path)) is None
 
