@@ -1,7 +1,7 @@
 """Write the generated reference pages of the docs site from the code.
 
 * ``docs/reference/spec-keys.md``: every key of every spec section (type, default, checks, origin, meaning),
-  read from the section dataclasses (``orchestrator.spec.schema.MetaSpec``, ``envs.make.EnvSpec``,
+  read from the section dataclasses (``orchestrator.spec.meta.MetaSpec``, ``envs.make.EnvSpec``,
   ``agents.nets.spec.NetSpec``, ``agents.memory.spec.MemorySpec``, each algorithm's ``AlgorithmSpec`` subclass): the
   meaning from the ``Fields:`` list of the class docstring (the nearest class in the MRO that documents the
   key), the checks and the origin from the field metadata (no ``origin``: an SLM-Lab key).
@@ -36,7 +36,7 @@ from envs.make import EnvSpec  # noqa: E402
 from orchestrator import cli  # noqa: E402
 from orchestrator.report.compare import compare_parser  # noqa: E402
 from orchestrator.spec import pbt, search_space  # noqa: E402
-from orchestrator.spec.schema import MetaSpec  # noqa: E402
+from orchestrator.spec.meta import MetaSpec  # noqa: E402
 from orchestrator.spec.slm_lab import ANY, SLM_LAB_KEYS  # noqa: E402
 
 SPEC_KEYS = Path("docs/reference/spec-keys.md")

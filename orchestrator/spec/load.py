@@ -20,7 +20,8 @@ from agents.nets import (
 from envs.make import EnvSpec
 from orchestrator.errors import SpecError
 from orchestrator.spec.files import TEMPLATE_VAR, is_anchor_entry, normalize, read_spec_file, spec_names, template_vars
-from orchestrator.spec.schema import MetaSpec, RunSpec, fill_defaults, section_classes, type_ok, value_at
+from orchestrator.spec.meta import MetaSpec
+from orchestrator.spec.schema import RunSpec, fill_defaults, section_classes, type_ok, value_at
 from orchestrator.spec.search_space import parse_search
 from orchestrator.spec.validate import algorithm_class, validate
 from orchestrator.store import storage

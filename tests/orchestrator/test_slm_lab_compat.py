@@ -98,7 +98,7 @@ def _section_fields(path):
     from agents.memory import MemorySpec
     from agents.nets import NetSpec
     from envs.make import EnvSpec
-    from orchestrator.spec.schema import MetaSpec
+    from orchestrator.spec.meta import MetaSpec
     classes = {"agent.algorithm": ALGORITHMS["PPO"].spec_cls, "agent.memory": MemorySpec, "agent.net": NetSpec,
                "env": EnvSpec, "meta": MetaSpec, "agent": None}
     cls = classes[path.rpartition(".")[0]]

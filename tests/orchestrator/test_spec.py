@@ -12,7 +12,7 @@ from agents.algorithms import ALGORITHMS
 from agents.nets import NETS
 from orchestrator.errors import SpecError
 from orchestrator.spec.load import apply_overrides, build, check, load_spec, parse_value, spec_hash
-from orchestrator.spec.schema import MetaSpec
+from orchestrator.spec.meta import MetaSpec
 from orchestrator.store.predir import session_seed
 
 REPO = Path(__file__).resolve().parents[2]

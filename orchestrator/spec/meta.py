@@ -1,0 +1,80 @@
+"""The spec's ``meta`` section as a typed record, importable without torch: the drivers (trial, search, modes) hold
+a ``MetaSpec`` instead of reading ``spec["meta"]``."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.store.checkpoint import DEFAULT_CHECKPOINT_INTERVAL_S
+
+MAX_SEED = 2**62  # seeds go to torch.manual_seed (uint64) after session offsets are added
+
+
+@dataclass(frozen=True)
+class MetaSpec:
+    """The spec ``meta`` section.
+
+    Fields:
+        max_session: sessions (seeds) per trial.
+        max_trial: search samples (Ray Tune ``num_samples``).
+        log_frequency: frames between train_df rows.
+        eval_frequency: frames between eval checkpoints (used when ``rigorous_eval`` > 0).
+        rigorous_eval: evaluation episodes per eval checkpoint (0 disables eval_df).
+        random_seed: base seed in [0, 2**62]; session s of trial t uses ``random_seed + 1000 * t + s``. None: a
+            seed is drawn once and written into the saved spec.
+        ma_window: episodes in the ``total_reward_ma`` moving average.
+        checkpoint_frequency: frames between checkpoints (None: at log rows, time-gated by
+            ``checkpoint_interval_s``).
+        checkpoint_interval_s: without ``checkpoint_frequency``, the least training seconds between two checkpoints:
+            a log row is checkpointed once this much time, and 199x the previous checkpoint's cost (so checkpoints
+            take at most 0.5% of training time), passed since the previous one; ``max_frame`` and stops always are
+            (``orchestrator.session_actor.checkpoint_gap_s``). Ignored with ``checkpoint_frequency``.
+        keep_checkpoints: newest checkpoints kept per session (plus the best).
+        resources: per-session Ray resources ``{"num_cpus": float, "num_gpus": float}``.
+        max_restarts: replacements of a dead session actor before it is marked failed.
+        shutdown_grace_s: seconds sessions get to commit a final checkpoint on SIGTERM/SIGINT.
+        distributed: SLM-Lab's asynchronous training: ``false`` (each session trains its own nets), ``"synced"`` or
+            ``"shared"`` (the sessions of a trial train one global net held by a Ray actor; ``shared`` behaves as
+            ``synced``, see ``orchestrator.global_params``).
+        search_scheduler: optional Ray Tune scheduler for ``search`` mode.
+        tensorboard: write TensorBoard event files under ``t{T}/s{S}/tb/`` (orchestrator/report/tracking.py).
+        tracking: one run per session in ``none``, ``wandb`` or ``mlflow`` (orchestrator/report/tracking.py).
+        tracking_options: ``wandb.init`` keyword arguments, or MLflow ``tracking_uri``/``experiment``.
+        search: SLM-Lab v4's search algorithm name: only ``"RandomSearch"`` (Tune's generator sampling
+            at random, which is what the lab's ``--search-alg basic`` does), or null.
+        search_resources: SLM-Lab's per-trial resources of a search, ``{"cpu": n, "gpu": m}``; when
+            ``meta.resources`` is not given, each of the trial's ``max_session`` sessions gets
+            ``{"num_cpus": n / max_session, "num_gpus": m / max_session}`` (the GPU part only where CUDA
+            is available, as in SLM-Lab), in every mode.
+    """
+
+    max_session: int = field(default=1, metadata={"gt": 0})
+    max_trial: int = field(default=1, metadata={"gt": 0})
+    log_frequency: int = field(default=1000, metadata={"gt": 0})
+    eval_frequency: int = field(default=10000, metadata={"gt": 0})
+    rigorous_eval: int = field(default=0, metadata={"ge": 0})
+    random_seed: int | None = field(default=None, metadata={"ge": 0, "le": MAX_SEED})
+    ma_window: int = field(default=20, metadata={"origin": "lab", "gt": 0})
+    checkpoint_frequency: int | None = field(default=None, metadata={"origin": "lab", "gt": 0})
+    checkpoint_interval_s: float = field(default=DEFAULT_CHECKPOINT_INTERVAL_S, metadata={"origin": "lab", "ge": 0})
+    keep_checkpoints: int = field(default=3, metadata={"origin": "lab", "gt": 0})
+    resources: dict = field(default_factory=lambda: {"num_cpus": 1, "num_gpus": 0}, metadata={"origin": "lab"})
+    max_restarts: int = field(default=3, metadata={"origin": "lab", "ge": 0})
+    shutdown_grace_s: float = field(default=30.0, metadata={"origin": "lab", "gt": 0})
+    distributed: bool | str = False
+    search_scheduler: dict | None = field(default=None, metadata={"origin": "lab"})
+    tensorboard: bool = field(default=True, metadata={"origin": "lab"})
+    tracking: str = field(default="none", metadata={"origin": "lab", "choices": ("none", "wandb", "mlflow")})
+    tracking_options: dict = field(default_factory=dict, metadata={"origin": "lab"})
+    search: str | None = None
+    search_resources: dict | None = None
+
+    @classmethod
+    def of(cls, spec: dict) -> MetaSpec:
+        """The ``meta`` section of a loaded spec (defaults filled by ``orchestrator.spec.load``); keys this
+        version does not know are ignored."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        meta: dict[str, Any] = spec.get("meta", {})
+        return cls(**{k: v for k, v in meta.items() if k in names})
