@@ -82,6 +82,10 @@ def calc_nstep_returns(reward_T: torch.Tensor, next_value_T: torch.Tensor, termi
     return ret
 
 
+ADV_NORMS = ("standardize", "none")
+"""Values of ``normalize_advantages`` every policy-gradient algorithm takes (PPO adds ``percentile``)."""
+
+
 def standardize(x: torch.Tensor, epsilon: float = 1e-8) -> torch.Tensor:
     """``(x - mean(x)) / (std(x) + epsilon)`` over a batch (B,), unbiased std; x unchanged when B <= 1.
 

@@ -37,7 +37,7 @@ from agents import policy
 from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats, mean_metrics
 from agents.memory import EPISODIC, OnPolicyBatchReplay, OnPolicyReplay, episodic_memory
 from agents.nets import POLICY_GAIN, VALUE_GAIN, make_loss, role_spec
-from agents.returns import ReturnNormalizer, calc_gaes, calc_nstep_returns, calc_returns, standardize
+from agents.returns import ADV_NORMS, ReturnNormalizer, calc_gaes, calc_nstep_returns, calc_returns, standardize
 from envs.clock import Clock
 
 
@@ -51,8 +51,9 @@ class ActorCriticSpec(AlgorithmSpec):
             steps.
         policy_loss_coef: weight of the policy loss.
         val_loss_coef: weight of the value loss.
-        normalize_advantage: standardize the advantages over each gradient step's batch; true, as SLM-Lab v5.3's
-            ``Reinforce.calc_policy_loss``, which A2C inherits, always does; the lab's key to turn it off.
+        normalize_advantages: ``standardize`` the advantages over each gradient step's batch, as SLM-Lab v5.3's
+            ``Reinforce.calc_policy_loss``, which A2C inherits, always does, or ``none`` (the lab's value to turn it
+            off; the lab's earlier boolean ``normalize_advantage`` is read as an alias, ``orchestrator.spec.aliases``).
         normalize_v_targets: value predictions and targets divided by a running scale of the targets before the
             value loss (``agents.returns.ReturnNormalizer``, updated at every value loss, as SLM-Lab v5.3 does).
         training_frequency: vector steps per rollout with ``OnPolicyBatchReplay``, completed episodes with
@@ -64,7 +65,7 @@ class ActorCriticSpec(AlgorithmSpec):
     policy_loss_coef: float = field(default=1.0, metadata={"ge": 0})
     val_loss_coef: float = field(default=1.0, metadata={"ge": 0})
     # SLM-Lab v5.3 standardizes A2C's advantages in every policy loss
-    normalize_advantage: bool = field(default=True, metadata={"origin": "lab"})
+    normalize_advantages: str = field(default="standardize", metadata={"choices": ADV_NORMS, "origin": "lab"})
     normalize_v_targets: bool = False
 
 
@@ -192,8 +193,9 @@ class ActorCritic(Algorithm):
         return -(logp * adv).mean()
 
     def normalize_adv(self, adv: torch.Tensor) -> torch.Tensor:
-        """Advantages (B,) standardized over the batch when ``normalize_advantage`` (and B > 1)."""
-        return standardize(adv) if self.algo_spec.normalize_advantage else adv
+        """Advantages (B,) standardized over the batch with ``normalize_advantages: standardize`` (and B > 1),
+        unchanged with ``none``."""
+        return standardize(adv) if self.algo_spec.normalize_advantages == "standardize" else adv
 
     def val_loss(self, value: torch.Tensor, mb: dict[str, torch.Tensor], clock: Clock) -> torch.Tensor:
         """Scalar value loss ``L(V, v_target)`` of values (B,) against ``mb["v_target"]`` (B,), before

@@ -9,7 +9,7 @@ every sample is used), each one gradient step (one ``opt_step``) on
            + val_loss_coef * L(V, v_target) - entropy_coef * H
 
 with ``eps`` from ``clip_eps_spec`` and ``entropy_coef`` from ``entropy_coef_spec`` (schedules of frames)
-and advantages normalized per minibatch (``normalize_advantage``).
+and advantages normalized per minibatch (``normalize_advantages``).
 
 train_df columns of its own (means over the update's minibatches): ``policy_loss`` (the negated clipped
 surrogate), ``val_loss``, ``clip_frac`` (fraction of samples whose ratio was clipped) and ``approx_kl``
@@ -27,7 +27,7 @@ import torch
 from agents.algorithms.actor_critic import ActorCritic, ActorCriticSpec
 from agents.algorithms.base import LossStats, mean_metrics, take_rows
 from agents.memory import EPISODIC, OnPolicyBatchReplay, OnPolicyReplay, episodic_memory
-from agents.returns import PercentileNormalizer, symlog
+from agents.returns import ADV_NORMS, PercentileNormalizer, symlog
 from agents.schedules import VarSchedule
 from envs.clock import Clock
 
@@ -44,9 +44,10 @@ class PPOSpec(ActorCriticSpec):
         time_horizon: vector steps per rollout.
         minibatch_size: samples per gradient step.
         training_epoch: epochs per rollout.
-        normalize_advantage: standardize the advantages per minibatch.
-        normalize_advantages: ``standardize``, or ``percentile`` (``agents.returns.PercentileNormalizer``,
-            SLM-Lab v5.3).
+        normalize_advantages: per minibatch, ``standardize`` the advantages or scale them by ``percentile``
+            (``agents.returns.PercentileNormalizer``), SLM-Lab v5.3's key and values; ``none`` (the lab's value)
+            leaves them as they are. The lab's earlier boolean ``normalize_advantage`` is read as an alias
+            (``orchestrator.spec.aliases``): false is ``none`` unless this key says ``percentile``.
         clip_vloss: CleanRL's clipped value loss ``0.5 * max((V - G)^2, (V_old + clip(V - V_old, -eps, eps) -
             G)^2)``, with ``eps`` the policy clip range; it replaces ``normalize_v_targets`` when both are set, as in
             SLM-Lab.
@@ -60,8 +61,7 @@ class PPOSpec(ActorCriticSpec):
     time_horizon: int = field(default=128, metadata={"gt": 0})
     minibatch_size: int = field(default=64, metadata={"gt": 0})
     training_epoch: int = field(default=4, metadata={"gt": 0})
-    normalize_advantage: bool = field(default=True, metadata={"origin": "lab"})
-    normalize_advantages: str = field(default="standardize", metadata={"choices": ("standardize", "percentile")})
+    normalize_advantages: str = field(default="standardize", metadata={"choices": (*ADV_NORMS, "percentile")})
     clip_vloss: bool = False
     symlog: bool = False
 
@@ -90,7 +90,7 @@ class PPO(ActorCritic):
 
     def normalize_adv(self, adv: torch.Tensor) -> torch.Tensor:
         """Per minibatch: scaled by the percentile EMAs (updated first) with ``normalize_advantages:
-        percentile``, else standardized as ``ActorCritic.normalize_adv``."""
+        percentile``, else as ``ActorCritic.normalize_adv`` (standardized, or unchanged with ``none``)."""
         if self.percentile_normalizer is None:
             return super().normalize_adv(adv)
         self.percentile_normalizer.update(adv)

@@ -2,7 +2,7 @@
 
 Policy gradient with Monte-Carlo returns, optional return centering (a constant baseline), the returns
 standardized over each update's batch (SLM-Lab v5.3's ``Reinforce.calc_policy_loss`` always does;
-``normalize_advantage: false`` turns it off) and an entropy bonus:
+``normalize_advantages: none`` turns it off) and an entropy bonus:
 
     loss = policy_loss_coef * -(logp * G').mean() - entropy_coef * H
 
@@ -24,7 +24,7 @@ from agents import policy
 from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats
 from agents.memory import EPISODIC, OnPolicyBatchReplay, OnPolicyReplay, episodic_memory
 from agents.nets import POLICY_GAIN
-from agents.returns import calc_returns, standardize
+from agents.returns import ADV_NORMS, calc_returns, standardize
 from envs.clock import Clock
 
 
@@ -35,15 +35,16 @@ class ReinforceSpec(AlgorithmSpec):
     Fields:
         center_return: subtract the batch mean return (default false, as SLM-Lab).
         policy_loss_coef: scales the policy loss.
-        normalize_advantage: standardize the returns over the batch, as SLM-Lab v5.3 always does (the lab's key
-            to turn it off).
+        normalize_advantages: ``standardize`` the returns over the batch, as SLM-Lab v5.3 always does, or
+            ``none`` (the lab's value to turn it off; the lab's earlier boolean ``normalize_advantage`` is read as
+            an alias, ``orchestrator.spec.aliases``).
         training_frequency: vector steps per update with ``OnPolicyBatchReplay``, completed episodes with
             ``OnPolicyReplay``.
     """
 
     center_return: bool = False
     policy_loss_coef: float = field(default=1.0, metadata={"ge": 0})
-    normalize_advantage: bool = field(default=True, metadata={"origin": "lab"})
+    normalize_advantages: str = field(default="standardize", metadata={"choices": ADV_NORMS, "origin": "lab"})
 
 
 class Reinforce(Algorithm):
@@ -84,7 +85,7 @@ class Reinforce(Algorithm):
         ret = calc_returns(reward, done, self.algo_spec.gamma).reshape(-1)
         if self.algo_spec.center_return:
             ret = ret - ret.mean()
-        if self.algo_spec.normalize_advantage:
+        if self.algo_spec.normalize_advantages == "standardize":
             ret = standardize(ret)
         obs = self.obs_tensor(batch["obs"]).reshape(-1, *self.obs_space.shape)
         act_dtype = torch.int64 if self.discrete else torch.float32

@@ -19,6 +19,7 @@ from agents.nets import (
 )
 from envs.make import EnvSpec
 from orchestrator.errors import SpecError
+from orchestrator.spec.aliases import apply_key_aliases
 from orchestrator.spec.files import TEMPLATE_VAR, is_anchor_entry, normalize, read_spec_file, spec_names, template_vars
 from orchestrator.spec.meta import MetaSpec
 from orchestrator.spec.schema import RunSpec, fill_defaults, section_classes, type_ok, value_at
@@ -156,7 +157,7 @@ def load_spec(uri: str, name: str, overrides: list[str] | None = None, search: b
     unfilled = _unfilled({key: value for key, value in raw.items() if key != "spec_params"})
     if unfilled:
         raise SpecError([_unfilled_problem(raw, path, var) for path, var in unfilled])
-    spec = apply_overrides(normalize(raw), overrides)
+    spec = apply_key_aliases(apply_overrides(normalize(raw), overrides))
     spec["name"] = name
     if not search and _search_section_problems(fill_defaults(copy.deepcopy(spec))):
         spec["search"] = {}  # ignored, as SLM-Lab ignores it outside its search mode (warned once)
@@ -213,7 +214,7 @@ def check(spec: dict[str, Any]) -> dict[str, Any]:
     Raises:
         SpecError: listing every problem found.
     """
-    spec = fill_defaults(apply_use_same_optim(coerce_integral_floats(spec)))
+    spec = fill_defaults(apply_use_same_optim(coerce_integral_floats(apply_key_aliases(copy.deepcopy(spec)))))
     problems = validate(spec)
     if problems:
         raise SpecError(problems)

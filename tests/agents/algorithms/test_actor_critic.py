@@ -13,7 +13,7 @@ NSTEP = ["agent.algorithm.num_step_returns=2", "agent.algorithm.gamma=0.5", "age
          "agent.net.hid_layers=[3]", "agent.net.actor_optim_spec=null", "agent.net.critic_optim_spec=null",
          'agent.net.optim_spec={"name": "SGD", "lr": 0.1}', "agent.net.clip_grad_val=null",
          'agent.algorithm.entropy_coef_spec={"name": "no_decay", "start_val": 0.01}',
-         "agent.algorithm.normalize_advantage=false"]
+         "agent.algorithm.normalize_advantages=none"]
 
 
 def _two_step_rollout(overrides):
@@ -126,8 +126,8 @@ def test_advantages_standardized_by_default_as_slm_lab():
     the test above has adv = 0.75, 0.5 -> mean 0.625, unbiased std 0.17678 -> (0.7071, -0.7071); with the
     uniform policy (logp = -ln 2 for both) policy_loss = ln 2 * mean(0.7071, -0.7071) = 0 (0.43322 without).
     The value loss is unchanged: 0.40625."""
-    algo = _two_step_rollout([o for o in NSTEP if "normalize_advantage" not in o])
-    assert algo.algo_spec.normalize_advantage is True
+    algo = _two_step_rollout([o for o in NSTEP if "normalize_advantages" not in o])
+    assert algo.algo_spec.normalize_advantages == "standardize"
     clock = Clock(100, 1)
     clock.frame = 2
     stats = algo.update(clock)

@@ -58,7 +58,7 @@ def test_reinforce_log_std_gradient_step_hand_computed():
 
 @pytest.mark.parametrize("overrides, loss", [
     ([], 2 ** -0.5),  # SLM-Lab v5.3: G = (1, 0) standardized to (0.7071, -0.7071): 0.5 * 0.7071 * 2
-    (["agent.algorithm.normalize_advantage=false"], 0.5 * (2.0 + 0.5 * math.log(2 * math.pi))),
+    (["agent.algorithm.normalize_advantages=none"], 0.5 * (2.0 + 0.5 * math.log(2 * math.pi))),
     (["agent.algorithm.center_return=true"], 2 ** -0.5),  # centring before standardizing changes nothing
 ])
 def test_reinforce_standardizes_returns_hand_computed(overrides, loss):
@@ -84,7 +84,7 @@ def test_reinforce_standardizes_returns_hand_computed(overrides, loss):
     stats = algo.update(clock)
     assert stats.metrics["policy_loss"] == pytest.approx(loss, rel=1e-5)
     # the mean head's bias gradient is -0.5 * 0.5 * sum(G' * a) / 2 (d logp / d mean = a - mean = a)
-    g = 2 ** -0.5 * 2 if "normalize_advantage=false" not in " ".join(overrides) else 2.0
+    g = 2 ** -0.5 * 2 if "normalize_advantages=none" not in " ".join(overrides) else 2.0
     bias = [p for p in algo.nets["net"].parameters()][-1]
     assert (bias - before[-1]).flatten()[0].item() == pytest.approx(0.1 * 0.5 * g / 2, rel=1e-5)
 
