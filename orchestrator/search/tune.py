@@ -28,6 +28,11 @@ def tune_domain(var: SearchVar) -> Any:
     return getattr(tune, kind)(*var.arg)
 
 
+# the example of the error for a spec without a search section: a space every search method samples (basic, optuna,
+# PBT, PB2), unlike grid_search, which PBT refuses
+NO_SEARCH_EXAMPLE = '"search": {"agent.net.optim_spec.lr__loguniform": [0.0001, 0.01]}'
+
+
 def param_space(spec: dict[str, Any]) -> dict[str, Any]:
     """Tune ``param_space``: ``{dotted.spec.path: domain}`` for every searched variable.
 
@@ -38,8 +43,7 @@ def param_space(spec: dict[str, Any]) -> dict[str, Any]:
     if problems:
         raise SpecError(problems)
     if not variables:
-        raise SpecError("search: the spec has no search section; use train mode, or add e.g. "
-                        '"search": {"agent.algorithm.gamma__grid_search": [0.9, 0.99]}')
+        raise SpecError(f"search: the spec has no search section; use train mode, or add e.g. {NO_SEARCH_EXAMPLE}")
     return {v.path: tune_domain(v) for v in variables}
 
 
