@@ -84,7 +84,7 @@ def _applies(alias: KeyAlias, spec: dict[str, Any]) -> bool:
     return alias.kept in names and alias.alias not in names
 
 
-def _alias_search(alias: KeyAlias, spec: dict[str, Any]) -> None:
+def _alias_search(alias: KeyAlias, spec: dict[str, Any], warn: bool) -> None:
     """Rename ``alias__choice`` / ``alias__grid_search`` entries of the search section (nested or dotted) to the
     kept key, their values mapped; other space types and entries beside a searched kept key stay as written."""
     search = spec.get("search")
@@ -98,23 +98,26 @@ def _alias_search(alias: KeyAlias, spec: dict[str, Any]) -> None:
                 continue
             values = [alias.value(v) for v in table.pop(name)]
             table[kept_name] = values
-            warnings.warn(f"search {alias.section}.{alias.alias}__{kind} is the earlier name of "
-                          f"{alias.section}.{alias.kept}: searched as {alias.kept}__{kind} {values!r}",
-                          KeyAliasWarning, stacklevel=3)
+            if warn:
+                warnings.warn(f"search {alias.section}.{alias.alias}__{kind} is the earlier name of "
+                              f"{alias.section}.{alias.kept}: searched as {alias.kept}__{kind} {values!r}",
+                              KeyAliasWarning, stacklevel=3)
 
 
-def apply_key_aliases(spec: dict[str, Any]) -> dict[str, Any]:
+def apply_key_aliases(spec: dict[str, Any], warn: bool = True) -> dict[str, Any]:
     """``spec`` (a flat spec, before defaults; changed in place and returned) with every alias of ``ALIASES``
-    that applies to it replaced by its kept key, a ``KeyAliasWarning`` for each."""
+    that applies to it replaced by its kept key, a ``KeyAliasWarning`` for each when ``warn`` (a spec the user
+    wrote; not for the spec files a run saved before the rename, which a resume or ``enjoy@`` reads)."""
     for alias in ALIASES:
         if not _applies(alias, spec):
             continue
-        _alias_search(alias, spec)
+        _alias_search(alias, spec, warn)
         section = _section(spec, alias.section)
         if section is None or alias.alias not in section:
             continue
         written = section.pop(alias.alias)
         kept = alias.value(written, section.get(alias.kept))
-        warnings.warn(alias.warning(written, kept), KeyAliasWarning, stacklevel=2)
+        if warn:
+            warnings.warn(alias.warning(written, kept), KeyAliasWarning, stacklevel=2)
         section[alias.kept] = kept
     return spec

@@ -209,12 +209,14 @@ def apply_use_same_optim(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def check(spec: dict[str, Any]) -> dict[str, Any]:
-    """Fill defaults and validate a flat spec; returns the filled copy.
+    """Fill defaults and validate a flat spec (earlier key names mapped to their keys, silently:
+    ``orchestrator.spec.aliases``); returns the filled copy.
 
     Raises:
         SpecError: listing every problem found.
     """
-    spec = fill_defaults(apply_use_same_optim(coerce_integral_floats(apply_key_aliases(copy.deepcopy(spec)))))
+    spec = apply_key_aliases(copy.deepcopy(spec), warn=False)  # load_spec warned; saved specs map silently
+    spec = fill_defaults(apply_use_same_optim(coerce_integral_floats(spec)))
     problems = validate(spec)
     if problems:
         raise SpecError(problems)

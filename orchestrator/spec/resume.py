@@ -7,6 +7,7 @@ import copy
 from typing import Any
 
 from orchestrator.errors import SpecError
+from orchestrator.spec.aliases import apply_key_aliases
 from orchestrator.spec.load import check
 from orchestrator.spec.pbt import PBT_RESUME_FIXED, is_pbt
 from orchestrator.spec.schema import fill_defaults
@@ -51,7 +52,8 @@ def resume_edits(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, 
     Returns:
         (merged spec, applied edits as "key: old -> new", conflicts as "key: saved X, given Y").
     """
-    saved = fill_defaults(saved)  # keys added to the lab after the run was saved: their defaults
+    # keys added to the lab after the run was saved: their defaults; keys renamed since: their new name
+    saved = fill_defaults(apply_key_aliases(copy.deepcopy(saved), warn=False))
     old_leaves, new_leaves = _leaves(saved), _leaves(new)
     merged = copy.deepcopy(saved)
     applied, conflicts = [], []

@@ -114,3 +114,30 @@ def test_dev_run_warns_once_and_saves_one_key(tmp_path):
     for path in files:
         algo = json.loads(path.read_text())["agent"]["algorithm"]
         assert algo["normalize_advantages"] == "none" and "normalize_advantage" not in algo, path
+
+
+def test_a_run_saved_before_the_rename_resumes():
+    """A run saved with both keys (as every run before the rename was) resumes: the merge reads its alias silently,
+    so the same command finds no contradiction, and a command that changes the setting is refused naming the kept
+    key with both values."""
+    import copy
+
+    from orchestrator.spec.load import check
+    from orchestrator.spec.resume import resume_edits
+
+    new = load_spec(SPECS, "ppo_cartpole")
+    saved = copy.deepcopy(new)
+    saved["agent"]["algorithm"]["normalize_advantage"] = True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", KeyAliasWarning)
+        merged, applied, conflicts = resume_edits(saved, new)
+        assert (applied, conflicts) == ([], [])
+        assert check(merged)["agent"]["algorithm"]["normalize_advantages"] == "standardize"
+        assert "normalize_advantage" not in check(merged)["agent"]["algorithm"]
+    saved_off = copy.deepcopy(saved)
+    saved_off["agent"]["algorithm"]["normalize_advantage"] = False
+    with pytest.warns(KeyAliasWarning):
+        same_command = load_spec(SPECS, "ppo_cartpole", ["agent.algorithm.normalize_advantage=false"])
+    assert resume_edits(saved_off, same_command)[2] == []
+    assert resume_edits(saved_off, new)[2] == [
+        "agent.algorithm.normalize_advantages: the run was saved with 'none', the spec gives 'standardize'"]
