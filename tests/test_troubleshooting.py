@@ -10,9 +10,16 @@ text through and is checked where that one is written."""
 from __future__ import annotations
 
 import ast
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import SpecError
+from orchestrator.search.tune import NO_SEARCH_EXAMPLE, param_space
+from orchestrator.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "troubleshooting.md"
@@ -148,14 +155,6 @@ def test_a_message_removed_from_the_page_is_reported():
 def test_no_search_section_example_runs_with_every_search_method():
     """The example the "no search section" error suggests is a search section that the basic search and PBT and
     PB2 all accept on the demo spec (a ``grid_search`` example would be refused by PBT)."""
-    import json
-
-    import pytest
-
-    from orchestrator.errors import SpecError
-    from orchestrator.search.tune import NO_SEARCH_EXAMPLE, param_space
-    from orchestrator.spec.load import load_spec
-
     demo = str(ROOT / "specs" / "demo.json")
     with pytest.raises(SpecError, match="no search section; use train mode, or add e.g. \"search\""):
         param_space(load_spec(demo, "ppo_cartpole"))
