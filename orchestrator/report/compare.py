@@ -134,9 +134,16 @@ def curve_detail(predir: str, spec: dict[str, Any], t: int) -> str:
 # ---------------------------------------------------------------- drawing
 
 def compare_png(curves: list[Curve], thresholds: dict[str, float], title: str) -> bytes:
-    """PNG bytes: each curve's IQM line and CI band, each env's reward threshold dotted; the legend below the plot
-    area (it never hides a curve), one entry per curve."""
-    from orchestrator.report.graphs import figure, png
+    """PNG bytes of ``compare_mpl``."""
+    from orchestrator.report.graphs import png
+
+    return png(compare_mpl(curves, thresholds, title))
+
+
+def compare_mpl(curves: list[Curve], thresholds: dict[str, float], title: str) -> Any:
+    """matplotlib Figure: each curve's IQM line and CI band, each env's reward threshold dotted; the legend below the
+    plot area (it never hides a curve), one entry per curve (``Curve.legend``)."""
+    from orchestrator.report.graphs import figure
 
     entries = len(curves) + len(thresholds)
     fig, (ax,) = figure(1, width=9.0, heights=[2.8 + 0.2 * entries])
@@ -151,7 +158,7 @@ def compare_png(curves: list[Curve], thresholds: dict[str, float], title: str) -
     ax.set_ylabel("total_reward_ma: IQM, 95% CI")
     ax.set_title(title, fontsize=10)
     ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.16), fontsize=8, frameon=False)
-    return png(fig)
+    return fig
 
 
 def _band_traces(band: pd.DataFrame, color: str, label: str, legend: str) -> list[dict[str, Any]]:

@@ -201,3 +201,11 @@ def test_compare_legend_names_the_algorithm_or_a_search_trials_values(tmp_path):
                                 0) == "PPO ppo_cartpole"
     fig = compare.compare_figure(curves, {}, "t")
     assert [t["name"] for t in fig["data"] if t.get("showlegend", True)] == [c.legend for c in curves]
+    fig = compare.compare_mpl(curves, {"CartPole-v1": 475.0}, "t")
+    (ax,) = fig.axes
+    legend = ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == [c.legend for c in curves] + [
+        "CartPole-v1 reward_threshold 475"]
+    fig.tight_layout()
+    fig.canvas.draw()
+    assert legend.get_window_extent().y1 < ax.get_window_extent().y0  # below the plot area: it hides no curve
