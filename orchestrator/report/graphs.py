@@ -102,20 +102,22 @@ def _mark(axes: list[Any], points: list[Marker]) -> None:
 
 
 def log_ticks(lo: float, hi: float, most: int = 6) -> list[float]:
-    """Tick values of a log axis from ``lo`` to ``hi`` (both > 0): powers of ten when at least 2 of them fall inside
-    (every k-th decade past ``most``), else 1, 2 and 5 x 10^k, else 1, 1.5, 2, 3, 4, 5 and 7 x 10^k (a range under a
-    decade); only those inside."""
+    """Tick values of a log axis from ``lo`` to ``hi`` (both > 0), only those inside: 1, 2 and 5 x 10^k when 2 to
+    ``most`` of them fall inside; more: powers of ten (every k-th decade past ``most``); fewer (a range under a
+    decade): 1, 1.5, 2, 3, 4, 5 and 7 x 10^k."""
     if not (0 < lo < hi) or not math.isfinite(hi):
         return []
     decades = range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
-    inside: list[float] = []
-    for subs in ((1.0,), (1.0, 2.0, 5.0), (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.0)):
-        inside = [m * 10.0 ** e for e in decades for m in subs if lo <= m * 10.0 ** e <= hi]
-        if len(inside) > most and subs == (1.0,):
-            return inside[::math.ceil(len(inside) / most)]
-        if 2 <= len(inside) <= most:
-            return inside
-    return inside[::max(1, math.ceil(len(inside) / most))]
+
+    def inside(subs: tuple[float, ...]) -> list[float]:
+        return [m * 10.0 ** e for e in decades for m in subs if lo <= m * 10.0 ** e <= hi]
+
+    ticks = inside((1.0, 2.0, 5.0))
+    if len(ticks) > most:
+        ticks = inside((1.0,))
+    elif len(ticks) < 2:
+        ticks = inside((1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.0))
+    return ticks[::max(1, math.ceil(len(ticks) / most))]
 
 
 def log_locator() -> Any:
