@@ -1,7 +1,7 @@
 """The experiment graph of a search (``graph/{spec_name}_experiment_graph.png``), landscape.
 
 * A search whose trials kept their sampled values: one scatter panel per (metric, searched key), each trial a dot
-  coloured by its ``strength``. A metric that is the same for every trial (e.g. ``frame`` when every trial ran to
+  coloured by its ``strength`` (the title says so). A metric that is the same for every trial (e.g. ``frame`` when every trial ran to
   ``env.max_frame``) draws no panel: the title says its value. A ``loguniform`` key gets a log axis labelled at
   1, 2 and 5 times each power of ten, with no minor labels.
 * A PBT search that made decisions (its trials' values changed along the run): the final score of each trial as a
@@ -61,7 +61,9 @@ def plain_figure(df: pd.DataFrame, variables: list[Any], title: str) -> Any:
             ax.set_xlabel(var.path if i == rows - 1 else "")
             ax.set_ylabel(metric if j == 0 else "")
             ax.grid(alpha=0.3)
-    fig.suptitle(title + (f"\n(the same for every trial: {', '.join(fixed)})" if fixed else ""), fontsize=10)
+    notes = ["a dot per trial, coloured by strength (yellow: highest)"] + \
+        [f"the same for every trial: {', '.join(fixed)}"] * bool(fixed)
+    fig.suptitle(f"{title}\n({'; '.join(notes)})", fontsize=10)
     return fig
 
 
