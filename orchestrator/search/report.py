@@ -7,7 +7,6 @@ import math
 import sys
 from typing import Any
 
-from orchestrator.report.experiment_graph import experiment_png
 from orchestrator.search.trials import METRIC, final_metrics, lab_trials
 from orchestrator.spec.pbt import is_pbt
 from orchestrator.spec.search_space import parse_search
@@ -87,6 +86,7 @@ def analyze(predir: str, spec: dict[str, Any], merge: bool = True) -> Any:
     experiment_df then lacks SLM-Lab metrics.
     """
     from orchestrator.report.analysis import analyze_predir
+    from orchestrator.report.experiment_graph import experiment_png
 
     if merge:  # a PBT search keeps one run.json for its population (orchestrator.search.pbt)
         merge_run_records(predir, spec["name"])
