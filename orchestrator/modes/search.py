@@ -29,7 +29,8 @@ Predir (docs/ARCHITECTURE.md section 3) of a search::
     info/trial_df.parquet                   per trial and frame: mean/std of returns across sessions
     info/t{T}_trial_metrics.json, graph/... SLM-Lab metrics and graphs per session and trial (analysis.py),
                                             written when the trial ends
-    graph/{spec_name}_experiment_graph.png  each metric against each searched variable
+    graph/{spec_name}_experiment_graph.png  each metric against each searched variable (PBT: final score per trial
+                                            and the score lineage, report/experiment_graph.py)
     tune/{spec_name}/                       Ray Tune's own experiment state
 
 Resume: the lab's session checkpoints are the source of truth. The driver holds the predir's lease

@@ -20,7 +20,8 @@ Outputs (all through ``orchestrator.store.storage``):
 ``t{T}/s{S}/session_metrics.json`` next to ``train_df.parquet``; ``info/t{T}_trial_metrics.json``
 next to ``trial_df.parquet``; ``graph/{spec_name}_t{T}_s{S}_session_graph.png`` (return and its
 moving average, loss, lr, explore_var, entropy vs frames) and ``graph/{spec_name}_t{T}_trial_graph.png``
-(mean ``total_reward_ma`` across sessions with a +-1 std band). Each resume (run.json ``resumes``
+(mean ``total_reward_ma`` across sessions with a +-1 std band and the IQM with its CI, or one line and band where
+they coincide: ``graphs.trial_figure``). Each resume (run.json ``resumes``
 ``from_frames``) and actor restart (``restarts`` ``frame_restored``) is one marker on one continuous
 curve: vertical lines at its frames and one horizontal label (``markers``). A panel that is
 constant up to float noise (e.g. a fixed lr) gets y-limits around its value (``flat_ylim``).

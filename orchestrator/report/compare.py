@@ -39,12 +39,20 @@ ASSETS_DIR = ".assets"  # in a data dir: the plotly-{version}.min.js that every 
 
 @dataclass(frozen=True)
 class Curve:
-    """One trial's curve: ``label``, env name, sessions and its band (index frame; iqm, low, high)."""
+    """One trial's curve: ``label`` (``{run}`` or ``{run}/t{T}``), env name, sessions, its band (index frame; iqm,
+    low, high) and ``detail``: what it ran (a search trial's searched values, else the spec name and algorithm)."""
 
     label: str
     env: str
     sessions: int
     band: pd.DataFrame
+    detail: str = ""
+
+    @property
+    def legend(self) -> str:
+        """The curve's legend entry: ``{label}: {detail} ({n} sessions)``."""
+        detail = f": {self.detail}" if self.detail else ""
+        return f"{self.label}{detail} ({self.sessions} session{'s' if self.sessions != 1 else ''})"
 
 
 # ---------------------------------------------------------------- reading sources
@@ -87,41 +95,70 @@ def trial_dfs(predir: str, only: int | None) -> dict[int, dict[int, pd.DataFrame
 
 def source_curves(source: str) -> list[Curve]:
     """The curves of one source (``{predir}`` or ``{predir}/t{T}``): one per trial with a logged
-    return, labelled ``{predir name}/t{T}`` (a run of one trial, given as a run: its name alone)."""
+    return, labelled ``{predir name}/t{T}`` (a run of one trial, given as a run: its name alone), with the
+    trial's ``detail`` (``curve_detail``)."""
     from orchestrator.report.graphs import iqm_band, stack_sessions
 
     predir, only = split_source(source)
     name = predir_mod.spec_name_of(predir)
-    env = storage.read_json(predir_mod.spec_file(predir, name))["env"]["name"]
+    spec = storage.read_json(predir_mod.spec_file(predir, name))
     by_trial = trial_dfs(predir, only)
     curves = []
     for t, dfs in by_trial.items():
         label = storage.basename(predir) if len(by_trial) == 1 and only is None \
             else f"{storage.basename(predir)}/t{t}"
-        curves.append(Curve(label, env, len(dfs), iqm_band(stack_sessions(dfs))))
+        curves.append(Curve(label, spec["env"]["name"], len(dfs), iqm_band(stack_sessions(dfs)),
+                            curve_detail(predir, spec, t)))
     return curves
+
+
+def curve_detail(predir: str, spec: dict[str, Any], t: int) -> str:
+    """What trial ``t`` of a run ran, for its legend: a search trial's values from ``t{T}/trial.json``
+    (``lr=0.00123, gamma=0.99``: each key's last path component; a PBT trial's values at its end), else the algorithm
+    and the spec name (``PPO ppo_cartpole``; the spec name left out when the run's directory name starts with it)."""
+    info = storage.read_json_or_none(storage.join(predir, f"t{t}", "trial.json"), "its legend without its values") \
+        if "search" in spec else None
+    values = info.get("values") if isinstance(info, dict) else None
+    if isinstance(values, dict) and values:
+        return ", ".join(f"{k.rsplit('.', 1)[-1]}={v:.4g}" if isinstance(v, float) else f"{k.rsplit('.', 1)[-1]}={v}"
+                         for k, v in values.items())
+    agent = spec.get("agent")
+    algorithm = agent.get("algorithm", {}).get("name") if isinstance(agent, dict) else None
+    name = spec.get("name", "")
+    parts = [str(algorithm)] if algorithm else []
+    if name and not storage.basename(predir).startswith(name):
+        parts.append(name)
+    return " ".join(parts)
 
 
 # ---------------------------------------------------------------- drawing
 
 def compare_png(curves: list[Curve], thresholds: dict[str, float], title: str) -> bytes:
-    """PNG bytes: each curve's IQM line and CI band, each env's reward threshold dotted."""
-    from orchestrator.report.graphs import figure, png
+    """PNG bytes of ``compare_mpl``."""
+    from orchestrator.report.graphs import png
 
-    fig, (ax,) = figure(1)
+    return png(compare_mpl(curves, thresholds, title))
+
+
+def compare_mpl(curves: list[Curve], thresholds: dict[str, float], title: str) -> Any:
+    """matplotlib Figure: each curve's IQM line and CI band, each env's reward threshold dotted; the legend below the
+    plot area (it never hides a curve), one entry per curve (``Curve.legend``)."""
+    from orchestrator.report.graphs import figure
+
+    entries = len(curves) + len(thresholds)
+    fig, (ax,) = figure(1, width=9.0, heights=[2.8 + 0.2 * entries])
     for i, curve in enumerate(curves):
         color = TAB10[i % len(TAB10)]
         ax.fill_between(curve.band.index, curve.band["low"], curve.band["high"], color=color, alpha=0.2,
                         linewidth=0)
-        ax.plot(curve.band.index, curve.band["iqm"], color=color, linewidth=2,
-                label=f"{curve.label} ({curve.sessions} sessions)")
+        ax.plot(curve.band.index, curve.band["iqm"], color=color, linewidth=2, label=curve.legend)
     for env, value in thresholds.items():
         ax.axhline(value, color="black", linestyle=":", linewidth=1, label=f"{env} reward_threshold {value:g}")
     ax.set_xlabel("frame")
     ax.set_ylabel("total_reward_ma: IQM, 95% CI")
-    ax.set_title(title)
-    ax.legend(loc="best", fontsize=7)
-    return png(fig)
+    ax.set_title(title, fontsize=10)
+    ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.16), fontsize=8, frameon=False)
+    return fig
 
 
 def _band_traces(band: pd.DataFrame, color: str, label: str, legend: str) -> list[dict[str, Any]]:
@@ -138,27 +175,31 @@ def compare_figure(curves: list[Curve], thresholds: dict[str, float], title: str
     """Plotly figure (as a dict) of ``compare_png``'s content."""
     traces = []
     for i, curve in enumerate(curves):
-        traces += _band_traces(curve.band, TAB10[i % len(TAB10)], f"{curve.label} ({curve.sessions} sessions)",
-                               curve.label)
+        traces += _band_traces(curve.band, TAB10[i % len(TAB10)], curve.legend, curve.label)
     shapes = [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": v, "y1": v,
                "line": {"dash": "dot", "color": "black", "width": 1}} for v in thresholds.values()]
     notes = [{"xref": "paper", "x": 0, "y": v, "text": f"{env} reward_threshold {v:g}", "showarrow": False,
               "yanchor": "bottom", "xanchor": "left"} for env, v in thresholds.items()]
     return {"data": traces, "layout": {"title": {"text": title}, "xaxis": {"title": {"text": "frame"}},
                                        "yaxis": {"title": {"text": "total_reward_ma: IQM, 95% CI"}},
-                                       "shapes": shapes, "annotations": notes, "hovermode": "x unified"}}
+                                       "shapes": shapes, "annotations": notes, "hovermode": "x unified",
+                                       "legend": LEGEND_BELOW}}
+
+
+LEGEND_BELOW = {"orientation": "h", "yanchor": "top", "y": -0.2, "xanchor": "left", "x": 0}  # plotly: under the plot
 
 
 def trial_traces(dfs: dict[int, pd.DataFrame], title: str, rand_return: float | None,
                  points: list[Any], threshold: float | None = None) -> dict[str, Any]:
     """Plotly figure (dict) of a trial: per-session ``total_reward_ma`` (thin), the mean with a +-1 std
-    band and the IQM with its 95% bootstrap CI (two sessions or more; one session: its curve alone), the
-    random policy's return, the env's reward threshold and the resume/restart lines.
+    band and the IQM with its 95% bootstrap CI (four sessions or more; where they coincide, ``graphs.coincide``, one
+    line with the CI as its band; one session: its curve alone), the random policy's return, the env's reward
+    threshold and the resume/restart lines; the legend below the plot.
 
     Args:
         dfs: session -> train_df; points: ``analysis.Marker`` list (frames, label).
     """
-    from orchestrator.report.graphs import iqm_band, stack_sessions
+    from orchestrator.report.graphs import coincide, iqm_band, stack_sessions
 
     stacked = stack_sessions(dfs)
     mean, std = stacked.mean(axis=1), stacked.std(axis=1).fillna(0.0)
@@ -166,9 +207,14 @@ def trial_traces(dfs: dict[int, pd.DataFrame], title: str, rand_return: float | 
                "line": {"width": 1, "color": "#aec7e8"}, "name": f"s{s}", "legendgroup": "sessions"}
               for s in stacked.columns]
     if len(dfs) > 1:
-        mean_band = pd.DataFrame({"iqm": mean, "low": mean - std, "high": mean + std})
-        traces += _band_traces(mean_band, TAB10[0], f"mean +-1 std ({len(dfs)} sessions)", "mean")
-        traces += _band_traces(iqm_band(stacked), TAB10[1], "IQM, 95% bootstrap CI", "iqm")
+        band = iqm_band(stacked)
+        if coincide(stacked, band):
+            traces += _band_traces(band.assign(iqm=mean.loc[band.index]), TAB10[0],
+                                   f"mean = IQM of {len(dfs)} sessions, band: 95% bootstrap CI", "mean")
+        else:
+            mean_band = pd.DataFrame({"iqm": mean, "low": mean - std, "high": mean + std})
+            traces += _band_traces(mean_band, TAB10[0], f"mean +-1 std ({len(dfs)} sessions)", "mean")
+            traces += _band_traces(band, TAB10[1], "IQM, 95% bootstrap CI", "iqm")
     shapes = [{"type": "line", "yref": "paper", "y0": 0, "y1": 1, "x0": f, "x1": f,
                "line": {"dash": "dash", "color": "red", "width": 1}} for m in points for f in m.frames]
     notes = [{"yref": "paper", "y": 1, "x": m.frames[0], "text": m.label, "showarrow": False, "yanchor": "top",
@@ -185,7 +231,8 @@ def trial_traces(dfs: dict[int, pd.DataFrame], title: str, rand_return: float | 
                       "showarrow": False, "xanchor": "left", "yanchor": "bottom"})
     return {"data": traces, "layout": {"title": {"text": title}, "xaxis": {"title": {"text": "frame"}},
                                        "yaxis": {"title": {"text": "return (moving average)"}},
-                                       "shapes": shapes, "annotations": notes, "hovermode": "x unified"}}
+                                       "shapes": shapes, "annotations": notes, "hovermode": "x unified",
+                                       "legend": LEGEND_BELOW}}
 
 
 def write_html(uri: str, figure: dict[str, Any], title: str, js_dir: str | None = None) -> None:

@@ -4,6 +4,7 @@ the IQM band across sessions."""
 from __future__ import annotations
 
 import io
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,15 +60,25 @@ def markers(run: dict[str, Any], keys: list[str]) -> list[Marker]:
     return sorted(out, key=lambda m: (m.frames[0], m.kind))
 
 
-def figure(rows: int) -> tuple[Any, list[Any]]:
-    """A matplotlib Figure on the Agg canvas (no pyplot global state) with ``rows`` stacked axes."""
+def figure(rows: int, width: float = 8.0, heights: list[float] | None = None) -> tuple[Any, list[Any]]:
+    """A matplotlib Figure on the Agg canvas (no pyplot global state) with ``rows`` stacked axes sharing x.
+
+    Args:
+        width: inches; heights: each row's height in inches (default 1.8 each, plus 2 for titles and labels).
+    """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(8, 2.0 + 1.8 * rows), dpi=80)
+    heights = heights or [1.8] * rows
+    fig = Figure(figsize=(width, 2.0 + sum(heights)), dpi=80)
     FigureCanvasAgg(fig)
-    axes = fig.subplots(rows, 1, sharex=True, squeeze=False)[:, 0]
+    axes = fig.subplots(rows, 1, sharex=True, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
     return fig, list(axes)
+
+
+def legend_outside(ax: Any, **kwargs: Any) -> Any:
+    """The axis's legend right of its plot area (never over a curve); ``tight_layout`` (``png``) makes room."""
+    return ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False, **kwargs)
 
 
 MARKER_STYLE = {"resume": ("tab:red", "--"), "restart": ("tab:purple", ":")}
@@ -88,6 +99,64 @@ def _mark(axes: list[Any], points: list[Marker]) -> None:
                          xycoords=("data", "axes fraction"), xytext=(2, 0), textcoords="offset points",
                          fontsize=7, va="top", ha="left", color=color,
                          bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.7})
+
+
+def log_ticks(lo: float, hi: float, most: int = 6) -> list[float]:
+    """Tick values of a log axis from ``lo`` to ``hi`` (both > 0), only those inside: 1, 2 and 5 x 10^k when 2 to
+    ``most`` of them fall inside; more: powers of ten (every k-th decade past ``most``); fewer (a range under a
+    decade): 1, 1.5, 2, 3, 4, 5 and 7 x 10^k."""
+    if not (0 < lo < hi) or not math.isfinite(hi):
+        return []
+    decades = range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+
+    def inside(subs: tuple[float, ...]) -> list[float]:
+        return [m * 10.0 ** e for e in decades for m in subs if lo <= m * 10.0 ** e <= hi]
+
+    ticks = inside((1.0, 2.0, 5.0))
+    if len(ticks) > most:
+        ticks = inside((1.0,))
+    elif len(ticks) < 2:
+        ticks = inside((1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.0))
+    return ticks[::max(1, math.ceil(len(ticks) / most))]
+
+
+def log_locator() -> Any:
+    """A matplotlib tick locator placing ``log_ticks`` at the axis' view limits (matplotlib imported on use)."""
+    from matplotlib.ticker import Locator
+
+    class LogTicks(Locator):
+        def __call__(self) -> list[float]:
+            lo, hi = sorted(self.axis.get_view_interval())
+            return self.tick_values(lo, hi)
+
+        def tick_values(self, vmin: float, vmax: float) -> list[float]:
+            return log_ticks(vmin, vmax)
+
+    return LogTicks()
+
+
+def log_axis(axis: Any) -> None:
+    """A readable log axis: ``log_ticks`` labelled ``2e-4``, no minor labels (matplotlib's default labels every minor
+    tick of a range under a decade, and they overprint)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    axis.set_major_locator(log_locator())
+    axis.set_major_formatter(FuncFormatter(lambda v, _: log_label(v)))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def log_label(v: float) -> str:
+    """``2e-4`` for 0.0002, ``1`` for 1, ``5e+3`` for 5000 (one significant digit: the log axis' tick values)."""
+    if v <= 0 or not math.isfinite(v):
+        return ""
+    e = math.floor(math.log10(v) + 1e-9)
+    m = v / 10 ** e
+    if -2 <= e <= 2:
+        return f"{v:g}"
+    return f"{m:.2g}e{e:+d}" if e > 0 else f"{m:.2g}e{e}"
+
+
+
 
 
 def png(fig: Any) -> bytes:
@@ -124,12 +193,12 @@ def session_figure(df: pd.DataFrame, points: list[Marker], title: str) -> Any:
         The matplotlib Figure (axes top to bottom: return, then each panel).
     """
     panels = [c for c in ("loss", "lr", "explore_var", "entropy") if c in df and df[c].notna().any()]
-    fig, axes = figure(1 + len(panels))
+    fig, axes = figure(1 + len(panels), width=9.0)
     axes[0].plot(df["frame"], df["total_reward"], color="tab:blue", alpha=0.35, linewidth=1,
                  label="total_reward")
     axes[0].plot(df["frame"], df["total_reward_ma"], color="tab:blue", linewidth=2, label="total_reward_ma")
     axes[0].set_ylabel("return")
-    axes[0].legend(loc="lower right", fontsize=8)
+    legend_outside(axes[0])
     for ax, col in zip(axes[1:], panels):
         ax.plot(df["frame"], df[col], color="tab:green", linewidth=1.2)
         ax.set_ylabel(col)
@@ -148,30 +217,44 @@ def plot_session(df: pd.DataFrame, points: list[Marker], title: str) -> bytes:
     return png(session_figure(df, points, title))
 
 
+def coincide(stacked: pd.DataFrame, band: pd.DataFrame) -> bool:
+    """Whether the mean and the IQM across sessions are one curve: below 4 sessions the IQM is the mean
+    (``stats.iqm``), and with more they may still be equal at every frame (e.g. identical sessions)."""
+    if stacked.shape[1] < 4:
+        return True
+    mean = stacked.loc[band.index].mean(axis=1)
+    return bool(np.allclose(mean.to_numpy(), band["iqm"].to_numpy(), rtol=1e-9, atol=1e-12))
+
+
 def trial_figure(dfs: dict[int, pd.DataFrame], points: list[Marker], title: str,
                  rand_return: float | None = None, threshold: float | None = None) -> Any:
     """Figure of a trial: mean total_reward_ma across sessions vs frame with a +-1 std band (ddof=1) and the
-    IQM with its 95% bootstrap CI (two sessions or more; one session is its own curve, with no band and no
-    band in the legend), the random-policy return (gray) and the env's reward threshold (black) as dotted
-    lines when given.
+    IQM with its 95% bootstrap CI (four sessions or more); where the two coincide (``coincide``: below 4 sessions
+    always) one line, the mean, with the IQM's 95% bootstrap CI as its band and one legend entry; one session is its
+    own curve, with no band. The random-policy return (gray) and the env's reward threshold (black) are dotted lines
+    when given; the legend is outside the plot area.
 
     Returns:
         The matplotlib Figure (one axis).
     """
     stacked = stack_sessions(dfs)
     mean, std = stacked.mean(axis=1), stacked.std(axis=1).fillna(0.0)
-    fig, (ax,) = figure(1)
-    if len(dfs) > 1:
+    fig, (ax,) = figure(1, width=9.0)
+    band = iqm_band(stacked) if len(dfs) > 1 else None
+    if band is None:
+        ax.plot(mean.index, mean, color="tab:blue", linewidth=2, label="total_reward_ma (1 session)")
+    elif coincide(stacked, band):
+        ax.fill_between(band.index, band["low"], band["high"], color="tab:blue", alpha=0.2, linewidth=0)
+        ax.plot(mean.index, mean, color="tab:blue", linewidth=2,
+                label=f"mean = IQM of {len(dfs)} sessions,\nband: 95% bootstrap CI")
+    else:
         ax.fill_between(mean.index, mean - std, mean + std, color="tab:blue", alpha=0.2, linewidth=0,
                         label="+-1 std across sessions")
         ax.plot(mean.index, mean, color="tab:blue", linewidth=2, label=f"mean total_reward_ma ({len(dfs)} sessions)")
-        band = iqm_band(stacked)
         ax.fill_between(band.index, band["low"], band["high"], color="tab:orange", alpha=0.2, linewidth=0,
                         label="95% bootstrap CI of the IQM")
         ax.plot(band.index, band["iqm"], color="tab:orange", linewidth=1.5, linestyle="--",
                 label="IQM across sessions")
-    else:
-        ax.plot(mean.index, mean, color="tab:blue", linewidth=2, label="total_reward_ma (1 session)")
     if rand_return is not None:
         ax.axhline(rand_return, color="gray", linestyle=":", linewidth=1, label="random policy")
     if threshold is not None:
@@ -179,7 +262,7 @@ def trial_figure(dfs: dict[int, pd.DataFrame], points: list[Marker], title: str,
     ax.set_xlabel("frame")
     ax.set_ylabel("return (moving average)")
     ax.set_title(title)
-    ax.legend(loc="lower right", fontsize=8)
+    legend_outside(ax)
     _mark([ax], points)
     return fig
 

@@ -390,40 +390,38 @@ def _finite(value: Any) -> bool:
 
 
 # ---------------------------------------------------------------- lineage graph
-def lineage_graph(predir: str, spec: dict[str, Any]) -> list[str]:
-    """Write the lineage graph (``orchestrator.report.pbt_graph``) of the generations decided so far (``pbt.jsonl``:
-    only what is committed), with the final scores once every session committed its checkpoint at ``max_frame``;
-    returns the files written (none before the first decision, or when drawing failed: one warning line).
-    """
-    from orchestrator.report.pbt_graph import Lineage, write_lineage
+def lineage_of(predir: str, spec: dict[str, Any]) -> Any:
+    """The ``orchestrator.report.pbt_graph.Lineage`` of the generations decided so far (``pbt.jsonl``: only what is
+    committed), with the final scores once every session committed its checkpoint at ``max_frame``; None before the
+    first decision."""
+    from orchestrator.report.pbt_graph import lineage_of as build
 
     records = read_records(predir)
     if not records:
-        return []
+        return None
     pop = Population(predir, spec, None, True, lambda s: s)
-    points = {(int(r["generation"]), int(r["trial"])): (int(r["frame"]), r["score"]) for r in records}
-    parents = {(int(r["generation"]) + 1, int(r["trial"])): (int(r["donor"]) if r["donor"] is not None
-                                                              else int(r["trial"]), r["donor"] is not None)
-               for r in records}
-    last = max(g for g, _ in points) + 1
-    final = pop.boundaries[-1]
+    last = max(int(r["generation"]) for r in records) + 1
     try:
-        finals = pop.scores(final, pop.trials, pop.boundaries[-2]) if last == len(pop.boundaries) else {}
+        finals = pop.scores(pop.boundaries[-1], pop.trials, pop.boundaries[-2]) if last == len(pop.boundaries) else {}
     except (CheckpointError, storage.StorageError, KeyError):  # a session not at max_frame (yet, or failed)
         finals = {}
-    for t, score in finals.items():
-        points[(last, t)] = (final, score)
-    parents = {k: v for k, v in parents.items() if k in points}  # the generation under way has no point yet
-    top = max(g for g, _ in points)
-    ends = {t: s for (g, t), (_, s) in points.items() if g == top}
-    best = max(sorted(ends), key=lambda t: -math.inf if ends[t] is None else ends[t])
-    path = [(top, best)]
-    while path[-1] in parents:
-        g, t = path[-1]
-        path.append((g - 1, parents[(g, t)][0]))
-    title = f"{spec['name']}: {pop.settings.method} lineage ({len(pop.trials)} trials x {pop.sessions} sessions)"
+    return build(records, pop.initial, finals, pop.boundaries[-1],
+                 frozenset(v.path for v in pop.variables if v.kind == "loguniform"))
+
+
+def lineage_graph(predir: str, spec: dict[str, Any]) -> list[str]:
+    """Write the lineage graph (``orchestrator.report.pbt_graph``) of ``lineage_of``; returns the files written (none
+    before the first decision, or when drawing failed: one warning line)."""
+    from orchestrator.report.pbt_graph import write_lineage
+
+    lin = lineage_of(predir, spec)
+    if lin is None:
+        return []
+    settings = PBTSettings.from_spec(spec)
+    title = f"{spec['name']}: {settings.method} lineage ({spec['meta']['max_trial']} trials x " \
+            f"{spec['meta']['max_session']} sessions)"
     try:
-        return write_lineage(storage.join(predir, "graph"), spec["name"], Lineage(points, parents, path[::-1]), title)
+        return write_lineage(storage.join(predir, "graph"), spec["name"], lin, title)
     except Exception as err:  # noqa: BLE001 - a graph never fails the run; `lab analyze` does not redo it
         print(f"warning: the lineage graph of {predir} was not drawn ({type(err).__name__}: {err})", file=sys.stderr)
         return []

@@ -3,14 +3,13 @@ summary."""
 
 from __future__ import annotations
 
-import io
 import math
 import sys
 from typing import Any
 
 from orchestrator.search.trials import METRIC, final_metrics, lab_trials
 from orchestrator.spec.pbt import is_pbt
-from orchestrator.spec.search_space import SearchVar, parse_search
+from orchestrator.spec.search_space import parse_search
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
 from orchestrator.store.predir import session_seed
@@ -43,37 +42,6 @@ def experiment_df(predir: str, spec: dict[str, Any], slm_metrics: dict[str, dict
     if df.empty:
         return df
     return df.sort_values(["strength", METRIC], ascending=False, na_position="last").reset_index(drop=True)
-
-
-def experiment_graph(df: Any, variables: list[SearchVar], title: str) -> bytes:
-    """PNG bytes: a grid of scatter plots, one row per metric, one column per searched variable."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    metrics = ["strength", METRIC, "frame"]
-    color = df["strength"].fillna(df[METRIC]).fillna(0.0)
-    fig, axes = plt.subplots(len(metrics), len(variables), squeeze=False,
-                             figsize=(3.2 * len(variables) + 1, 2.6 * len(metrics)))
-    for i, metric in enumerate(metrics):
-        for j, var in enumerate(variables):
-            ax = axes[i][j]
-            x = df[var.path]
-            if x.dtype == object:  # lists/strings (choice of hid_layers, names): categorical axis
-                x = x.astype(str)
-            ax.scatter(x, df[metric], c=color, cmap="viridis", edgecolors="k")
-            if var.kind == "loguniform":
-                ax.set_xscale("log")
-            ax.set_xlabel(var.path if i == len(metrics) - 1 else "")
-            ax.set_ylabel(metric if j == 0 else "")
-            ax.grid(alpha=0.3)
-    fig.suptitle(title)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
-    return buf.getvalue()
 
 
 def merge_run_records(predir: str, spec_name: str) -> None:
@@ -118,6 +86,7 @@ def analyze(predir: str, spec: dict[str, Any], merge: bool = True) -> Any:
     experiment_df then lacks SLM-Lab metrics.
     """
     from orchestrator.report.analysis import analyze_predir
+    from orchestrator.report.experiment_graph import experiment_png
 
     if merge:  # a PBT search keeps one run.json for its population (orchestrator.search.pbt)
         merge_run_records(predir, spec["name"])
@@ -136,7 +105,11 @@ def analyze(predir: str, spec: dict[str, Any], merge: bool = True) -> Any:
     storage.write_parquet(storage.join(predir, "info", "experiment_df.parquet"), df)
     aggregate_trial(predir, spec, sorted(df["trial"].tolist()))
     title = f"{name}: {len(df)} trials x {spec['meta']['max_session']} sessions"
-    graph = experiment_graph(df, parse_search(spec)[0], title)
+    lineage = None
+    if is_pbt(spec):  # a PBT search's values changed along the run: its graph shows the lineage instead
+        from orchestrator.search.pbt import lineage_of
+        lineage = lineage_of(predir, spec)
+    graph = experiment_png(df, parse_search(spec)[0], title, lineage)
     storage.write_bytes(storage.join(predir, "graph", f"{name}_experiment_graph.png"), graph)
     best_t = int(df["trial"].iloc[0])
     best = storage.read_json(predir_mod.spec_file(predir, name, best_t))

@@ -158,9 +158,8 @@ def test_trial_graph_draws_the_reward_threshold_and_no_band_for_one_session():
     assert sorted(line.get_ydata()[0] for line in hlines) == [22.0, 475.0]
     two = {0: df, 1: df.assign(total_reward_ma=df["total_reward_ma"] + 5)}
     (ax,) = graphs_mod.trial_figure(two, [], "t0", threshold=475.0).axes
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
-        "+-1 std across sessions", "mean total_reward_ma (2 sessions)", "95% bootstrap CI of the IQM",
-        "IQM across sessions", "reward_threshold 475"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [  # below 4 sessions the IQM is the mean
+        "mean = IQM of 2 sessions,\nband: 95% bootstrap CI", "reward_threshold 475"]
     html = compare.trial_traces({0: df}, "t0", 22.0, [], 475.0)
     assert [t["name"] for t in html["data"]] == ["s0"]
     assert [(n["text"], n["y"]) for n in html["layout"]["annotations"]] == [("random policy", 22.0),

@@ -3,8 +3,8 @@ machinery: kept trials train on with their live state (train_df equal to a plain
 trains (optimizer steps per generation equal a plain train's, though the interval is shorter than
 ``training_start_step``), a SIGKILL of the driver resumes to the same ``pbt.jsonl``, ``--pbt-replay`` reproduces
 an exploited trial bit for bit; a failed trial is replaced by an exploit; the score of a generation, the reseed,
-the exploit's manifest-first delete, the discount reaching the env, the lineage graph of an unfinished generation
-and the summary's replay command.
+the exploit's manifest-first delete, the discount reaching the env, the lineage graph of an unfinished generation,
+the lineage's values and the experiment graph of a real population, and the summary's replay command.
 """
 
 import io
@@ -161,6 +161,30 @@ def test_the_summary_recommends_the_replay_command(dqn_search, capsys):
     out = capsys.readouterr().out
     assert f"train --pbt-replay {dqn_search} --trial {int(df['trial'].iloc[0])}" in out
     assert "best_spec.json" not in out
+
+
+def test_the_lineage_and_experiment_graph_of_a_real_population(dqn_search):
+    """Each trial's lr over frames is its initial value then its decisions' values; the experiment graph of the PBT
+    search is its final scores beside the score lineage (``orchestrator.report.experiment_graph``)."""
+    from orchestrator.report.experiment_graph import experiment_figure
+    from orchestrator.report.pbt_graph import steps
+    from orchestrator.spec.search_space import parse_search
+
+    spec = json.loads((dqn_search / "dqn_cartpole_spec.json").read_text())
+    lin = pbt.lineage_of(str(dqn_search), spec)
+    records = records_of(dqn_search)
+    initial = pbt.Population(str(dqn_search), spec, None, True, lambda s: s).initial
+    assert lin.keys == [LR] and lin.end_frame == 1000 and len(lin.points) == 4 * 5  # 4 decisions and the final
+    for t in range(4):
+        frames, values = steps(lin, LR)[t]
+        mine = [r for r in records if r["trial"] == t]
+        assert frames == [0] + [r["frame"] for r in mine] + [1000]
+        assert values == [initial[t][LR]] + [r["config"][LR] for r in mine] + [mine[-1]["config"][LR]]
+    df = pd.read_parquet(dqn_search / "info/experiment_df.parquet")
+    fig = experiment_figure(df, parse_search(spec)[0], "t", lin)
+    bars, scores = fig.axes
+    assert sorted(p.get_width() for p in bars.patches) == sorted(df["total_reward_ma"].fillna(0.0))
+    assert scores.get_xlabel() == "frame" and (dqn_search / "graph/dqn_cartpole_experiment_graph.png").stat().st_size
 
 
 # ---------------------------------------------------------------- a failed trial

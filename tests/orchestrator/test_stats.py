@@ -73,7 +73,7 @@ def test_lab_compare_writes_png_and_html(tmp_path, capsys):
     assert f"{a.name}: frame=1200 IQM total_reward_ma=250" in printed
     assert f"{b.name}/t0: frame=1200 IQM total_reward_ma=55" in printed
     width, height = png_size((tmp_path / "out/cmp.png").read_bytes())
-    assert (width, height) == (640, 304)
+    assert (width, height) == (720, 432)  # 9 x 5.4 in: the legend below the plot area
     html = (tmp_path / "out/cmp.html").read_text()
     assert html.lower().startswith("<!doctype html>") and html.rstrip().endswith("</html>")
     js = f"plotly-{version('plotly')}.min.js"  # outside a data dir: one named copy beside the page
