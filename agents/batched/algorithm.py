@@ -103,6 +103,9 @@ class SeedBatch:
         obs_space, action_space: single-env spaces.
         num_envs: N, sub-envs per seed; the group acts on vectors of K x N.
         seeds: the K session seeds; member k is the lab algorithm built with ``seeds[k]``.
+        members: the K member algorithms when already built (e.g. by the K sessions, so that their nets, RNG
+            streams and state stay the sessions' own): instances of the spec's lab class built with ``seeds``,
+            for this spec and ``num_envs``; None builds them.
 
     The group instance itself is the lab class built for K x N envs (its memory holds the group's rollout) with
     its nets and optimizers replaced by the stacks; ``members`` are the K lab algorithms.
@@ -114,7 +117,7 @@ class SeedBatch:
     members: list[Algorithm]
 
     def __init__(self, spec: AgentSpec, obs_space: gym.Space, action_space: gym.Space, num_envs: int,
-                 seeds: Sequence[int]) -> None:
+                 seeds: Sequence[int], members: Sequence[Algorithm] | None = None) -> None:
         problem = batch_problem(spec)
         if problem is not None:
             raise ValueError(problem)
@@ -122,7 +125,10 @@ class SeedBatch:
             raise ValueError("a seed batch needs at least one seed")
         lab_cls = ALGORITHMS[spec.algorithm.name]
         self.k, self.n = len(seeds), num_envs
-        self.members = [lab_cls(spec, obs_space, action_space, num_envs, int(s)) for s in seeds]
+        if members is not None and (len(members) != len(seeds) or any(type(m) is not lab_cls for m in members)):
+            raise ValueError(f"a seed batch of {len(seeds)} seeds needs {len(seeds)} {lab_cls.__name__} members")
+        self.members = list(members) if members is not None else \
+            [lab_cls(spec, obs_space, action_space, num_envs, int(s)) for s in seeds]
         super().__init__(spec, obs_space, action_space, num_envs * self.k, int(seeds[0]))  # type: ignore[call-arg]
         if not isinstance(action_space, gym.spaces.Discrete):
             raise ValueError("batched seeds need a Discrete action space")
@@ -231,6 +237,22 @@ class SeedBatch:
         if with_memory:
             state["memory"] = seed_memory(self.memory.state_dict(), k, self.n)
         return state
+
+    def sync_members(self) -> None:
+        """Give every member algorithm its seed's optimizer slice, LR scheduler state and rollout columns, so its
+        own ``state_dict`` (what its session checkpoints) is its seed's state (the nets are views already)."""
+        memory = self.memory.state_dict()
+        for k, member in enumerate(self.members):
+            for name in self.optims:
+                member.optims[name].load_state_dict(
+                    seed_optim_state(self.optims[name], member.optims[name], self.slots[name], k))
+                member.lr_scheds[name].load_state_dict(self.lr_scheds[name].state_dict())
+            member.memory.load_state_dict(seed_memory(memory, k, self.n))
+
+    def pull_members(self) -> list[bool]:
+        """Take the group's state from its members (after each was restored on its own, e.g. by its session's
+        ``from_checkpoint``): ``load_seed_state_dicts`` of their ``state_dict``s with their rollouts."""
+        return self.load_seed_state_dicts([m.state_dict(with_memory=True) for m in self.members])
 
     def load_seed_state_dicts(self, states: Sequence[dict[str, Any]]) -> list[bool]:
         """Restore every seed from ``seed_state_dict(k)`` outputs (or separate sessions' algorithm states of this
