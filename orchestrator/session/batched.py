@@ -24,6 +24,7 @@ from agents.batched import SeedBatch, batch_problem, batched_algorithm
 from envs.make import episode_returns, final_obs
 from orchestrator.errors import UsageError
 from orchestrator.session.loop import LogCallback, Session
+from orchestrator.store.checkpoint import CheckpointError, CheckpointStore
 
 
 class SessionGroup:
@@ -148,3 +149,59 @@ class SessionGroup:
         """Close every session's envs."""
         for s in self.sessions:
             s.close()
+
+
+def newest_common_frame(stores: Sequence[CheckpointStore]) -> int | None:
+    """The newest frame at which every store (one per session of a group) holds a committed checkpoint that
+    verifies, None when there is none: where a group killed between its sessions' commits resumes.
+
+    Raises:
+        storage.StorageError: a store cannot be listed.
+    """
+    common = set.intersection(*(set(store.frames()) for store in stores))
+    for frame in sorted(common, reverse=True):
+        try:
+            for store in stores:
+                store.load(frame)
+        except CheckpointError:
+            continue
+        return frame
+    return None
+
+
+def run_checkpointed(group: SessionGroup, stores: Sequence[CheckpointStore], frequency: int,
+                     on_log: LogCallback | None = None) -> list[int]:
+    """Run ``group`` to its ``max_frame`` (or a stop request) in chunks of ``frequency`` frames, committing every
+    session's checkpoint (``SessionGroup.checkpoint``) to its store (``stores[k]`` for session k, with the user
+    copies of train_df/eval_df) at the end of each chunk, so the K sessions' checkpoints are at the same frames.
+
+    Returns:
+        The frames committed, ascending.
+
+    Raises:
+        CheckpointError / storage.StorageError / OSError: a commit failed (the committed ones stay valid).
+    """
+    committed = []
+    clock = group.clock
+    while not clock.done() and not any(s.stop_requested for s in group.sessions):
+        group.run_rl(until_frame=(clock.frame // frequency + 1) * frequency, on_log=on_log)
+        for store, (files, meta) in zip(stores, group.checkpoint()):
+            store.commit(clock.frame, files, meta)
+            store.export(files)
+        committed.append(clock.frame)
+    return committed
+
+
+def restore_group(group: SessionGroup, stores: Sequence[CheckpointStore]) -> int:
+    """Restore a group built with ``fresh=False`` from the newest checkpoint common to its sessions' stores
+    (``newest_common_frame``); returns that frame.
+
+    Raises:
+        FileNotFoundError: the sessions have no checkpoint frame in common.
+    """
+    frame = newest_common_frame(stores)
+    if frame is None:
+        raise FileNotFoundError(f"no checkpoint frame common to {[store.session_dir for store in stores]}")
+    group.restore([store.load(frame)[1] for store in stores])
+    return frame
+

@@ -70,3 +70,66 @@ def test_a_seeds_checkpoint_resumes_as_a_separate_session():
 def test_unsupported_algorithm_is_refused_by_name():
     with pytest.raises(UsageError, match="'DQN' does not run with seeds batched"):
         SessionGroup(load_spec(SPECS, "dqn_cartpole", ["env.max_frame=100"]), SEEDS[:2])
+
+
+CHILD = """
+import sys, time, torch
+torch.set_num_threads(1)
+from orchestrator.session.batched import SessionGroup, run_checkpointed
+from orchestrator.spec.load import load_spec
+from orchestrator.store.checkpoint import CheckpointStore
+from tests.agents.algorithms.helpers import SPECS
+spec = load_spec(SPECS, "ppo_cartpole", sys.argv[2:])
+group = SessionGroup(spec, [5, 6, 7], trial=0, sessions=[0, 1, 2])
+stores = [CheckpointStore(f"{sys.argv[1]}/t0/s{s}") for s in range(3)]
+run_checkpointed(group, stores, 128, on_log=lambda s, row: time.sleep(0.1))  # slow: the parent kills it midway
+"""
+
+
+KILL_OVERRIDES = [*OVERRIDES, "env.max_frame=768"]
+
+
+def test_group_killed_by_sigkill_resumes_from_its_common_checkpoint_bit_for_bit(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from orchestrator.session.batched import newest_common_frame, restore_group, run_checkpointed
+    from orchestrator.store.checkpoint import CheckpointStore
+
+    spec = load_spec(SPECS, "ppo_cartpole", KILL_OVERRIDES)
+    predir = str(tmp_path / "ppo_cartpole_2026_01_01_000000")
+    stores = [CheckpointStore(f"{predir}/t0/s{s}") for s in range(3)]
+    root = Path(__file__).resolve().parents[2]
+    child = subprocess.Popen([sys.executable, "-c", CHILD, predir, *KILL_OVERRIDES], cwd=root,
+                             env={**os.environ, "PYTHONPATH": str(root)})
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and child.poll() is None:
+            if all(Path(store.ckpt_dir).exists() for store in stores) and (newest_common_frame(stores) or 0) >= 256:
+                break
+            time.sleep(0.05)
+        assert child.poll() is None, "the child ended before it could be killed"
+        os.kill(child.pid, signal.SIGKILL)
+        assert child.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            os.kill(child.pid, signal.SIGKILL)
+            child.wait()
+    straight = SessionGroup(spec, SEEDS, sessions=[0, 1, 2])
+    straight.run_rl()
+    resumed = SessionGroup(spec, SEEDS, sessions=[0, 1, 2], fresh=False)
+    frame = restore_group(resumed, stores)
+    assert 256 <= frame < 768 and frame % 128 == 0
+    assert all(s.clock.frame == frame and s.clock.resume_count == 1 for s in resumed.sessions)
+    run_checkpointed(resumed, stores, 128)
+    for a, b in zip(straight.sessions, resumed.sessions):
+        pd.testing.assert_frame_equal(COMPARED(a.train_df), COMPARED(b.train_df))
+    assert straight.weights_sha256() == resumed.weights_sha256()
+    for store, sha in zip(stores, straight.weights_sha256()):  # the last committed manifests say the same
+        manifest, _ = store.load(768)
+        assert manifest.meta["weights_sha256"] == sha and manifest.meta["batched"] == 3
+    assert (Path(predir) / "t0" / "s2" / "train_df.parquet").exists()

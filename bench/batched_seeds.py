@@ -1,0 +1,131 @@
+"""Node frames/s of K seeds of one spec trained as one batched program against the same K seeds as separate
+sessions, side by side in one process, one torch thread.
+
+Per round (the variants alternate, so machine load hits both alike):
+
+- ``separate``: K ``Session``s (the lab's spec, seeds ``seed .. seed+K-1``, session indexes 0..K-1), each run with
+  ``Session.run_rl`` to ``--frames``, one after the other: what K session processes sharing a core compute;
+- ``batched``: one ``SessionGroup`` (``orchestrator.session.batched``) of the same K seeds to the same frame.
+
+Both include acting, the env steps, the rollout, the updates and the train_df rows (no evaluation); building the
+sessions is not timed. Measured: wall seconds and CPU seconds (``time.process_time``) of each variant, and the
+seconds spent in updates; node frames/s = K * frames / wall. Ratios are per round (batched over separate, in the
+same round), and the summary gives their median and range over the rounds.
+
+Usage:
+    python bench/batched_seeds.py [--spec ppo_cartpole] [--seeds 8] [--frames 4096] [--rounds 3]
+        [--out bench/results/batched_seeds_{spec}.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SPEC_FILE = ROOT / "specs" / "benchmark" / "cartpole.json"
+
+
+def timed_updates(algo: Any, spent: list[float]) -> None:
+    """Wrap ``algo.update`` so that each call's wall seconds are appended to ``spent``."""
+    update = algo.update
+
+    def timed(clock: Any) -> Any:
+        t0 = time.perf_counter()
+        out = update(clock)
+        spent.append(time.perf_counter() - t0)
+        return out
+
+    algo.update = timed
+
+
+def run_variant(variant: str, spec: dict[str, Any], seeds: list[int], frames: int) -> dict[str, Any]:
+    """One timed run of ``variant`` (``separate`` or ``batched``) of ``seeds`` to ``frames`` frames per seed."""
+    from orchestrator.session.batched import SessionGroup
+    from orchestrator.session.loop import Session
+
+    spent: list[float] = []
+    if variant == "separate":
+        sessions = [Session(spec, seed, session=k) for k, seed in enumerate(seeds)]
+        for s in sessions:
+            timed_updates(s.algorithm, spent)
+        runs = [lambda s=s: s.run_rl(until_frame=frames) for s in sessions]
+        closers, clocks = sessions, [s.clock for s in sessions]
+    else:
+        group = SessionGroup(spec, seeds)
+        timed_updates(group.batch, spent)
+        runs, closers, clocks = [lambda: group.run_rl(until_frame=frames)], [group], [s.clock for s in group.sessions]
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    for run in runs:
+        run()
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    total = sum(c.frame for c in clocks)
+    for c in closers:
+        c.close()
+    return {"variant": variant, "frames": total, "wall_s": wall, "cpu_s": cpu, "update_s": sum(spent),
+            "node_fps": total / wall, "cpu_us_per_frame": 1e6 * cpu / total}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line (usage in the module docstring): runs the rounds, prints the ratios, writes the JSON."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--spec", default="ppo_cartpole")
+    ap.add_argument("--seeds", type=int, default=8)
+    ap.add_argument("--frames", type=int, default=4096, help="frames per seed per run")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", default=None, help="default bench/results/batched_seeds_{spec}.json")
+    args = ap.parse_args(argv)
+    import torch
+
+    from orchestrator.spec.load import load_spec
+
+    torch.set_num_threads(1)
+    spec = load_spec(str(SPEC_FILE), args.spec, ["meta.rigorous_eval=0", f"env.max_frame={args.frames}"])
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    run_variant("separate", spec, seeds[:2], 512)  # warm-up: lazy imports, allocator, first kernels
+    run_variant("batched", spec, seeds[:2], 512)
+    runs = []
+    for r in range(args.rounds):
+        pair = {}
+        for variant in (("separate", "batched") if r % 2 == 0 else ("batched", "separate")):
+            rec = run_variant(variant, spec, seeds, args.frames)
+            rec.update(round=r, load1=os.getloadavg()[0])
+            runs.append(rec)
+            pair[variant] = rec
+            print(f"round {r} {variant:8s}: {rec['node_fps']:8.0f} node frames/s, {rec['cpu_us_per_frame']:6.1f} "
+                  f"CPU us/frame, updates {rec['update_s']:.2f} of {rec['wall_s']:.2f} s (load {rec['load1']:.1f})",
+                  flush=True)
+        for rec in pair.values():
+            rec["fps_ratio"] = pair["batched"]["node_fps"] / pair["separate"]["node_fps"]
+            rec["cpu_ratio"] = pair["separate"]["cpu_s"] / pair["batched"]["cpu_s"]
+            rec["update_ratio"] = pair["separate"]["update_s"] / pair["batched"]["update_s"]
+            rec["rest_ratio"] = (pair["separate"]["wall_s"] - pair["separate"]["update_s"]) / \
+                (pair["batched"]["wall_s"] - pair["batched"]["update_s"])
+    batched = [x for x in runs if x["variant"] == "batched"]
+    summary = {key: {"median": statistics.median(x[key] for x in batched), "min": min(x[key] for x in batched),
+                     "max": max(x[key] for x in batched)}
+               for key in ("fps_ratio", "cpu_ratio", "update_ratio", "rest_ratio")}
+    out = Path(args.out or ROOT / f"bench/results/batched_seeds_{args.spec}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"spec": args.spec, "seeds": args.seeds, "frames_per_seed": args.frames,
+                               "rounds": args.rounds, "torch_threads": 1, "cpu_count": os.cpu_count(),
+                               "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "summary": summary, "runs": runs},
+                              indent=1) + "\n")
+    for key, label in (("fps_ratio", "node frames/s"), ("cpu_ratio", "CPU s per frame (inverse)"),
+                       ("update_ratio", "update time (inverse)"), ("rest_ratio", "acting + env + log (inverse)")):
+        s = summary[key]
+        print(f"batched / separate, {label}: {s['median']:.2f}x (rounds {s['min']:.2f}-{s['max']:.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
