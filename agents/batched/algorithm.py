@@ -111,7 +111,8 @@ class SeedBatch:
     its nets and optimizers replaced by the stacks; ``members`` are the K lab algorithms.
 
     Raises:
-        ValueError: ``batch_problem`` of the spec, or no seeds.
+        ValueError: ``batch_problem`` of the spec, no seeds, an action space other than Discrete, or members that
+            are not K instances of the spec's lab class.
     """
 
     members: list[Algorithm]
@@ -123,6 +124,8 @@ class SeedBatch:
             raise ValueError(problem)
         if not seeds:
             raise ValueError("a seed batch needs at least one seed")
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise ValueError(f"batched seeds need a Discrete action space, got {action_space}")
         lab_cls = ALGORITHMS[spec.algorithm.name]
         self.k, self.n = len(seeds), num_envs
         if members is not None and (len(members) != len(seeds) or any(type(m) is not lab_cls for m in members)):
@@ -130,8 +133,6 @@ class SeedBatch:
         self.members = list(members) if members is not None else \
             [lab_cls(spec, obs_space, action_space, num_envs, int(s)) for s in seeds]
         super().__init__(spec, obs_space, action_space, num_envs * self.k, int(seeds[0]))  # type: ignore[call-arg]
-        if not isinstance(action_space, gym.spaces.Discrete):
-            raise ValueError("batched seeds need a Discrete action space")
         self._stack_members()
 
     # ---- construction ----
@@ -187,7 +188,7 @@ class SeedBatch:
     def clip_grads(self, optim_names: tuple[str, ...]) -> torch.Tensor:
         """Per seed, as ``Algorithm.clip_grads`` per separate session: each param group of each named optimizer
         clipped to each seed's own norm; returns each seed's joint norm over them (K,)."""
-        sq = torch.zeros(self.k)
+        sq = torch.zeros(self.k, device=self.device)
         for name in optim_names:
             for group in self.optims[name].param_groups:
                 norms = clip_grads_per_seed(group["params"], self.clip_grad_vals[name])

@@ -97,7 +97,8 @@ def load_seed_optim_state(optim: torch.optim.Optimizer, slots: Sequence[Slot], k
                 if key in mine and k > 0 and not torch.equal(mine[key].cpu(), v.cpu()):
                     raise ValueError(f"optimizer state '{key}' of seed {k} ({v.tolist()}) differs from the other "
                                      f"seeds' ({mine[key].tolist()}): batched seeds must have stepped alike")
-                mine[key] = v.detach().clone().to(stack.device) if key != "step" else v.detach().clone()
+                on_param = key != "step" or optim.defaults.get("fused") or optim.defaults.get("capturable")
+                mine[key] = v.detach().clone().to(stack.device if on_param else v.device)
             else:
                 raise ValueError(f"optimizer state '{key}' of shape {tuple(v.shape)} fits neither parameter "
                                  f"{tuple(member_shape)} nor a shared scalar")
