@@ -12,9 +12,13 @@ sessions is not timed. Measured: wall seconds and CPU seconds (``time.process_ti
 seconds spent in updates; node frames/s = K * frames / wall. Ratios are per round (batched over separate, in the
 same round), and the summary gives their median and range over the rounds.
 
+Peak memory: ``--rss`` instead runs one separate session (one process, one seed) and one group of K seeds (one
+process) to ``--frames`` in fresh child processes and compares the group's peak RSS per seed with the single
+session's (separate sessions are separate processes, each with its own interpreter, torch and envs).
+
 Usage:
     python bench/batched_seeds.py [--spec ppo_cartpole] [--seeds 8] [--frames 4096] [--rounds 3]
-        [--out bench/results/batched_seeds_{spec}.json]
+        [--out bench/results/batched_seeds_{spec}.json] [--rss]
 """
 
 from __future__ import annotations
@@ -74,6 +78,30 @@ def run_variant(variant: str, spec: dict[str, Any], seeds: list[int], frames: in
             "node_fps": total / wall, "cpu_us_per_frame": 1e6 * cpu / total}
 
 
+RSS_CHILD = """
+import json, resource, sys, torch
+torch.set_num_threads(1)
+from orchestrator.session.batched import SessionGroup
+from orchestrator.session.loop import Session
+from orchestrator.spec.load import load_spec
+spec_file, name, frames, seeds = sys.argv[1], sys.argv[2], int(sys.argv[3]), [int(x) for x in sys.argv[4:]]
+spec = load_spec(spec_file, name, ["meta.rigorous_eval=0", f"env.max_frame={frames}"])
+run = Session(spec, seeds[0]) if len(seeds) == 1 else SessionGroup(spec, seeds)
+run.run_rl()
+print(json.dumps({"seeds": len(seeds), "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def peak_rss(spec: str, seeds: list[int], frames: int) -> dict[str, Any]:
+    """Peak RSS (MB, ``ru_maxrss``) of a fresh process that runs one session (one seed) or a group (several)."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", RSS_CHILD, str(SPEC_FILE), spec, str(frames), *map(str, seeds)],
+                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True, capture_output=True,
+                         text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line (usage in the module docstring): runs the rounds, prints the ratios, writes the JSON."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -83,14 +111,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default=None, help="default bench/results/batched_seeds_{spec}.json")
+    ap.add_argument("--rss", action="store_true", help="compare peak RSS per seed instead (fresh processes)")
     args = ap.parse_args(argv)
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    if args.rss:
+        single, group = peak_rss(args.spec, seeds[:1], args.frames), peak_rss(args.spec, seeds, args.frames)
+        per_seed = group["max_rss_mb"] / len(seeds)
+        print(f"peak RSS: one separate session {single['max_rss_mb']:.0f} MB; a group of {len(seeds)} "
+              f"{group['max_rss_mb']:.0f} MB, {per_seed:.0f} MB per seed ({per_seed / single['max_rss_mb']:.2f}x)")
+        return 0
     import torch
 
     from orchestrator.spec.load import load_spec
 
     torch.set_num_threads(1)
     spec = load_spec(str(SPEC_FILE), args.spec, ["meta.rigorous_eval=0", f"env.max_frame={args.frames}"])
-    seeds = list(range(args.seed, args.seed + args.seeds))
     run_variant("separate", spec, seeds[:2], 512)  # warm-up: lazy imports, allocator, first kernels
     run_variant("batched", spec, seeds[:2], 512)
     runs = []
