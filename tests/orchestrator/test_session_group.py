@@ -25,8 +25,14 @@ def one_thread():
     torch.set_num_threads(1)
 
 
-def test_group_resumes_bit_for_bit_and_each_seed_is_its_own_session():
-    spec = load_spec(SPECS, "ppo_cartpole", OVERRIDES)
+A2C_OVERRIDES = ["env.max_frame=1024", "env.num_envs=4", "meta.log_frequency=128", "meta.rigorous_eval=1",
+                 "meta.eval_frequency=512", "agent.algorithm.training_frequency=16"]
+
+
+@pytest.mark.parametrize("name,overrides,steps_per_update", [("ppo_cartpole", OVERRIDES, 3),
+                                                             ("a2c_gae_cartpole", A2C_OVERRIDES, 1)])
+def test_group_resumes_bit_for_bit_and_each_seed_is_its_own_session(name, overrides, steps_per_update):
+    spec = load_spec(SPECS, name, overrides)
     straight = SessionGroup(spec, SEEDS, sessions=[0, 1, 2])
     straight.run_rl()
     first = SessionGroup(spec, SEEDS, sessions=[0, 1, 2])
@@ -49,7 +55,7 @@ def test_group_resumes_bit_for_bit_and_each_seed_is_its_own_session():
     assert frames == list(range(128, 1025, 128))
     returns = [tuple(s.train_df["total_reward"].fillna(-1)) for s in straight.sessions]
     assert len(set(returns)) == len(SEEDS)  # three seeds, three different runs
-    assert straight.sessions[0].clock.opt_step == (1024 // (16 * 4)) * 3
+    assert straight.sessions[0].clock.opt_step == (1024 // (16 * 4)) * steps_per_update
 
 
 def test_a_seeds_checkpoint_resumes_as_a_separate_session():
