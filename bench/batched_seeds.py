@@ -9,8 +9,9 @@ Per round (the variants alternate, so machine load hits both alike):
 
 Both include acting, the env steps, the rollout, the updates and the train_df rows (no evaluation); building the
 sessions is not timed. Measured: wall seconds and CPU seconds (``time.process_time``) of each variant, and the
-seconds spent in updates; node frames/s = K * frames / wall. Ratios are per round (batched over separate, in the
-same round), and the summary gives their median and range over the rounds.
+CPU seconds spent in updates and in acting (the rest: env steps, rollout, log rows); node frames/s = K * frames /
+wall. On a shared machine the CPU-second ratios are the steadier ones. Ratios are per round (batched over
+separate, in the same round), and the summary gives their median and range over the rounds.
 
 Peak memory: ``--rss`` instead runs one separate session (one process, one seed) and one group of K seeds (one
 process) to ``--frames`` in fresh child processes and compares the group's peak RSS per seed with the single
@@ -38,17 +39,17 @@ sys.path.insert(0, str(ROOT))
 SPEC_FILE = ROOT / "specs" / "benchmark" / "cartpole.json"
 
 
-def timed_updates(algo: Any, spent: list[float]) -> None:
-    """Wrap ``algo.update`` so that each call's wall seconds are appended to ``spent``."""
-    update = algo.update
+def timed(algo: Any, method: str, spent: list[float]) -> None:
+    """Wrap ``algo.<method>`` so that each call's CPU seconds (``time.process_time``) are appended to ``spent``."""
+    fn = getattr(algo, method)
 
-    def timed(clock: Any) -> Any:
-        t0 = time.perf_counter()
-        out = update(clock)
-        spent.append(time.perf_counter() - t0)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.process_time()
+        out = fn(*args, **kwargs)
+        spent.append(time.process_time() - t0)
         return out
 
-    algo.update = timed
+    setattr(algo, method, call)
 
 
 def run_variant(variant: str, spec: dict[str, Any], seeds: list[int], frames: int) -> dict[str, Any]:
@@ -57,15 +58,18 @@ def run_variant(variant: str, spec: dict[str, Any], seeds: list[int], frames: in
     from orchestrator.session.loop import Session
 
     spent: list[float] = []
+    acting: list[float] = []
     if variant == "separate":
         sessions = [Session(spec, seed, session=k) for k, seed in enumerate(seeds)]
         for s in sessions:
-            timed_updates(s.algorithm, spent)
+            timed(s.algorithm, "update", spent)
+            timed(s.algorithm, "act", acting)
         runs = [lambda s=s: s.run_rl(until_frame=frames) for s in sessions]
         closers, clocks = sessions, [s.clock for s in sessions]
     else:
         group = SessionGroup(spec, seeds)
-        timed_updates(group.batch, spent)
+        timed(group.batch, "update", spent)
+        timed(group.batch, "act", acting)
         runs, closers, clocks = [lambda: group.run_rl(until_frame=frames)], [group], [s.clock for s in group.sessions]
     wall0, cpu0 = time.perf_counter(), time.process_time()
     for run in runs:
@@ -74,8 +78,8 @@ def run_variant(variant: str, spec: dict[str, Any], seeds: list[int], frames: in
     total = sum(c.frame for c in clocks)
     for c in closers:
         c.close()
-    return {"variant": variant, "frames": total, "wall_s": wall, "cpu_s": cpu, "update_s": sum(spent),
-            "node_fps": total / wall, "cpu_us_per_frame": 1e6 * cpu / total}
+    return {"variant": variant, "frames": total, "wall_s": wall, "cpu_s": cpu, "update_cpu_s": sum(spent),
+            "act_cpu_s": sum(acting), "node_fps": total / wall, "cpu_us_per_frame": 1e6 * cpu / total}
 
 
 RSS_CHILD = """
@@ -137,18 +141,21 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(rec)
             pair[variant] = rec
             print(f"round {r} {variant:8s}: {rec['node_fps']:8.0f} node frames/s, {rec['cpu_us_per_frame']:6.1f} "
-                  f"CPU us/frame, updates {rec['update_s']:.2f} of {rec['wall_s']:.2f} s (load {rec['load1']:.1f})",
-                  flush=True)
+                  f"CPU us/frame (updates {rec['update_cpu_s']:.2f}, acting {rec['act_cpu_s']:.2f} of "
+                  f"{rec['cpu_s']:.2f} CPU s; load {rec['load1']:.1f})", flush=True)
+        sep, bat = pair["separate"], pair["batched"]
         for rec in pair.values():
-            rec["fps_ratio"] = pair["batched"]["node_fps"] / pair["separate"]["node_fps"]
-            rec["cpu_ratio"] = pair["separate"]["cpu_s"] / pair["batched"]["cpu_s"]
-            rec["update_ratio"] = pair["separate"]["update_s"] / pair["batched"]["update_s"]
-            rec["rest_ratio"] = (pair["separate"]["wall_s"] - pair["separate"]["update_s"]) / \
-                (pair["batched"]["wall_s"] - pair["batched"]["update_s"])
+            rec["fps_ratio"] = bat["node_fps"] / sep["node_fps"]
+            rec["cpu_ratio"] = sep["cpu_s"] / bat["cpu_s"]
+            rec["update_ratio"] = sep["update_cpu_s"] / bat["update_cpu_s"]
+            rec["act_ratio"] = sep["act_cpu_s"] / bat["act_cpu_s"]
+            rec["agent_ratio"] = (sep["update_cpu_s"] + sep["act_cpu_s"]) / (bat["update_cpu_s"] + bat["act_cpu_s"])
+            rec["rest_ratio"] = (sep["cpu_s"] - sep["update_cpu_s"] - sep["act_cpu_s"]) / \
+                (bat["cpu_s"] - bat["update_cpu_s"] - bat["act_cpu_s"])
     batched = [x for x in runs if x["variant"] == "batched"]
     summary = {key: {"median": statistics.median(x[key] for x in batched), "min": min(x[key] for x in batched),
                      "max": max(x[key] for x in batched)}
-               for key in ("fps_ratio", "cpu_ratio", "update_ratio", "rest_ratio")}
+               for key in ("fps_ratio", "cpu_ratio", "update_ratio", "act_ratio", "agent_ratio", "rest_ratio")}
     out = Path(args.out or ROOT / f"bench/results/batched_seeds_{args.spec}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"spec": args.spec, "seeds": args.seeds, "frames_per_seed": args.frames,
@@ -156,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
                                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "summary": summary, "runs": runs},
                               indent=1) + "\n")
     for key, label in (("fps_ratio", "node frames/s"), ("cpu_ratio", "CPU s per frame (inverse)"),
-                       ("update_ratio", "update time (inverse)"), ("rest_ratio", "acting + env + log (inverse)")):
+                       ("update_ratio", "update CPU s (inverse)"), ("act_ratio", "acting CPU s (inverse)"),
+                       ("agent_ratio", "acting + update CPU s (inverse)"),
+                       ("rest_ratio", "env steps, rollout, log CPU s (inverse)")):
         s = summary[key]
         print(f"batched / separate, {label}: {s['median']:.2f}x (rounds {s['min']:.2f}-{s['max']:.2f})")
     return 0
