@@ -87,13 +87,15 @@ ADV_NORMS = ("standardize", "none")
 
 
 def standardize(x: torch.Tensor, epsilon: float = 1e-8) -> torch.Tensor:
-    """``(x - mean(x)) / (std(x) + epsilon)`` over a batch (B,), unbiased std; x unchanged when B <= 1.
+    """``(x - mean(x)) / (std(x) + epsilon)`` over the last dim, a batch (..., B), unbiased std; x unchanged when
+    B <= 1. Leading dims (e.g. the seed dim K of ``agents.batched``) are standardized row by row, each row
+    with the same values as a separate (B,) call.
 
     SLM-Lab v5.3's ``math_util.standardize``, which ``Reinforce.calc_policy_loss`` (and so A2C, which
     inherits it) applies to the advantages of every policy loss."""
-    if len(x) <= 1:
+    if x.shape[-1] <= 1:
         return x
-    return (x - x.mean()) / (x.std() + epsilon)
+    return (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + epsilon)
 
 
 def symlog(x: torch.Tensor) -> torch.Tensor:

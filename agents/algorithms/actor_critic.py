@@ -189,12 +189,13 @@ class ActorCritic(Algorithm):
 
     def policy_loss(self, logp: torch.Tensor, mb: dict[str, torch.Tensor], adv: torch.Tensor,
                     clock: Clock, metrics: dict[str, list[Any]]) -> torch.Tensor:
-        """Scalar policy loss from log-probs (B,) and advantages (B,): ``-(logp * adv).mean()``."""
-        return -(logp * adv).mean()
+        """Policy loss ``-(logp * adv).mean(-1)`` from log-probs and advantages (..., B): a scalar for (B,), one
+        loss per seed for the (K, B) of ``agents.batched``."""
+        return -(logp * adv).mean(-1)
 
     def normalize_adv(self, adv: torch.Tensor) -> torch.Tensor:
-        """Advantages (B,) standardized over the batch with ``normalize_advantages: standardize`` (and B > 1),
-        unchanged with ``none``."""
+        """Advantages (..., B) standardized over the batch (the last dim) with ``normalize_advantages: standardize``
+        (and B > 1), unchanged with ``none``."""
         return standardize(adv) if self.algo_spec.normalize_advantages == "standardize" else adv
 
     def val_loss(self, value: torch.Tensor, mb: dict[str, torch.Tensor], clock: Clock) -> torch.Tensor:
@@ -222,14 +223,16 @@ class ActorCritic(Algorithm):
 
     def minibatch_loss(self, mb: dict[str, torch.Tensor], clock: Clock,
                        metrics: dict[str, list[Any]] | None = None) -> tuple[torch.Tensor, torch.Tensor, dict]:
-        """Scalar loss, mean entropy and the metric lists (appended to ``metrics``) of one batch of B samples."""
+        """Loss, mean entropy and the metric lists (appended to ``metrics``) of one batch of B samples: scalars
+        for a batch of (B, ...) tensors; with a leading seed dim (``agents.batched``: (K, B, ...)), every
+        reduction is over the last (sample) dim, so each is (K,), one value per seed."""
         metrics = {name: [] for name in self.metric_names} if metrics is None else metrics
         pdparam, value = self.pdparam_value(mb["obs"])
         logp, entropy = policy.log_prob_entropy(pdparam, mb["act"], self.discrete)
         adv = self.normalize_adv(mb["adv"])
         policy_loss = self.policy_loss(logp, mb, adv, clock, metrics)
         val_loss = self.val_loss(value, mb, clock)
-        entropy = entropy.mean()
+        entropy = entropy.mean(-1)
         loss = self.algo_spec.policy_loss_coef * policy_loss + self.algo_spec.val_loss_coef * val_loss
         ent_coef = self.entropy_coef(clock.frame)
         if ent_coef:  # a zero bonus is left out of the graph: same loss and grads, less backward work

@@ -97,8 +97,8 @@ class PPO(ActorCritic):
         return self.percentile_normalizer.normalize(adv)
 
     def val_loss(self, value: torch.Tensor, mb: dict[str, torch.Tensor], clock: Clock) -> torch.Tensor:
-        """Value loss (scalar, before ``val_loss_coef``) of values (B,): with ``symlog`` on symlog-ed
-        values, targets (and old values); with ``clip_vloss`` the clipped form of the class docstring
+        """Value loss (before ``val_loss_coef``) of values (B,) (a scalar) or (K, B) (one per seed): with ``symlog``
+        on symlog-ed values, targets (and old values); with ``clip_vloss`` the clipped form of the class docstring
         (``clip_eps`` at ``clock.frame``), else ``ActorCritic.val_loss``."""
         v_target, old_value = mb["v_target"], mb["old_value"]
         if self.algo_spec.symlog:
@@ -107,7 +107,7 @@ class PPO(ActorCritic):
             return super().val_loss(value, {**mb, "v_target": v_target}, clock)
         eps = self.clip_eps(clock.frame)
         clipped = old_value + (value - old_value).clamp(-eps, eps)
-        return 0.5 * torch.max((value - v_target) ** 2, (clipped - v_target) ** 2).mean()
+        return 0.5 * torch.max((value - v_target) ** 2, (clipped - v_target) ** 2).mean(-1)
 
     def horizon(self) -> int:
         """``time_horizon`` vector steps per rollout."""
@@ -145,12 +145,13 @@ class PPO(ActorCritic):
 
     def policy_loss(self, logp: torch.Tensor, mb: dict[str, torch.Tensor], adv: torch.Tensor,
                     clock: Clock, metrics: dict[str, list[Any]]) -> torch.Tensor:
-        """Negated clipped surrogate (scalar) of log-probs (B,) against ``mb["old_logp"]`` (B,)."""
+        """Negated clipped surrogate of log-probs against ``mb["old_logp"]``, means over the last (sample) dim:
+        a scalar for (B,), one per seed for (K, B) (``agents.batched``); so are the metrics appended."""
         clip_eps = self.clip_eps(clock.frame)
         log_ratio = (logp - mb["old_logp"]).clamp(-20.0, 20.0)  # as SLM-Lab: no exp overflow
         ratio = torch.exp(log_ratio)
         surrogate = torch.min(ratio * adv, ratio.clamp(1 - clip_eps, 1 + clip_eps) * adv)
         with torch.no_grad():
-            metrics["clip_frac"].append(((ratio - 1).abs() > clip_eps).float().mean())
-            metrics["approx_kl"].append(-log_ratio.mean())
-        return -surrogate.mean()
+            metrics["clip_frac"].append(((ratio - 1).abs() > clip_eps).float().mean(-1))
+            metrics["approx_kl"].append(-log_ratio.mean(-1))
+        return -surrogate.mean(-1)

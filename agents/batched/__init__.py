@@ -1,0 +1,22 @@
+"""Seed-batched training: the K seeds (sessions) of one spec as one program with a leading seed dimension.
+
+``nets`` (``SeedMLP``, ``seed_linear``: stacked weights (K, out, in), one ``torch.baddbmm`` per layer), ``optim``
+(per-seed gradient clipping, per-seed slices of an elementwise optimizer's state), ``memory`` (per-seed parts of a
+group rollout) and ``algorithm`` (``BatchedActorCritic``, ``BatchedPPO``: K lab algorithms in lockstep, the lab's
+own loss code on per-seed tensors). Each seed keeps the state of its own session (nets, optimizer, RNG streams),
+in the format of a separate session's algorithm.
+"""
+
+from agents.batched.algorithm import (
+    BATCHED_ALGORITHMS,
+    BatchedActorCritic,
+    BatchedPPO,
+    SeedBatch,
+    batch_problem,
+    batched_algorithm,
+)
+from agents.batched.nets import SeedMLP, seed_linear
+from agents.batched.optim import clip_grads_per_seed, seed_grad_norms
+
+__all__ = ["BATCHED_ALGORITHMS", "BatchedActorCritic", "BatchedPPO", "SeedBatch", "SeedMLP", "batch_problem",
+           "batched_algorithm", "clip_grads_per_seed", "seed_grad_norms", "seed_linear"]
