@@ -2,8 +2,8 @@
 
 * A search whose trials kept their sampled values: one scatter panel per (metric, searched key), each trial a dot
   coloured by its ``strength`` (the title says so). A metric that is the same for every trial (e.g. ``frame``
-  when every trial ran to ``env.max_frame``) draws no panel: the title says its value. A ``loguniform`` key gets a log axis labelled at
-  1, 2 and 5 times each power of ten, with no minor labels.
+  when every trial ran to ``env.max_frame``) draws no panel: the title says its value. A ``loguniform`` key gets a
+  log axis labelled at 1, 2 and 5 times each power of ten, with no minor labels.
 * A PBT search that made decisions (its trials' values changed along the run): the final score of each trial as a
   bar, best first, labelled with the trial's last values, beside the lineage's score panel
   (``orchestrator.report.pbt_graph``); final values against score would hide that each trial trained with several.
