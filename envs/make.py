@@ -43,7 +43,7 @@ from gymnasium.vector.utils import batch_space
 from gymnasium.wrappers.utils import RunningMeanStd
 
 from envs.ids import OLD_ENV_IDS, ensure_registered, is_atari, resolve_env_id, sticky_probability  # noqa: F401
-from envs.wrappers import LifeLossTermination, ObsWindow, SimStatePickle, sim_kind
+from envs.wrappers import LifeLossTermination, ObsWindow
 
 TRAIN_STREAM = 0  # sub_env_seeds stream of the training env's resets (index: resume_count)
 EVAL_STREAM = 1  # sub_env_seeds stream of the evaluation env's resets (index: frame)
@@ -279,7 +279,7 @@ def make_sub_env(env_id: str, spec: EnvSpec, render_mode: str | None = None,
         env = stack_frames(env, frame_op, frame_op_len)
     if video_folder is not None:
         env = gym.wrappers.RecordVideo(env, video_folder, episode_trigger=_every_episode, name_prefix="episode")
-    return env if sim_kind(env) is None else SimStatePickle(env)  # plain envs pickle whole, with no extra call
+    return env
 
 
 def stack_frames(env: gym.Env, frame_op: str, k: int) -> gym.Env:

@@ -23,77 +23,12 @@
 
 from __future__ import annotations
 
-import pickle
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.utils import EzPickle
 from gymnasium.vector import VectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space
-
-
-def sim_kind(env: gym.Env) -> str | None:
-    """``"ale"``, ``"mujoco"``, ``"other"`` (an ``EzPickle`` env of an unknown simulator, e.g. Box2D) or None
-    (a plain env whose pickle holds its whole state, e.g. classic control), of ``env.unwrapped``."""
-    base = env.unwrapped
-    if hasattr(base, "ale") and hasattr(base.ale, "cloneState"):
-        return "ale"
-    if hasattr(base, "model") and hasattr(base, "data") and type(base.data).__module__.startswith("mujoco"):
-        return "mujoco"
-    return "other" if isinstance(base, EzPickle) else None
-
-
-class SimStatePickle(gym.Wrapper):
-    """Pickle support that keeps the simulator state of ALE and MuJoCo envs (see module docstring).
-
-    Observations, actions, rewards pass through unchanged. ``pickle.dumps(wrapper)`` includes
-    ``_sim_state``; ``pickle.loads`` rebuilds the inner env (``EzPickle``), then restores the state, so the
-    clone continues bit-identically (same observations, rewards, sticky actions, reset noops).
-
-    Raises (on ``pickle.dumps``):
-        pickle.PicklingError: the inner simulator is an ``EzPickle`` env this wrapper cannot snapshot
-            (e.g. Box2D), whose pickle would lose its state.
-    """
-
-    def __getstate__(self) -> dict[str, Any]:
-        kind = sim_kind(self.env)
-        if kind == "other":
-            raise pickle.PicklingError(f"{type(self.env.unwrapped).__name__} is re-created from its constructor "
-                                       "arguments when unpickled (EzPickle); its simulator state cannot be saved")
-        state = self.__dict__.copy()
-        state["_sim_state"] = None if kind is None else _capture(self.env.unwrapped, kind)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        sim = state.pop("_sim_state", None)
-        self.__dict__.update(state)
-        if sim is not None:
-            _restore(self.env.unwrapped, sim)
-
-
-def _capture(base: Any, kind: str) -> dict[str, Any]:
-    """Simulator state of ``base`` (an ALE or MuJoCo env) plus its ``np_random`` state."""
-    rng = base.np_random.bit_generator.state
-    if kind == "ale":
-        return {"kind": kind, "ale": base.ale.cloneState(include_rng=True), "np_random": rng}
-    import mujoco
-
-    spec = mujoco.mjtState.mjSTATE_INTEGRATION
-    physics = np.empty(mujoco.mj_stateSize(base.model, spec), np.float64)
-    mujoco.mj_getState(base.model, base.data, physics, spec)
-    return {"kind": kind, "mujoco": physics, "np_random": rng}
-
-
-def _restore(base: Any, sim: dict[str, Any]) -> None:
-    """Write a ``_capture`` result into a freshly built env of the same id."""
-    base.np_random.bit_generator.state = sim["np_random"]
-    if sim["kind"] == "ale":
-        base.ale.restoreState(sim["ale"])
-        return
-    import mujoco
-
-    mujoco.mj_setState(base.model, base.data, sim["mujoco"], mujoco.mjtState.mjSTATE_INTEGRATION)
 
 
 class LifeLossTermination(VectorWrapper):
