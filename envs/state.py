@@ -94,6 +94,11 @@ def sim_kind(env: gym.Env) -> str | None:
     return "other" if isinstance(base, EzPickle) else None
 
 
+def _hook(obj: Any, name: str) -> Any:
+    """The layer class's own ``env_state`` / ``load_env_state`` (on the class: wrappers forward attributes)."""
+    return getattr(type(obj), name, None)
+
+
 def _chains(venv: Any) -> tuple[list[Any], list[list[Any]]]:
     """(vector layers outermost first, ending with the ``SyncVectorEnv``; per sub-env, its layers outermost first,
     ending with the simulator env) of a real vector env.
@@ -105,7 +110,7 @@ def _chains(venv: Any) -> tuple[list[Any], list[list[Any]]]:
     while isinstance(vector[-1], VectorWrapper):
         vector.append(vector[-1].env)
     for layer in vector:
-        if hasattr(layer, "env_state"):
+        if _hook(layer, "env_state"):
             layer.env_state()  # raises EnvStateError where the layer cannot be captured
     base = vector[-1]
     if not isinstance(base, SyncVectorEnv):
@@ -147,16 +152,8 @@ def _encode(value: Any, arrays: _Arrays) -> Any:
         return value
     if isinstance(value, (bytes, bytearray)):
         return {"$t": "bytes", "k": arrays.add(np.frombuffer(bytes(value), np.uint8))}
-    if isinstance(value, list):
-        return [_encode(v, arrays) for v in value]
-    if isinstance(value, tuple):
-        return {"$t": "tuple", "v": [_encode(v, arrays) for v in value]}
-    if isinstance(value, deque):
-        return {"$t": "deque", "v": [_encode(v, arrays) for v in value], "maxlen": value.maxlen}
-    if isinstance(value, dict):
-        if not all(isinstance(k, str) for k in value):
-            raise _NotData
-        return {"$t": "dict", "v": {k: _encode(v, arrays) for k, v in value.items()}}
+    if isinstance(value, (list, tuple, deque, dict)):
+        return _encode_container(value, arrays)
     if isinstance(value, np.random.Generator):
         return {"$t": "rng", "state": _encode(value.bit_generator.state, arrays)}
     name = class_name(value)
@@ -165,6 +162,24 @@ def _encode(value: Any, arrays: _Arrays) -> Any:
     if name in STATE_OBJECTS:
         return {"$t": "object", "class": name, "v": _data_fields(_fields_of(value), arrays)}
     raise _NotData
+
+
+def _encode_container(value: list | tuple | deque | dict, arrays: _Arrays) -> Any:
+    """A list (JSON list), tuple, deque (with its ``maxlen``) or str-keyed dict of data -> its JSON tree.
+
+    Raises:
+        _NotData: a non-str dict key, or an item that is not data.
+    """
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise _NotData
+        return {"$t": "dict", "v": {k: _encode(v, arrays) for k, v in value.items()}}
+    items = [_encode(v, arrays) for v in value]
+    if isinstance(value, list):
+        return items
+    if isinstance(value, deque):
+        return {"$t": "deque", "v": items, "maxlen": value.maxlen}
+    return {"$t": "tuple", "v": items}
 
 
 def _data_fields(fields: dict[str, Any], arrays: _Arrays) -> dict[str, Any]:
@@ -181,50 +196,70 @@ def _data_fields(fields: dict[str, Any], arrays: _Arrays) -> dict[str, Any]:
 
 
 def _decode(tree: Any, arrays: dict[str, np.ndarray], current: Any, where: str) -> Any:
-    """A JSON tree -> a new value for a field whose value is now ``current`` (checked to fit it).
+    """A JSON tree -> a new value for a field whose value is now ``current``, checked to fit it: an array stays an
+    array of the same shape, a generator a generator, a state object one of the same class.
 
     Raises:
-        EnvStateError: unknown tag, missing array, an object or generator of another kind, or an array whose
-            shape or dtype differs from the current one (names ``where``).
+        EnvStateError: unknown tag, missing array, or a value that does not fit ``current`` (names ``where``).
     """
-    if not isinstance(tree, dict):
-        if isinstance(tree, list):
-            return [_decode(v, arrays, None, where) for v in tree]
-        if isinstance(current, (np.ndarray, np.random.Generator)) or class_name(current) in STATE_OBJECTS:
-            raise EnvStateError(f"{where}: expected a {type(current).__name__}, got {tree!r}")
+    tag = tree.get("$t") if isinstance(tree, dict) else None
+    kind = _kind(current)
+    if kind is not None and tag not in _TAGS_OF_KIND[kind]:
+        raise EnvStateError(f"{where}: expected a {type(current).__name__}, got {tag or type(tree).__name__}")
+    if isinstance(tree, list):
+        return [_decode(v, arrays, None, where) for v in tree]
+    if tag is None:
         return tree
-    tag = tree.get("$t")
     if tag in ("array", "scalar", "bytes"):
-        array = arrays.get(tree.get("k"))
-        if array is None:
-            raise EnvStateError(f"{where}: array {tree.get('k')!r} is missing")
-        if tag == "bytes":
-            return array.astype(np.uint8, copy=False).tobytes()
-        if isinstance(current, (np.ndarray, np.generic)) and np.shape(current) != array.shape:  # dtypes may change
-            raise EnvStateError(f"{where}: the env has an array of shape {list(np.shape(current))}, the saved state "
-                                f"{list(array.shape)}")
-        return array.reshape(())[()] if tag == "scalar" else array.copy()
-    if (isinstance(current, (np.ndarray, np.random.Generator)) or class_name(current) in STATE_OBJECTS) \
-            and tag != {np.ndarray: None, np.random.Generator: "rng"}.get(type(current), "object"):
-        raise EnvStateError(f"{where}: expected a {type(current).__name__}, got a {tag}")
-    if tag == "tuple":
-        return tuple(_decode(v, arrays, None, where) for v in tree["v"])
-    if tag == "deque":
-        return deque((_decode(v, arrays, None, where) for v in tree["v"]), maxlen=tree.get("maxlen"))
-    if tag == "dict":
-        return {k: _decode(v, arrays, None, f"{where}.{k}") for k, v in tree["v"].items()}
+        return _decode_array(tree, arrays, current, where)
     if tag == "rng":
         return _generator(_decode(tree["state"], arrays, None, where), where)
     if tag == "object":
-        if current is None or class_name(current) != tree.get("class"):
-            raise EnvStateError(f"{where}: the env holds a {class_name(current)}, the saved state a "
-                                f"{tree.get('class')}")
-        out = copy.copy(current)
-        for key, value in tree["v"].items():
-            if key in vars(out):
-                setattr(out, key, _decode(value, arrays, None, f"{where}.{key}"))  # statistics change shape
-        return out
+        return _decode_object(tree, arrays, current, where)
+    items = tree["v"]
+    if tag == "dict":
+        return {k: _decode(v, arrays, None, f"{where}.{k}") for k, v in items.items()}
+    if tag in ("tuple", "deque"):
+        values = (_decode(v, arrays, None, where) for v in items)
+        return tuple(values) if tag == "tuple" else deque(values, maxlen=tree.get("maxlen"))
     raise EnvStateError(f"{where}: unknown value tag {tag!r}")
+
+
+_TAGS_OF_KIND = {"array": ("array", "scalar"), "rng": ("rng",), "object": ("object",)}
+
+
+def _kind(current: Any) -> str | None:
+    """Which values may replace ``current``: ``"array"``, ``"rng"``, ``"object"`` (a state object) or None (any)."""
+    if isinstance(current, (np.ndarray, np.generic)):
+        return "array"
+    if isinstance(current, np.random.Generator):
+        return "rng"
+    return "object" if class_name(current) in STATE_OBJECTS else None
+
+
+def _decode_array(tree: dict[str, Any], arrays: dict[str, np.ndarray], current: Any, where: str) -> Any:
+    """An ``array`` (a copy), ``scalar`` (numpy scalar) or ``bytes`` value; an array keeps ``current``'s shape
+    (dtypes may change: classic control states turn float64 after a step)."""
+    array = arrays.get(tree.get("k"))
+    if array is None:
+        raise EnvStateError(f"{where}: array {tree.get('k')!r} is missing")
+    if tree["$t"] == "bytes":
+        return array.astype(np.uint8, copy=False).tobytes()
+    if isinstance(current, (np.ndarray, np.generic)) and np.shape(current) != array.shape:
+        raise EnvStateError(f"{where}: the env has an array of shape {list(np.shape(current))}, the saved state "
+                            f"{list(array.shape)}")
+    return array.reshape(())[()] if tree["$t"] == "scalar" else array.copy()
+
+
+def _decode_object(tree: dict[str, Any], arrays: dict[str, np.ndarray], current: Any, where: str) -> Any:
+    """A copy of the state object ``current`` (of the saved class) with the saved fields it has."""
+    if current is None or class_name(current) != tree.get("class"):
+        raise EnvStateError(f"{where}: the env holds a {class_name(current)}, the saved state a {tree.get('class')}")
+    out = copy.copy(current)
+    for key, value in tree["v"].items():
+        if key in vars(out):
+            setattr(out, key, _decode(value, arrays, None, f"{where}.{key}"))  # statistics change shape
+    return out
 
 
 def _generator(state: Any, where: str) -> np.random.Generator:
@@ -288,7 +323,7 @@ def _sim_setter(base: Any, sim: Any, arrays: dict[str, np.ndarray], where: str) 
 # ---------------------------------------------------------------- capture and restore
 def _layer(obj: Any, arrays: _Arrays) -> dict[str, Any]:
     """One layer of a real env: class, data fields and, on a simulator env, the simulator."""
-    if hasattr(obj, "env_state"):
+    if _hook(obj, "env_state"):
         return {"class": class_name(obj), "fields": _encode(obj.env_state(), arrays)["v"]}
     if isinstance(obj, gym.Wrapper) or not isinstance(obj, gym.Env):
         return {"class": class_name(obj), "fields": _data_fields(vars(obj), arrays)}
@@ -351,7 +386,7 @@ def _plan(chain: list[Any], saved: list[Any], arrays: dict[str, np.ndarray], whe
     for obj, layer in zip(chain, saved):
         at = f"{where} {type(obj).__name__}"
         fields = layer.get("fields") or {}
-        if hasattr(obj, "load_env_state"):
+        if _hook(obj, "load_env_state"):
             values = _decode({"$t": "dict", "v": fields}, arrays, None, at)
             writes.append(lambda obj=obj, values=values: obj.load_env_state(values))
             continue
