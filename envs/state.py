@@ -391,14 +391,21 @@ def _plan(chain: list[Any], saved: list[Any], arrays: dict[str, np.ndarray], whe
             writes.append(lambda obj=obj, values=values: obj.load_env_state(values))
             continue
         for key, value in fields.items():
-            if key in SKIPPED_FIELDS or key not in vars(obj):
+            if key in SKIPPED_FIELDS or not _settable(obj, key):
                 continue
-            new = _decode(value, arrays, vars(obj)[key], f"{at}.{key}")
+            new = _decode(value, arrays, vars(obj).get(key), f"{at}.{key}")
             writes.append(lambda obj=obj, key=key, new=new: setattr(obj, key, new))
         if "sim" in layer:
             writes.append(_sim_setter(obj, layer["sim"], arrays, at))
         elif isinstance(obj, gym.Env) and not isinstance(obj, gym.Wrapper) and sim_kind(obj) in ("ale", "mujoco"):
             raise EnvStateError(f"{at}: the saved state has no simulator state")
+
+
+def _settable(obj: Any, key: str) -> bool:
+    """Whether a saved field ``key`` may be written to ``obj``: an instance attribute it has, or one it has not set
+    yet (a classic control ``state`` before the first reset) that is no attribute of its class (never a method or
+    property) and no dunder name."""
+    return key in vars(obj) or (key.isidentifier() and not key.startswith("__") and not hasattr(type(obj), key))
 
 
 def to_files(venv: Any) -> dict[str, bytes]:
