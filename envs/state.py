@@ -197,7 +197,7 @@ def _data_fields(fields: dict[str, Any], arrays: _Arrays) -> dict[str, Any]:
 
 def _decode(tree: Any, arrays: dict[str, np.ndarray], current: Any, where: str) -> Any:
     """A JSON tree -> a new value for a field whose value is now ``current``, checked to fit it: an array stays an
-    array of the same shape, a generator a generator, a state object one of the same class.
+    array, a generator a generator, a state object one of the same class.
 
     Raises:
         EnvStateError: unknown tag, missing array, or a value that does not fit ``current`` (names ``where``).
@@ -211,7 +211,7 @@ def _decode(tree: Any, arrays: dict[str, np.ndarray], current: Any, where: str) 
     if tag is None:
         return tree
     if tag in ("array", "scalar", "bytes"):
-        return _decode_array(tree, arrays, current, where)
+        return _decode_array(tree, arrays, where)
     if tag == "rng":
         return _generator(_decode(tree["state"], arrays, None, where), where)
     if tag == "object":
@@ -237,17 +237,15 @@ def _kind(current: Any) -> str | None:
     return "object" if class_name(current) in STATE_OBJECTS else None
 
 
-def _decode_array(tree: dict[str, Any], arrays: dict[str, np.ndarray], current: Any, where: str) -> Any:
-    """An ``array`` (a copy), ``scalar`` (numpy scalar) or ``bytes`` value; an array keeps ``current``'s shape
-    (dtypes may change: classic control states turn float64 after a step)."""
+def _decode_array(tree: dict[str, Any], arrays: dict[str, np.ndarray], where: str) -> Any:
+    """An ``array`` (a copy), ``scalar`` (numpy scalar) or ``bytes`` value. Shapes and dtypes are not compared with
+    ``current``'s: a fresh env's fields may differ from a stepped one's (a sticky action's ``last_action``, a classic
+    control state that turns float64 after a step)."""
     array = arrays.get(tree.get("k"))
     if array is None:
         raise EnvStateError(f"{where}: array {tree.get('k')!r} is missing")
     if tree["$t"] == "bytes":
         return array.astype(np.uint8, copy=False).tobytes()
-    if isinstance(current, (np.ndarray, np.generic)) and np.shape(current) != array.shape:
-        raise EnvStateError(f"{where}: the env has an array of shape {list(np.shape(current))}, the saved state "
-                            f"{list(array.shape)}")
     return array.reshape(())[()] if tree["$t"] == "scalar" else array.copy()
 
 
