@@ -22,8 +22,9 @@ Tree format (``FORMAT``): ``{"format": 1, "vector": [layer, ...], "sub_envs": [[
 ("sim" on simulator envs only). Values are JSON scalars and lists, or tagged objects ``{"$t": tag, ...}``:
 ``tuple``/``dict`` (``v``), ``deque`` (``v``, ``maxlen``), ``array``/``scalar``/``bytes`` (``k``: a key of the
 arrays), ``rng`` (``state``: the bit generator's state), ``object`` (``class``, ``v``: fields). Arrays are never of
-dtype object. ``to_files`` writes ``env_state.json`` (the tree) and ``env_state.npz`` (``numpy.savez``; read with
-``allow_pickle=False``).
+dtype object. ``to_files`` writes ``env_state.json`` (the tree, plus ``"arrays"``: per key its ``dtype`` (numpy's
+``dtype.str``), ``shape`` and byte ``offset``) and ``env_state.bin`` (the arrays' raw bytes, C order, one after the
+other); ``read_files`` reads them back with ``numpy.frombuffer``, refusing object and structured dtypes.
 
 ``legacy_tree`` reads the same tree out of an ``env.pkl`` written before this format, unpickled into inert
 stand-ins (``orchestrator.store.safe_pickle``): nothing of the pickle is constructed or called.
@@ -32,7 +33,6 @@ stand-ins (``orchestrator.store.safe_pickle``): nothing of the pickle is constru
 from __future__ import annotations
 
 import copy
-import io
 import json
 from collections import deque
 from typing import Any, Callable
@@ -43,7 +43,7 @@ from gymnasium.utils import EzPickle
 from gymnasium.vector import SyncVectorEnv, VectorWrapper
 
 FORMAT = 1
-JSON_FILE, ARRAYS_FILE = "env_state.json", "env_state.npz"
+JSON_FILE, ARRAYS_FILE = "env_state.json", "env_state.bin"
 STATE_FILES = (JSON_FILE, ARRAYS_FILE)
 # construction, not state: the inner envs, constructor arguments, registry specs, render settings
 SKIPPED_FIELDS = frozenset({"env", "envs", "env_fns", "_saved_kwargs", "_ezpickle_args", "_ezpickle_kwargs", "spec",
@@ -407,30 +407,52 @@ def _settable(obj: Any, key: str) -> bool:
 
 
 def to_files(venv: Any) -> dict[str, bytes]:
-    """``capture`` as checkpoint files: ``env_state.json`` (UTF-8 JSON) and ``env_state.npz`` (``numpy.savez``).
+    """``capture`` as checkpoint files: ``env_state.json`` (UTF-8 JSON) and ``env_state.bin`` (raw array bytes).
 
     Raises:
         EnvStateError: see ``capture``.
     """
     tree, arrays = capture(venv)
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    return {JSON_FILE: json.dumps(tree, separators=(",", ":")).encode(), ARRAYS_FILE: buf.getvalue()}
+    index, chunks, offset = {}, [], 0
+    for key, array in arrays.items():
+        index[key] = {"dtype": array.dtype.str, "shape": list(array.shape), "offset": offset}
+        chunks.append(array.tobytes())
+        offset += array.nbytes
+    return {JSON_FILE: json.dumps({**tree, "arrays": index}, separators=(",", ":")).encode(),
+            ARRAYS_FILE: b"".join(chunks)}
 
 
 def read_files(files: dict[str, bytes]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """(tree, arrays) of checkpoint files written by ``to_files``; no pickle is read (``allow_pickle=False``).
+    """(tree, arrays) of checkpoint files written by ``to_files``; only JSON and raw numbers are parsed.
 
     Raises:
-        EnvStateError: a file is missing or does not parse.
+        EnvStateError: a file is missing, or does not parse: bad JSON, an object or structured dtype, an array
+            outside ``env_state.bin``.
     """
     try:
         tree = json.loads(files[JSON_FILE])
-        with np.load(io.BytesIO(files[ARRAYS_FILE]), allow_pickle=False) as npz:
-            arrays = {key: npz[key] for key in npz.files}
-    except (KeyError, ValueError, OSError, UnicodeDecodeError) as err:
+        data = files[ARRAYS_FILE]
+        arrays = {key: _array_at(data, entry) for key, entry in tree.pop("arrays").items()}
+    except (KeyError, ValueError, TypeError, AttributeError, UnicodeDecodeError) as err:
         raise EnvStateError(f"env state files do not parse: {type(err).__name__}: {err}") from None
     return tree, arrays
+
+
+def _array_at(data: bytes, entry: dict[str, Any]) -> np.ndarray:
+    """The array an index entry names in ``data`` (a read-only view).
+
+    Raises:
+        ValueError: an object, structured or unsized dtype, a bad shape, or bytes outside ``data``.
+    """
+    dtype = np.dtype(str(entry["dtype"]))
+    shape = tuple(int(n) for n in entry["shape"])
+    offset = int(entry["offset"])
+    if dtype.hasobject or dtype.fields is not None or dtype.itemsize == 0 or min(shape, default=0) < 0 or offset < 0:
+        raise ValueError(f"array entry {entry} is not a plain numeric array")
+    count = int(np.prod(shape, dtype=np.int64))
+    if offset + count * dtype.itemsize > len(data):
+        raise ValueError(f"array entry {entry} reaches past the {len(data)} bytes of {ARRAYS_FILE}")
+    return np.frombuffer(data, dtype, count, offset).reshape(shape)
 
 
 # ---------------------------------------------------------------- env.pkl of older checkpoints

@@ -340,7 +340,7 @@ class Session:
     def to_checkpoint(self) -> tuple[dict[str, bytes], dict[str, Any]]:
         """Serialize the session: files (name -> bytes) and manifest metadata.
 
-        Files: ``state.pt`` (``state_dict``, torch format), ``env_state.json`` + ``env_state.npz`` (the vector
+        Files: ``state.pt`` (``state_dict``, torch format), ``env_state.json`` + ``env_state.bin`` (the vector
         env's state as data, ``envs.state``, when it can be captured), ``train_df.parquet`` and, once it has rows,
         ``eval_df.parquet``. Metadata: clock, ``weights_sha256`` per net, ``exact`` and ``exact_reason`` (None, or
         why a resume from this checkpoint cannot equal the uninterrupted run, causes joined by "; ": the env state
@@ -422,7 +422,7 @@ class Session:
 
     def restore_env(self, files: dict[str, bytes]) -> str | None:
         """Write a checkpoint's env state into the freshly built training env: ``env_state.json`` +
-        ``env_state.npz`` (``envs.state``), or the ``env.pkl`` of an older checkpoint read through the restricted
+        ``env_state.bin`` (``envs.state``), or the ``env.pkl`` of an older checkpoint read through the restricted
         unpickler (``orchestrator.store.safe_pickle``: nothing of it is constructed or called). The checkpoint store
         has already refused a pickle naming anything outside the allowlist (``CheckpointStore.load``).
 
