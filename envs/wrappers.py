@@ -1,16 +1,5 @@
-"""The two wrappers no maintained package provides in the form exact resume and SLM-Lab's Atari setup need.
+"""The two wrappers no maintained package provides in the form SLM-Lab's Atari setup and recurrent nets need.
 
-* ``SimStatePickle`` (per sub-env): ALE and MuJoCo envs pickle through gymnasium's ``EzPickle``, which
-  re-creates the env from its constructor arguments on unpickling, so a pickled env silently restarts
-  from a fresh simulator (measured: the continuation differs from the first step). This wrapper adds
-  the simulator's own state to the pickle and restores it: ALE ``cloneState(include_rng=True)`` (the
-  emulator, its frame counters and RNG; ``ALEState`` pickles; sticky actions run in gymnasium's
-  ``StickyAction``, see ``envs.make.sticky_probability``) and MuJoCo
-  ``mj_getState(mjSTATE_INTEGRATION)`` (everything ``mj_step`` reads: time, qpos, qvel, act, warm start,
-  controls, applied forces, mocap, user data, plugin state), plus the env's ``np_random`` (reset noise,
-  AtariPreprocessing's noop count). Any other ``EzPickle`` simulator (Box2D) refuses to pickle with a
-  ``pickle.PicklingError`` naming the reason, so the checkpoint records ``exact: false`` instead of a
-  wrong env.
 * ``LifeLossTermination`` (vector level): ``terminated`` on a lost life without resetting the game
   (DeepMind's "episodic life", Mnih et al. 2015; SB3 ``EpisodicLifeEnv``; ale-py ``AtariVectorEnv``'s
   ``life_loss_info``). gymnasium's ``AtariPreprocessing(terminal_on_life_loss=True)`` is not used: its
@@ -76,8 +65,8 @@ class ObsWindow(VectorWrapper):
     is zeros and the next episode's first observation; ``info["final_obs"][i]`` becomes the window ending in
     the true final observation). A done from ``LifeLossTermination`` also starts a new window.
 
-    The windows (N, L, *O) in the sub-envs' dtype are plain numpy state, so the wrapper pickles with them (a
-    checkpoint's ``env.pkl`` resumes mid-episode windows exactly). Place it outermost: it forwards
+    The windows (N, L, *O) in the sub-envs' dtype are plain numpy state, so the env state saves them (a
+    checkpoint resumes mid-episode windows exactly, ``envs.state``). Place it outermost: it forwards
     ``obs_rms`` / ``update_running_mean`` to a ``NormalizeObservation`` inside, so windows hold normalized
     observations.
 
