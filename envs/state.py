@@ -28,6 +28,8 @@ other); ``read_files`` reads them back with ``numpy.frombuffer``, refusing objec
 
 ``legacy_tree`` reads the same tree out of an ``env.pkl`` written before this format, unpickled into inert
 stand-ins (``orchestrator.store.safe_pickle``): nothing of the pickle is constructed or called.
+
+Kept whole: one value encoding shared by capture, restore and the reading of older pickles into the same tree.
 """
 
 from __future__ import annotations
@@ -314,7 +316,10 @@ def _sim_setter(base: Any, sim: Any, arrays: dict[str, np.ndarray], where: str) 
     import mujoco
 
     spec = mujoco.mjtState.mjSTATE_INTEGRATION
-    physics = _decode(sim.get("state"), arrays, np.empty(mujoco.mj_stateSize(base.model, spec)), where)
+    size = mujoco.mj_stateSize(base.model, spec)
+    physics = np.asarray(_decode(sim.get("state"), arrays, np.empty(size), where), np.float64)
+    if physics.shape != (size,):
+        raise EnvStateError(f"{where}: the MuJoCo state has shape {list(physics.shape)}, this model's {size} values")
     return lambda: mujoco.mj_setState(base.model, base.data, physics, spec)
 
 
@@ -367,9 +372,12 @@ def restore(venv: Any, tree: dict[str, Any], arrays: dict[str, np.ndarray]) -> N
     if len(saved_subs) != len(subs):
         raise EnvStateError(f"the env has {len(subs)} sub-envs, the saved state {len(saved_subs)}")
     writes: list[Callable[[], None]] = []
-    _plan(vector, tree.get("vector") or [], arrays, "vector env", writes)
-    for i, (chain, saved) in enumerate(zip(subs, saved_subs)):
-        _plan(chain, saved, arrays, f"sub-env {i}", writes)
+    try:
+        _plan(vector, tree.get("vector") or [], arrays, "vector env", writes)
+        for i, (chain, saved) in enumerate(zip(subs, saved_subs)):
+            _plan(chain, saved, arrays, f"sub-env {i}", writes)
+    except (TypeError, AttributeError, KeyError, ValueError) as err:  # a tree of the wrong shape
+        raise EnvStateError(f"the saved env state is malformed: {type(err).__name__}: {err}") from None
     for write in writes:
         write()
 
