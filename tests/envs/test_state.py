@@ -10,12 +10,14 @@ import pickle
 import pickletools
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
 from envs import state
 from envs.make import EnvSpec, make_env, sub_env_seeds
 from orchestrator.store.safe_pickle import PickleRefused, StandIn, restricted_loads
+from tests.envs.state_copy import state_copy
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "legacy_env"
 # the specs the fixtures' env.pkl files were written with (by the code before env state became data)
@@ -143,3 +145,36 @@ def test_allowlisted_callables_are_inert_stand_ins(tmp_path):
     assert out.pickled_args[1] == str(target) and not target.exists()
     with pytest.raises(state.EnvStateError, match="not a pickled SyncVectorEnv"):
         state.legacy_tree(out)
+
+
+class _Counter:
+    """State the generic protocol would not save (an object of its own)."""
+
+    def __init__(self):
+        self.steps = 0
+
+
+class _CountingWrapper(gym.vector.VectorWrapper):
+    """A layer that saves its state through the ``env_state`` / ``load_env_state`` hooks."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.counter = _Counter()
+
+    def step(self, actions):
+        self.counter.steps += 1
+        return self.env.step(actions)
+
+    def env_state(self):
+        return {"steps": self.counter.steps}
+
+    def load_env_state(self, fields):
+        self.counter.steps = int(fields["steps"])
+
+
+def test_a_layer_may_save_its_state_through_hooks():
+    env = _CountingWrapper(fresh("acrobot"))
+    for _ in range(4):
+        env.step(np.array([0, 2]))
+    copy = _CountingWrapper(fresh("acrobot", seed=3))
+    assert state_copy(env, copy).counter.steps == 4
