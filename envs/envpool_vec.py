@@ -23,7 +23,7 @@ maps a spec's ``env`` section onto an EnvPool task and its options, and presents
 * Dict observations (Playground's ``state`` + ``privileged_state``, DM Control's named parts) are concatenated in
   the space's key order into one float32 vector, as SLM-Lab flattens them.
 
-EnvPool cannot save or restore its sub-envs' state, so ``pickle.dumps`` of this env raises ``pickle.PicklingError``
+EnvPool cannot save or restore its sub-envs' state, so ``envs.state.capture`` of this env raises ``EnvStateError``
 with that reason: a checkpoint then records ``exact: false`` and a resume resets the env (``Session.from_checkpoint``).
 Seeds: ``reset(seed=[s_0, ..., s_{N-1}])`` builds the pool with ``env_seed`` = each ``s_i`` mod 2**31 (EnvPool's
 seeds are int32), so every sub-env keeps its own ``sub_env_seeds`` stream.
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import pickle
 import time
 import warnings
 from typing import Any
@@ -44,10 +43,11 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from envs.ids import ensure_registered, is_atari, resolve_env_id, sticky_probability
+from envs.state import EnvStateError
 
 VECTORIZATION = "envpool"
 PLAYGROUND_PREFIX = "playground/"
-NOT_PICKLED = "EnvPool cannot save or restore its sub-envs' state (C++ envs behind a thread pool)"
+STATE_NOT_SAVED = "EnvPool cannot save or restore its sub-envs' state (C++ envs behind a thread pool)"
 _announced: set[str] = set()  # Playground ids whose mapping was warned about in this process
 
 
@@ -179,7 +179,7 @@ class EnvPoolVectorEnv(VectorEnv):
     ``reset(seed=...)``.
 
     Raises:
-        pickle.PicklingError (on ``pickle.dumps``): always; EnvPool cannot save its sub-envs' state.
+        envs.state.EnvStateError (on ``envs.state.capture``): always; EnvPool cannot save its sub-envs' state.
     """
 
     def __init__(self, task_id: str, num_envs: int, num_threads: int, options: dict[str, Any],
@@ -292,8 +292,13 @@ class EnvPoolVectorEnv(VectorEnv):
             self._pool.close()
             self._pool = None
 
-    def __getstate__(self) -> dict[str, Any]:
-        raise pickle.PicklingError(NOT_PICKLED)
+    def env_state(self) -> dict[str, Any]:
+        """The ``envs.state`` protocol: always refuses.
+
+        Raises:
+            EnvStateError: EnvPool cannot save its sub-envs' state (``STATE_NOT_SAVED``).
+        """
+        raise EnvStateError(STATE_NOT_SAVED)
 
 
 def gym_atari_id(name: str, task_id: str) -> str:

@@ -123,7 +123,8 @@ def sticky_probability(env_id: str, spec: Any) -> float:
     Applied by gymnasium's ``StickyAction`` rather than inside ALE: ALE's own sticky actions repeat an
     emulator-side previous action that ``ALEState`` does not save, so a restored ALE would continue
     differently (measured: 1 of 6 Pong states); the wrapper keeps it in Python, drawn from the env's
-    ``np_random``, and so pickles exactly. The one difference: the first step after a reset is never sticky.
+    ``np_random``, and so is saved exactly with the env state. The one difference: the first step after a reset
+    is never sticky.
     """
     if spec.repeat_action_probability is not None:
         return float(spec.repeat_action_probability)

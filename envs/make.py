@@ -17,10 +17,9 @@ last two frames, 84x84 grayscale uint8), ``FrameStackObservation`` (``frame_op``
 training only.
 Frames are agent steps (the clock's unit): one Atari frame here is 4 emulator frames.
 
-The sync vector env is built from ``functools.partial`` sub-env factories so it pickles (docs/ARCHITECTURE.md
-section 5: env state can be checkpointed); ALE and MuJoCo sub-envs keep their simulator state in the
-pickle through ``envs.wrappers.SimStatePickle``; Box2D sub-envs and async vector envs do not pickle, so
-their checkpoints are ``exact: false`` with the pickling error as the reason.
+A sync vector env's state (every wrapper's, and ALE's and MuJoCo's simulator state) is checkpointed as data by
+``envs.state`` (docs/ARCHITECTURE.md section 5); Box2D sub-envs, async and EnvPool vector envs cannot be captured, so
+their checkpoints are ``exact: false`` with the reason.
 
 Seeds (docs/ARCHITECTURE.md section 7): ``make_env`` seeds only the vector action space with the session seed;
 the reset seeds of the sub-envs come from ``sub_env_seeds(session_seed, num_envs, stream, index)``,
@@ -43,7 +42,7 @@ from gymnasium.vector.utils import batch_space
 from gymnasium.wrappers.utils import RunningMeanStd
 
 from envs.ids import OLD_ENV_IDS, ensure_registered, is_atari, resolve_env_id, sticky_probability  # noqa: F401
-from envs.wrappers import LifeLossTermination, ObsWindow, SimStatePickle, sim_kind
+from envs.wrappers import LifeLossTermination, ObsWindow
 
 TRAIN_STREAM = 0  # sub_env_seeds stream of the training env's resets (index: resume_count)
 EVAL_STREAM = 1  # sub_env_seeds stream of the evaluation env's resets (index: frame)
@@ -60,11 +59,12 @@ class EnvSpec:
         normalize_state: running mean/std of observations.
         reward_scale: float multiplier, ``"sign"`` for sign clipping, or None: none, except ``"sign"`` on
             Atari (SLM-Lab clips Atari rewards); ``1`` turns Atari clipping off.
-        vectorization: ``"sync"`` (one process; pickles, so resume is exact), ``"async"`` (one process per
-            sub-env; not picklable, so ``exact: false``) or ``"auto"`` (async when the session has more than
-            one CPU, ``meta.resources.num_cpus`` > 1, and N > 1; resolved by the session, see ``resolve_vec``) or
-            ``"envpool"`` (EnvPool's C++ sub-envs on ``num_cpus`` threads, ``envs.envpool_vec``; not picklable, so
-            ``exact: false``; the default for SLM-Lab's ``playground/...`` ids, which only EnvPool runs).
+        vectorization: ``"sync"`` (one process; its state is saved, so resume is exact), ``"async"`` (one
+            process per sub-env; its state cannot be read, so ``exact: false``) or ``"auto"`` (async when the
+            session has more than one CPU, ``meta.resources.num_cpus`` > 1, and N > 1; resolved by the session, see
+            ``resolve_vec``) or ``"envpool"`` (EnvPool's C++ sub-envs on ``num_cpus`` threads,
+            ``envs.envpool_vec``; its state cannot be read, so ``exact: false``; the default for SLM-Lab's
+            ``playground/...`` ids, which only EnvPool runs).
         frame_op: frame stacking, SLM-Lab v4 names: ``"concat"`` (k frames joined on the first axis:
             (k*D,) for vector obs, (k, 84, 84) for grayscale frames, (k*C, H, W) for channel-first ones),
             ``"stack"`` (a new leading axis, (k, *O); on (84, 84) frames the same (k, 84, 84) as ``"concat"``,
@@ -98,8 +98,8 @@ class EnvSpec:
         clip_obs / clip_reward: the clips of ``normalize_obs`` / ``normalize_reward`` (SLM-Lab's 10), applied only
             with their normalizer; null: no clip.
 
-    The normalizers' statistics are part of the pickled vector env, so they are in every checkpoint (``env.pkl``)
-    and a resume is exact.
+    The normalizers' statistics are part of the env state (``envs.state``), so they are in every checkpoint and a
+    resume is exact.
     """
 
     name: str
@@ -146,7 +146,7 @@ def resolve_vec(spec: EnvSpec, num_cpus: float) -> EnvSpec:
 
 
 def _clip(values: np.ndarray, bound: float) -> np.ndarray:
-    """``values`` clipped to ``[-bound, bound]`` (a module-level function, so the wrapper pickles)."""
+    """``values`` clipped to ``[-bound, bound]``."""
     return np.clip(values, -bound, bound)
 
 
@@ -243,8 +243,7 @@ def make_sub_env(env_id: str, spec: EnvSpec, render_mode: str | None = None,
     ``image_downsize`` grayscale uint8, no scaling: nets divide by 255), then ``max_t`` as a ``TimeLimit`` in agent
     steps.
     Other envs: ``gym.make(id, max_episode_steps=max_t)``. Then ``FrameStackObservation`` (``frame_op``,
-    zero-padded at episode start), and ``SimStatePickle`` outermost on simulators whose pickle would lose
-    their state (ALE, MuJoCo, Box2D: ``envs.wrappers.sim_kind``) so the whole chain pickles with it or refuses.
+    zero-padded at episode start).
 
     Returns:
         A ``gym.Env`` whose observation space is the session's single observation space O.
@@ -279,7 +278,7 @@ def make_sub_env(env_id: str, spec: EnvSpec, render_mode: str | None = None,
         env = stack_frames(env, frame_op, frame_op_len)
     if video_folder is not None:
         env = gym.wrappers.RecordVideo(env, video_folder, episode_trigger=_every_episode, name_prefix="episode")
-    return env if sim_kind(env) is None else SimStatePickle(env)  # plain envs pickle whole, with no extra call
+    return env
 
 
 def stack_frames(env: gym.Env, frame_op: str, k: int) -> gym.Env:
@@ -338,7 +337,7 @@ class NormalizeObservation(VectorWrapper):
     would leave ``info["final_obs"]`` unnormalized; this one normalizes the returned observations
     (N, *O) and the final observations in ``info`` with the same statistics. ``obs_rms`` holds the
     statistics (updated from every returned batch while ``update_running_mean`` is true); the
-    wrapper pickles with them. ``clip`` (SLM-Lab's ``clip_obs``) bounds the normalized values.
+    env state saves them. ``clip`` (SLM-Lab's ``clip_obs``) bounds the normalized values.
     """
 
     def __init__(self, env: VectorEnv, epsilon: float = 1e-8, clip: float | None = None) -> None:
@@ -354,7 +353,7 @@ class NormalizeObservation(VectorWrapper):
     def normalize(self, obs: np.ndarray) -> np.ndarray:
         """``(obs - mean) / sqrt(var + epsilon)`` as float32, clipped to ``[-clip, clip]`` when set."""
         out = ((obs - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)).astype(np.float32)
-        clip = getattr(self, "clip", None)  # checkpoints pickled before clip existed have none
+        clip = getattr(self, "clip", None)  # env.pkl files pickled before clip existed have none
         return out if clip is None else np.clip(out, -clip, clip)
 
     def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:

@@ -1,16 +1,5 @@
-"""The two wrappers no maintained package provides in the form exact resume and SLM-Lab's Atari setup need.
+"""The two wrappers no maintained package provides in the form SLM-Lab's Atari setup and recurrent nets need.
 
-* ``SimStatePickle`` (per sub-env): ALE and MuJoCo envs pickle through gymnasium's ``EzPickle``, which
-  re-creates the env from its constructor arguments on unpickling, so a pickled env silently restarts
-  from a fresh simulator (measured: the continuation differs from the first step). This wrapper adds
-  the simulator's own state to the pickle and restores it: ALE ``cloneState(include_rng=True)`` (the
-  emulator, its frame counters and RNG; ``ALEState`` pickles; sticky actions run in gymnasium's
-  ``StickyAction``, see ``envs.make.sticky_probability``) and MuJoCo
-  ``mj_getState(mjSTATE_INTEGRATION)`` (everything ``mj_step`` reads: time, qpos, qvel, act, warm start,
-  controls, applied forces, mocap, user data, plugin state), plus the env's ``np_random`` (reset noise,
-  AtariPreprocessing's noop count). Any other ``EzPickle`` simulator (Box2D) refuses to pickle with a
-  ``pickle.PicklingError`` naming the reason, so the checkpoint records ``exact: false`` instead of a
-  wrong env.
 * ``LifeLossTermination`` (vector level): ``terminated`` on a lost life without resetting the game
   (DeepMind's "episodic life", Mnih et al. 2015; SB3 ``EpisodicLifeEnv``; ale-py ``AtariVectorEnv``'s
   ``life_loss_info``). gymnasium's ``AtariPreprocessing(terminal_on_life_loss=True)`` is not used: its
@@ -23,77 +12,12 @@
 
 from __future__ import annotations
 
-import pickle
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.utils import EzPickle
 from gymnasium.vector import VectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space
-
-
-def sim_kind(env: gym.Env) -> str | None:
-    """``"ale"``, ``"mujoco"``, ``"other"`` (an ``EzPickle`` env of an unknown simulator, e.g. Box2D) or None
-    (a plain env whose pickle holds its whole state, e.g. classic control), of ``env.unwrapped``."""
-    base = env.unwrapped
-    if hasattr(base, "ale") and hasattr(base.ale, "cloneState"):
-        return "ale"
-    if hasattr(base, "model") and hasattr(base, "data") and type(base.data).__module__.startswith("mujoco"):
-        return "mujoco"
-    return "other" if isinstance(base, EzPickle) else None
-
-
-class SimStatePickle(gym.Wrapper):
-    """Pickle support that keeps the simulator state of ALE and MuJoCo envs (see module docstring).
-
-    Observations, actions, rewards pass through unchanged. ``pickle.dumps(wrapper)`` includes
-    ``_sim_state``; ``pickle.loads`` rebuilds the inner env (``EzPickle``), then restores the state, so the
-    clone continues bit-identically (same observations, rewards, sticky actions, reset noops).
-
-    Raises (on ``pickle.dumps``):
-        pickle.PicklingError: the inner simulator is an ``EzPickle`` env this wrapper cannot snapshot
-            (e.g. Box2D), whose pickle would lose its state.
-    """
-
-    def __getstate__(self) -> dict[str, Any]:
-        kind = sim_kind(self.env)
-        if kind == "other":
-            raise pickle.PicklingError(f"{type(self.env.unwrapped).__name__} is re-created from its constructor "
-                                       "arguments when unpickled (EzPickle); its simulator state cannot be saved")
-        state = self.__dict__.copy()
-        state["_sim_state"] = None if kind is None else _capture(self.env.unwrapped, kind)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        sim = state.pop("_sim_state", None)
-        self.__dict__.update(state)
-        if sim is not None:
-            _restore(self.env.unwrapped, sim)
-
-
-def _capture(base: Any, kind: str) -> dict[str, Any]:
-    """Simulator state of ``base`` (an ALE or MuJoCo env) plus its ``np_random`` state."""
-    rng = base.np_random.bit_generator.state
-    if kind == "ale":
-        return {"kind": kind, "ale": base.ale.cloneState(include_rng=True), "np_random": rng}
-    import mujoco
-
-    spec = mujoco.mjtState.mjSTATE_INTEGRATION
-    physics = np.empty(mujoco.mj_stateSize(base.model, spec), np.float64)
-    mujoco.mj_getState(base.model, base.data, physics, spec)
-    return {"kind": kind, "mujoco": physics, "np_random": rng}
-
-
-def _restore(base: Any, sim: dict[str, Any]) -> None:
-    """Write a ``_capture`` result into a freshly built env of the same id."""
-    base.np_random.bit_generator.state = sim["np_random"]
-    if sim["kind"] == "ale":
-        base.ale.restoreState(sim["ale"])
-        return
-    import mujoco
-
-    mujoco.mj_setState(base.model, base.data, sim["mujoco"], mujoco.mjtState.mjSTATE_INTEGRATION)
 
 
 class LifeLossTermination(VectorWrapper):
@@ -141,8 +65,8 @@ class ObsWindow(VectorWrapper):
     is zeros and the next episode's first observation; ``info["final_obs"][i]`` becomes the window ending in
     the true final observation). A done from ``LifeLossTermination`` also starts a new window.
 
-    The windows (N, L, *O) in the sub-envs' dtype are plain numpy state, so the wrapper pickles with them (a
-    checkpoint's ``env.pkl`` resumes mid-episode windows exactly). Place it outermost: it forwards
+    The windows (N, L, *O) in the sub-envs' dtype are plain numpy state, so the env state saves them (a
+    checkpoint resumes mid-episode windows exactly, ``envs.state``). Place it outermost: it forwards
     ``obs_rms`` / ``update_running_mean`` to a ``NormalizeObservation`` inside, so windows hold normalized
     observations.
 

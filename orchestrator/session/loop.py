@@ -41,6 +41,7 @@ import torch
 
 from agents.algorithms import ALGORITHMS, Algorithm, LossStats
 from agents.nets import seq_len_of
+from envs import state as env_state
 from envs.clock import Clock
 from envs.make import (
     EVAL_STREAM,
@@ -57,6 +58,7 @@ from orchestrator.runtime.allocator import retain_freed_memory
 from orchestrator.session import transfer
 from orchestrator.spec.load import build, spec_hash
 from orchestrator.spec.schema import RunSpec
+from orchestrator.store import safe_pickle
 
 if TYPE_CHECKING:
     import pandas  # only for annotations: a session imports pandas on first train_df / eval_df
@@ -72,6 +74,8 @@ REPLAY_NOT_STORED = ("agent.memory.checkpoint is false: the replay is not stored
                      "training")
 REPLAY_NOT_RESTORED = "resumed from a checkpoint without the replay (refilled)"
 ENV_NOT_RESTORED = "resumed from a checkpoint without env state (the env was reset)"
+ENV_STATE_MISFIT = "resumed with the env reset: the checkpoint's env state does not fit this env"
+LEGACY_ENV_FILE = "env.pkl"  # the pickled env of checkpoints written before env state became data (envs.state)
 RNG_REDERIVED = "resumed from a torch RNG state of another device kind (re-derived from its hash)"
 
 
@@ -336,10 +340,11 @@ class Session:
     def to_checkpoint(self) -> tuple[dict[str, bytes], dict[str, Any]]:
         """Serialize the session: files (name -> bytes) and manifest metadata.
 
-        Files: ``state.pt`` (``state_dict``, torch format), ``env.pkl`` (the pickled vector env,
-        when it pickles), ``train_df.parquet`` and, once it has rows, ``eval_df.parquet``. Metadata: clock,
-        ``weights_sha256`` per net, ``exact`` and ``exact_reason`` (None, or why a resume from this checkpoint
-        cannot equal the uninterrupted run, causes joined by "; ": the env does not pickle, the replay is not
+        Files: ``state.pt`` (``state_dict``, torch format), ``env_state.json`` + ``env_state.bin`` (the vector
+        env's state as data, ``envs.state``, when it can be captured), ``train_df.parquet`` and, once it has rows,
+        ``eval_df.parquet``. Metadata: clock, ``weights_sha256`` per net, ``exact`` and ``exact_reason`` (None, or
+        why a resume from this checkpoint cannot equal the uninterrupted run, causes joined by "; ": the env state
+        cannot be captured (async, EnvPool, Box2D), the replay is not
         stored, and any cause recorded by ``not_exact``: an earlier inexact restore, ``meta.distributed``),
         ``total_reward_ma`` of the last log row, and whether the replay buffer is included (``memory``).
         """
@@ -350,9 +355,9 @@ class Session:
             files["eval_df.parquet"] = self._eval_parquet.encode(self.eval_rows)
         causes = [] if self.exact else (self.exact_reason or "not exact").split("; ")
         try:
-            files["env.pkl"] = pickle.dumps(self.env)
-        except Exception as err:  # async envs, Box2D (envs.wrappers.SimStatePickle)  # noqa: BLE001
-            causes.insert(0, f"{type(self.env.unwrapped).__name__} not pickled: {type(err).__name__}: {err}")
+            files.update(env_state.to_files(self.env))
+        except env_state.EnvStateError as err:  # async, EnvPool, Box2D
+            causes.insert(0, f"env state not saved: {err}")
         if not self.memory_in_checkpoint:  # the replay's transitions are dropped (REPLAY_NOT_STORED covers
             causes = [c for c in causes if c != REPLAY_NOT_RESTORED] + [REPLAY_NOT_STORED]  # an earlier refill)
         last = self.train_rows[-1]["total_reward_ma"] if self.train_rows else math.nan
@@ -367,17 +372,18 @@ class Session:
 
         The spec given to the constructor may raise ``max_frame``; everything else continues from
         the checkpoint. ``state.pt`` is always loaded onto the CPU; only nets and optimizer states move
-        to the algorithm's device (a GPU checkpoint resumes on a CPU-only host and vice versa). Without
-        ``env.pkl`` the env is reset with seeds derived from (session seed, resume_count), the
-        memory's unfinished episodes are cut (``memory.cut_episodes``: a PPO rollout's last step per
-        sub-env becomes truncated, REINFORCE's partial episodes are dropped) so no return spans two
-        episodes, and ``exact`` becomes false; it is also false when the torch RNG state was saved on
-        another device kind (see ``Algorithm.load_state_dict``). A replay buffer left out of the
-        checkpoint is refilled: rows logged until it holds ``training_start_step`` transitions have
-        ``refill``, and ``exact`` becomes false. Each cause is recorded by ``not_exact``.
+        to the algorithm's device (a GPU checkpoint resumes on a CPU-only host and vice versa). The env state
+        is written into the env built for this spec (``restore_env``); without one that fits, the env is reset
+        with seeds derived from (session seed, resume_count), the memory's unfinished episodes are cut
+        (``memory.cut_episodes``: a PPO rollout's last step per sub-env becomes truncated, REINFORCE's partial
+        episodes are dropped) so no return spans two episodes, and ``exact`` becomes false; it is also false
+        when the torch RNG state was saved on another device kind (see ``Algorithm.load_state_dict``). A replay
+        buffer left out of the checkpoint is refilled: rows logged until it holds ``training_start_step``
+        transitions have ``refill``, and ``exact`` becomes false. Each cause is recorded by ``not_exact``.
 
         Args:
-            files: file name -> bytes, as ``to_checkpoint`` returned them (``env.pkl`` optional).
+            files: file name -> bytes, as ``to_checkpoint`` returned them (env state optional; an older
+                checkpoint's ``env.pkl`` instead).
 
         Raises:
             KeyError / RuntimeError: the state does not fit this spec (names the part).
@@ -404,16 +410,37 @@ class Session:
         self.refilling = replay_lost or bool(state["refilling"])
         if replay_lost:
             self.not_exact(REPLAY_NOT_RESTORED)
-        if "env.pkl" in files:
-            self.env.close()
-            self.env = pickle.loads(files["env.pkl"])
+        problem = self.restore_env(files)
+        if problem is None:
             set_reward_gamma(self.env, self.spec.agent.algorithm.gamma)  # the spec's, if it changed since
             self.obs = state["obs"].numpy()
         else:
-            self.not_exact(ENV_NOT_RESTORED)
+            self.not_exact(problem)
             self.algorithm.memory.cut_episodes()
             self.clock.t = 0
             self.obs = self.reset_env(self.clock.resume_count)
+
+    def restore_env(self, files: dict[str, bytes]) -> str | None:
+        """Write a checkpoint's env state into the freshly built training env: ``env_state.json`` +
+        ``env_state.bin`` (``envs.state``), or the ``env.pkl`` of an older checkpoint read through the restricted
+        unpickler (``orchestrator.store.safe_pickle``: nothing of it is constructed or called). The checkpoint store
+        has already refused a pickle naming anything outside the allowlist (``CheckpointStore.load``).
+
+        Returns:
+            None when restored; otherwise why not (``ENV_NOT_RESTORED``, or a state that does not fit this env,
+            named), and the env is untouched.
+        """
+        try:
+            if all(name in files for name in env_state.STATE_FILES):
+                tree, arrays = env_state.read_files(files)
+            elif LEGACY_ENV_FILE in files:
+                tree, arrays = env_state.legacy_tree(safe_pickle.restricted_loads(files[LEGACY_ENV_FILE]))
+            else:
+                return ENV_NOT_RESTORED
+            env_state.restore(self.env, tree, arrays)
+        except (env_state.EnvStateError, pickle.UnpicklingError) as err:
+            return f"{ENV_STATE_MISFIT}: {err}"
+        return None
 
     def extend(self, spec: dict[str, Any]) -> None:
         """Raise the frame budget to ``spec``'s ``env.max_frame`` and run on with the state in memory (the same as a
@@ -459,7 +486,7 @@ def _has_replay(algorithm_state: dict[str, Any]) -> bool:
 def set_reward_gamma(env: Any, gamma: float) -> int:
     """Set the discount of every ``NormalizeReward`` wrapper of a (restored) vector env to ``gamma``: the env's
     running return statistics keep their state, and go on discounting with the algorithm's ``gamma`` of the spec
-    now run (``make_env`` builds them with it; a pickled env holds the one it was built with).
+    now run (``make_env`` builds them with it; a restored env state holds the one it was saved with).
 
     Returns:
         How many wrappers were set.

@@ -8,7 +8,9 @@ Layout under ``{session_dir}/ckpt/``::
     .corrupt-{frame}-{uuid}/  a checkpoint that failed verification, set aside (never deleted)
 
 A checkpoint exists only if its ``MANIFEST.json`` exists, and it is used only if every file's size and
-sha256 match the manifest. Commit: every file is written first and the manifest last. On a local
+sha256 match the manifest and no file's content is refused (``check_content``: an ``env.pkl`` naming anything
+outside the restricted unpickler's allowlist is refused, never run). Commit: every file is written first and
+the manifest last. On a local
 (POSIX) filesystem all of it goes to a staging directory that is synced and then renamed into place in
 one atomic step; on an object store (no renames) the files go straight to ``{frame:012d}/`` and the
 manifest, one atomic put written last, is the commit. Names starting with '.' never match the
@@ -36,7 +38,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from orchestrator.store import storage
+from orchestrator.store import safe_pickle, storage
 
 # least training seconds between checkpoints without meta.checkpoint_frequency (docs/BENCHMARKS.md "Checkpoint cost")
 DEFAULT_CHECKPOINT_INTERVAL_S = 1.0
@@ -189,6 +191,25 @@ def runtime_versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             versions[package] = "not installed"
     return versions
+
+
+def check_content(uri: str, name: str, data: bytes) -> None:
+    """Parse a checkpoint file by its suffix without running anything it holds: ``.pkl`` (``env.pkl`` of older
+    checkpoints) through the restricted unpickler (``safe_pickle.restricted_loads``), ``.json`` as JSON. Other files
+    are parsed by their readers, none of which runs code (``state.pt``: ``torch.load(weights_only=True)``; Parquet;
+    ``env_state.bin``: raw numbers). A refused file is corruption: the checkpoint is set aside and an older one used.
+
+    Raises:
+        CheckpointCorruptError: the file is refused (names the checkpoint, the file and why).
+    """
+    try:
+        if name.endswith(".pkl"):
+            safe_pickle.restricted_loads(data)
+        elif name.endswith(".json"):
+            json.loads(data)
+    except Exception as err:  # whatever a hostile or damaged file raises is a refusal  # noqa: BLE001
+        raise CheckpointCorruptError(f"checkpoint {uri}: file '{name}' is refused: {type(err).__name__}: "
+                                     f"{err}") from None
 
 
 def _check_commit_args(frame: int, files: dict[str, bytes]) -> None:
@@ -454,18 +475,21 @@ class CheckpointStore:
             The manifest and every file it lists (name -> bytes).
 
         Raises:
-            CheckpointCorruptError: no or unreadable manifest, a missing file, or a size/sha256
-                mismatch (names the checkpoint URI and the file).
+            CheckpointCorruptError: no or unreadable manifest, a missing file, a size/sha256
+                mismatch, or a file whose content is refused (``check_content``; names the checkpoint URI
+                and the file).
             CheckpointError: a manifest of a newer format, or the store cannot be read (neither is
                 evidence of corruption).
         """
         uri = self.frame_uri(frame)
         try:
             manifest = self._read_manifest(uri, frame)
-            return manifest, {name: self._read_verified(uri, name, entry)
-                              for name, entry in manifest.files.items()}
+            files = {name: self._read_verified(uri, name, entry) for name, entry in manifest.files.items()}
         except storage.StorageError as err:
             raise CheckpointError(f"cannot read checkpoint {uri}: {err}") from err
+        for name, data in files.items():
+            check_content(uri, name, data)
+        return manifest, files
 
     def manifest(self, frame: int) -> Manifest:
         """Manifest of checkpoint ``frame`` alone (one small read; the files are not verified).

@@ -1,7 +1,6 @@
 """RecurrentNet (agents.nets) and the observation windows it reads (envs.wrappers.ObsWindow)."""
 
 import dataclasses
-import pickle
 
 import gymnasium as gym
 import numpy as np
@@ -12,6 +11,7 @@ from agents.nets import NetSpec, RecurrentNet, make_net, seq_len_of
 from envs.make import EnvSpec, make_env, sub_env_seeds
 from orchestrator.errors import SpecError
 from orchestrator.spec.load import load_spec
+from tests.envs.state_copy import state_copy
 
 RNN_SPEC = NetSpec(type="RecurrentNet", cell_type="GRU", rnn_hidden_size=8, seq_len=3, fc_hid_layers=[5])
 
@@ -124,12 +124,14 @@ def test_windows_shift_and_reset_at_episode_ends_value_by_value():
     assert ends >= 3  # several episode ends were checked, in both sub-envs' windows
 
 
-def test_windows_pickle_mid_episode_and_continue_identically():
+def test_windows_saved_mid_episode_and_continue_identically():
     env, _ = _envs(4)
     env.reset(seed=sub_env_seeds(0, 2))
     for _ in range(2):
         env.step(np.array([1, 1]))
-    copy = pickle.loads(pickle.dumps(env))
+    copy, _ = _envs(4)
+    copy.reset(seed=sub_env_seeds(1, 2))
+    state_copy(env, copy)
     np.testing.assert_array_equal(copy.window, env.window)
     assert np.count_nonzero(env.window[:, 0]) == 0 and np.count_nonzero(env.window[:, 1]) > 0  # padded
     for step in range(30):

@@ -1,9 +1,8 @@
 """``env.vectorization: envpool`` (envs/envpool_vec.py): SLM-Lab's Atari settings become EnvPool options with the
 gymnasium path's values, the vector env keeps the session's contract (same_step autoreset with true final
-observations, whole-game true returns, clipped training rewards, life loss without a game reset), it refuses to
-pickle, and SLM-Lab's ``playground/...`` ids map to EnvPool's tasks or are refused naming the id."""
+observations, whole-game true returns, clipped training rewards, life loss without a game reset), its state is
+refused (``envs.state``), and SLM-Lab's ``playground/...`` ids map to EnvPool's tasks or are refused naming the id."""
 
-import pickle
 import warnings
 
 import gymnasium as gym
@@ -13,6 +12,7 @@ import pytest
 from envs import envpool_vec
 from envs.envpool_vec import atari_options, resolve_envpool_id
 from envs.make import EnvSpec, episode_returns, eval_spec, final_obs, make_env, make_sub_env, sub_env_seeds
+from envs.state import EnvStateError, capture
 from orchestrator.errors import SpecError
 from orchestrator.spec.load import load_spec
 
@@ -106,8 +106,8 @@ def test_cartpole_same_step_returns_and_final_obs():
             seen += int(done.sum())
             ret[done] = 0
     assert seen >= 10
-    with pytest.raises(pickle.PicklingError, match="EnvPool cannot save"):
-        pickle.dumps(env)
+    with pytest.raises(EnvStateError, match="EnvPool cannot save"):
+        capture(env)
     env.close()
 
 

@@ -1,15 +1,15 @@
 """Env families installed by ``pip install -e .``: Box2D, MuJoCo, Atari (ALE) build as vector envs with the
-expected spaces; their sync vector envs pickle with the simulator state (ALE, MuJoCo) or refuse to pickle
-(Box2D), never silently restarting; the Atari pipeline matches SLM-Lab v5 (sticky actions, frame skip 4,
+expected spaces; their sync vector envs' state (``envs.state``) holds the simulator state (ALE, MuJoCo) or is
+refused (Box2D), never silently restarting; the Atari pipeline matches SLM-Lab v5 (sticky actions, frame skip 4,
 84x84 uint8 grayscale, frame_op, life-loss terminations, clipped rewards, true game returns)."""
-
-import pickle
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
 from envs.make import EnvSpec, episode_returns, eval_spec, final_obs, is_atari, make_env, resolve_vec, sub_env_seeds
+from envs.state import EnvStateError, capture
+from tests.envs.state_copy import state_copy
 
 
 def steps(env, n, seed):
@@ -50,23 +50,25 @@ def test_family_builds_with_spaces(name, obs_shape, obs_dtype, act):
 
 @pytest.mark.parametrize("name, n_before, n_after", [("Hopper-v5", 20, 60), ("ALE/Pong-v5", 30, 40),
                                                      ("ALE/Pong-v5", 51, 40)])
-def test_simulator_state_survives_pickle(name, n_before, n_after):
-    """The clone continues bit-identically: MuJoCo integration state / ALE emulator + sticky-action RNG,
-    np_random, frame stacks; a plain ``EzPickle`` round trip would restart the simulator."""
+def test_simulator_state_survives_a_state_copy(name, n_before, n_after):
+    """A fresh env given the state continues bit-identically: MuJoCo integration state / ALE emulator + sticky-action
+    RNG, np_random, frame stacks."""
     env = make_env(EnvSpec(name, max_frame=100, num_envs=2), seed=1)
     env.reset(seed=sub_env_seeds(1, 2))
     steps(env, n_before, 1)
-    clone = pickle.loads(pickle.dumps(env))
+    clone = make_env(EnvSpec(name, max_frame=100, num_envs=2), seed=5)
+    clone.reset(seed=sub_env_seeds(5, 2))
+    state_copy(env, clone)
     assert_same(steps(env, n_after, 2), steps(clone, n_after, 2))
     env.close()
     clone.close()
 
 
-def test_box2d_refuses_to_pickle_with_reason():
+def test_box2d_state_is_refused_with_reason():
     env = make_env(EnvSpec("LunarLander-v3", max_frame=100, num_envs=1), seed=0)
     env.reset(seed=0)
-    with pytest.raises(pickle.PicklingError, match="LunarLander.*EzPickle"):
-        pickle.dumps(env)
+    with pytest.raises(EnvStateError, match="LunarLander.*EzPickle"):
+        capture(env)
     env.close()
 
 

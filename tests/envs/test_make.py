@@ -2,7 +2,6 @@
 scaling, pickling; resolve_env_id's old-id mapping."""
 
 import dataclasses
-import pickle
 import warnings
 
 import gymnasium as gym
@@ -21,6 +20,7 @@ from envs.make import (
     resolve_env_id,
     sub_env_seeds,
 )
+from tests.envs.state_copy import state_copy
 
 
 def rollout(env, steps, seed=0):
@@ -145,16 +145,21 @@ def test_normalize_state_normalizes_obs_and_final_obs():
     mean = norm.obs_rms.mean.copy()
     norm.step(np.zeros(2, np.int64))
     np.testing.assert_array_equal(norm.obs_rms.mean, mean)
-    clone = pickle.loads(pickle.dumps(norm))
+    clone = state_copy(norm, make_env(EnvSpec(**spec, normalize_state=True, reward_scale=0.5), seed=0))
     np.testing.assert_array_equal(clone.obs_rms.var, norm.obs_rms.var)
+    assert clone.update_running_mean is False
 
 
-def test_sync_env_pickles_and_continues_identically():
-    env = make_env(EnvSpec("CartPole-v1", max_frame=100, num_envs=4), seed=1)
+@pytest.mark.parametrize("frame_op", [None, "concat"])
+def test_sync_env_state_copy_continues_identically(frame_op):
+    spec = EnvSpec("CartPole-v1", max_frame=100, num_envs=4, frame_op=frame_op, max_t=12)
+    env = make_env(spec, seed=1)
     env.reset(seed=1)
     for _ in range(7):
         env.step(np.ones(4, np.int64))
-    clone = pickle.loads(pickle.dumps(env))
+    clone = make_env(spec, seed=2)
+    clone.reset(seed=2)
+    state_copy(env, clone)
     for step in range(30):
         a = np.full(4, step % 2)
         for x, y in zip(env.step(a)[:4], clone.step(a)[:4]):

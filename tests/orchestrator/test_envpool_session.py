@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from lab_helpers import REPO, assert_continuous, kill_driver_when, only_predir, overrides, run_cli, start_driver
 
-from envs.envpool_vec import NOT_PICKLED
+from envs.envpool_vec import STATE_NOT_SAVED
 from orchestrator.session.loop import Session
 from orchestrator.spec.load import load_spec
 from orchestrator.store import storage
@@ -70,8 +70,8 @@ def test_envpool_train_sigkill_driver_then_resume_latest(ray_local, tmp_path):
         assert df["total_reward"].notna().all()
         for ckpt in (predir / f"t0/s{s}/ckpt").glob("0*"):
             meta = storage.read_json(str(ckpt / "MANIFEST.json"))["meta"]
-            assert meta["exact"] is False and NOT_PICKLED in meta["exact_reason"], ckpt.name
-            assert not (ckpt / "env.pkl").exists()
+            assert meta["exact"] is False and STATE_NOT_SAVED in meta["exact_reason"], ckpt.name
+            assert not (ckpt / "env_state.json").exists() and not (ckpt / "env.pkl").exists()
 
 
 def test_preflight_counts_envpool_sub_envs_c_memory():

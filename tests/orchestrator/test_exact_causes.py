@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
+from envs.state import STATE_FILES
 from orchestrator.modes.train import plan_resume
 from orchestrator.session.loop import (
     ENV_NOT_RESTORED,
@@ -84,9 +85,9 @@ def test_a_restore_without_env_state_makes_later_checkpoints_inexact():
     first = Session(spec, 3)
     first.run_rl(until_frame=200)
     files, meta = first.to_checkpoint()
-    assert meta["exact"] is True and "env.pkl" in files
+    assert meta["exact"] is True and set(STATE_FILES) <= set(files)
     second = Session(spec, 3, fresh=False)
-    second.from_checkpoint({k: v for k, v in files.items() if k != "env.pkl"})
+    second.from_checkpoint({k: v for k, v in files.items() if k not in STATE_FILES})
     second.run_rl(until_frame=400)
     _, meta = second.to_checkpoint()
     assert (meta["exact"], meta["exact_reason"]) == (False, ENV_NOT_RESTORED)

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
+from envs.state import STATE_FILES
 from orchestrator.session.loop import Session
 from orchestrator.session_actor import SessionRunner
 from orchestrator.spec.load import load_spec
@@ -157,14 +158,14 @@ def test_torch_rng_state_of_another_device_kind_resumes_deterministically():
 
 
 def test_ppo_rollout_cut_when_env_not_restored():
-    """No env.pkl: the env is reset, so the restored rollout's last step (5 of 32 stored) becomes
+    """No env state: the env is reset, so the restored rollout's last step (5 of 32 stored) becomes
     truncated on every sub-env not already terminated; earlier steps and all other fields are kept."""
     spec = load_spec(SPECS, "ppo_cartpole", ["env.max_frame=768", "meta.log_frequency=256",
                                              "agent.algorithm.training_epoch=1"])
     first = Session(spec, 6)
     first.run_rl(until_frame=256 + 5 * 8)
     files, _ = first.to_checkpoint()
-    del files["env.pkl"]
+    files = {k: v for k, v in files.items() if k not in STATE_FILES}
     second = restored(spec, 6, files)
     saved, cut = first.algorithm.memory.rows, second.algorithm.memory.rows
     assert len(saved) == len(cut) == 5
@@ -183,13 +184,13 @@ def test_ppo_rollout_cut_when_env_not_restored():
 
 
 def test_reinforce_partial_episodes_dropped_when_env_not_restored():
-    """No env.pkl: REINFORCE keeps its completed episodes and drops the unfinished ones, so each
+    """No env state: REINFORCE keeps its completed episodes and drops the unfinished ones, so each
     sub-env's next stored episode starts at the reset observation."""
     spec = load_spec(SPECS, "reinforce_cartpole", ["env.max_frame=600", "meta.log_frequency=200"])
     first = Session(spec, 6)
     first.run_rl(until_frame=130)
     files, _ = first.to_checkpoint()
-    del files["env.pkl"]
+    files = {k: v for k, v in files.items() if k not in STATE_FILES}
     second = restored(spec, 6, files)
     saved, restored_mem = first.algorithm.memory, second.algorithm.memory
     assert sum(map(len, saved.current)) > 0  # there were unfinished episodes to drop

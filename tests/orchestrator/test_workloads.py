@@ -58,7 +58,7 @@ def test_dev_run(tmp_path, monkeypatch, spec_file, name, items):
     (MUJOCO, "ppo_hopper", ["env.num_envs=2", "env.max_frame=256", "meta.log_frequency=64", *TINY_PPO], 90),
 ])
 def test_resume_is_exact(tmp_path, spec_file, name, items, stop_frame):
-    """Stopped at a frame that is no log or checkpoint boundary, restored from the store (env.pkl with the
+    """Stopped at a frame that is no log or checkpoint boundary, restored from the store (env state with the
     ALE / MuJoCo simulator state), run to the end: the same train_df and weights as the straight run."""
     spec = load_spec(spec_file, name, [*items, "meta.random_seed=3"])
     straight = uninterrupted(spec, seed=3)
@@ -101,7 +101,7 @@ def test_box2d_checkpoint_is_not_exact_with_reason():
     session = Session(spec, 1)
     session.run_rl(until_frame=40)
     files, meta = session.to_checkpoint()
-    assert "env.pkl" not in files and meta["exact"] is False
+    assert "env_state.json" not in files and meta["exact"] is False
     assert "LunarLander" in meta["exact_reason"] and "EzPickle" in meta["exact_reason"]
     json.dumps(meta)  # the manifest metadata stays JSON
     session.close()
@@ -119,8 +119,8 @@ def test_auto_vectorization_is_async_with_cpus_and_not_exact():
         assert isinstance(session.env.unwrapped, AsyncVectorEnv)
         session.run_rl()
         files, meta = session.to_checkpoint()
-        assert session.clock.opt_step > 0 and meta["exact"] is False and "env.pkl" not in files
-        assert meta["exact_reason"].startswith("AsyncVectorEnv not pickled")
+        assert session.clock.opt_step > 0 and meta["exact"] is False and "env_state.json" not in files
+        assert meta["exact_reason"].startswith("env state not saved: AsyncVectorEnv")
     finally:
         session.close()
 
