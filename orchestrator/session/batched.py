@@ -38,15 +38,15 @@ class SessionGroup:
         fresh: as ``Session``'s (False before ``restore``).
 
     Raises:
-        UsageError: a spec that cannot run batched (``agents.batched.batch_problem``, naming the key), or
-            seeds and session indexes of different lengths.
+        UsageError: a spec that cannot run batched (``agents.batched.batch_problem``, naming the key).
+        ValueError: seeds and session indexes of different lengths.
     """
 
     def __init__(self, spec: dict[str, Any], seeds: Sequence[int], trial: int = 0,
                  sessions: Sequence[int] | None = None, fresh: bool = True) -> None:
         sessions = list(range(len(seeds))) if sessions is None else list(sessions)
         if len(sessions) != len(seeds) or not seeds:
-            raise UsageError(f"a session group needs one session index per seed, got {sessions} for {list(seeds)}")
+            raise ValueError(f"a session group needs one session index per seed, got {sessions} for {list(seeds)}")
         self.sessions = [Session(spec, seed, trial, s, fresh) for seed, s in zip(seeds, sessions)]
         first = self.sessions[0]
         problem = batch_problem(first.spec.agent)
@@ -129,16 +129,17 @@ class SessionGroup:
         restored members (``SeedBatch.pull_members``).
 
         Raises:
-            UsageError: checkpoints of different frames (a group resumes from a frame common to its seeds).
-            KeyError / RuntimeError / ValueError: a checkpoint that does not fit (names the part).
+            ValueError: checkpoints of different frames (a group resumes from a frame common to its seeds), or as
+                many checkpoints as sessions not given.
+            KeyError / RuntimeError: a checkpoint that does not fit (names the part).
         """
         if len(checkpoints) != len(self.sessions):
-            raise UsageError(f"{len(checkpoints)} checkpoints for a group of {len(self.sessions)} sessions")
+            raise ValueError(f"{len(checkpoints)} checkpoints for a group of {len(self.sessions)} sessions")
         for s, files in zip(self.sessions, checkpoints):
             s.from_checkpoint(files)
         frames = {s.clock.frame for s in self.sessions}
         if len(frames) != 1:
-            raise UsageError(f"a session group resumes from one frame common to its seeds, got frames {sorted(frames)}")
+            raise ValueError(f"a session group resumes from one frame common to its seeds, got frames {sorted(frames)}")
         self.batch.pull_members()  # each session recorded an inexact restore (RNG_REDERIVED) on its own
 
     def weights_sha256(self) -> list[dict[str, str]]:
