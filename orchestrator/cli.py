@@ -169,14 +169,11 @@ def parse(argv: list[str] | None) -> Command:
     Returns:
         The command. argparse exits 2 on malformed options, 0 after ``--help``/``--version``.
     """
-    args = build_parser().parse_args(argv)
-    mode, target = split_mode(args.mode)
-    return Command(spec_file=args.spec_file, spec_name=args.spec_name, word=args.mode, mode=mode, target=target,
-                   overrides=tuple(args.overrides), data_dir=storage.absolute(args.data_dir), address=args.address,
-                   dashboard=args.dashboard, max_concurrent_trials=args.max_concurrent_trials,
-                   search_alg=args.search_alg, name=args.name, allow_fresh=args.allow_fresh, quiet=args.quiet,
-                   pbt_replay=args.pbt_replay, trial=args.trial, episodes=args.episodes, seed=args.seed,
-                   ckpt=args.ckpt)
+    options = vars(build_parser().parse_args(argv))  # one field of Command per option
+    word = options.pop("mode")
+    mode, target = split_mode(word)
+    return Command(**{**options, "word": word, "mode": mode, "target": target,
+                      "overrides": tuple(options["overrides"]), "data_dir": storage.absolute(options["data_dir"])})
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -45,6 +45,8 @@ class Command:
         episodes: ``enjoy@``: evaluation episodes.
         seed: ``enjoy@``: env and action seed (None: the session seed).
         ckpt: ``enjoy@``: ``best`` or ``latest`` (None: the target's suffix, else best).
+        render: ``enjoy@``: show the env.
+        record: ``enjoy@``: write an MP4 per episode.
     """
 
     spec_file: str
@@ -66,6 +68,8 @@ class Command:
     episodes: int = 10
     seed: int | None = None
     ckpt: str | None = None
+    render: bool = False
+    record: bool = False
 
 
 def entry_command(argv0: str | None = None) -> str:
