@@ -1,26 +1,18 @@
 """Command line: ``lab SPEC_FILE SPEC_NAME MODE [options]`` (also ``python run_lab.py ...``).
 
-Modes:
-  dev                 one session in-process with live progress, outputs (with metrics, graphs and
-                      a run.json saying "mode": "dev") in a new predir; never resumable
-  train               ``meta.max_session`` sessions as Ray actors, checkpointed
-  train --name RUN    the same in ``{data_dir}/RUN``; run again, it resumes that run (a complete run: exit 0,
-                      nothing changed), so a scheduler can re-run the same command after any interruption
-  train@latest        resume the newest run of SPEC_NAME in ``--data-dir``
-  train@{predir}      resume that run (path or URI)
-  search              Ray Tune search over the spec's ``search`` section: ``meta.max_trial`` samples,
-                      each a trial of ``meta.max_session`` sessions (see orchestrator/modes/search.py)
-  search@latest       resume the newest search of SPEC_NAME; search@{predir}: resume that search
-  search --name RUN   a search in ``{data_dir}/RUN``, resumed when run again
-  enjoy@{session_spec_file}[@latest]
-                      replay a session's best (or newest) checkpoint: --episodes, --seed, --ckpt,
-                      --render, --record; outputs only under {predir}/enjoy/
+``parse`` reads the arguments once into a frozen ``orchestrator.commandline.Command`` that goes down to the mode:
+nothing below this module sees argparse or splits the mode word. ``MODES`` is the one table of modes and
+``SUBCOMMANDS`` the one table of the commands without a spec: they make the parser's mode help, the ``--help`` text,
+the lists below and docs/reference/cli.md (``tools/gen_reference.py``).
 
-Other commands (handled before the SPEC_FILE SPEC_NAME MODE form):
-  lab analyze PREDIR          recompute metrics and graphs of a run from its committed data
-  lab ls [--data-dir URI]     list runs: status per session, frames, best return, resumable
-  lab compare PREDIR_OR_TRIAL ... [--out PATH]
-                              one graph (PNG + HTML) of several runs or trials: IQM and 95% CI
+<MODES>
+
+``train --name RUN`` runs in ``{data_dir}/RUN``; run again, it resumes that run (a complete run: exit 0, nothing
+changed), so a scheduler can re-run the same command after any interruption; ``search --name RUN`` likewise. A
+``dev`` run writes its outputs (with metrics, graphs and a run.json saying "mode": "dev") in a new predir and is never
+resumable; ``search`` runs ``meta.max_trial`` samples of the spec's ``search`` section, each a trial of
+``meta.max_session`` sessions (orchestrator/modes/search.py); ``enjoy@`` takes --episodes, --seed, --ckpt, --render,
+--record and writes only under ``{predir}/enjoy/``.
 
 Exit codes: 0 success (or nothing left to do); 1 a session failed; 2 bad input (spec, paths, arguments): one clear
 message, no traceback, nothing existing is changed; 75 (EX_TEMPFAIL) stopped, resumable: SIGTERM, SIGINT or SIGUSR1
@@ -37,12 +29,13 @@ import difflib
 import os
 import shlex
 import sys
+import textwrap
 import warnings
-from typing import Any, NoReturn
+from dataclasses import dataclass
+from typing import Any, Callable, NoReturn
 
-from orchestrator.commandline import typed_options
+from orchestrator.commandline import Command, split_mode, typed_options
 from orchestrator.errors import EXIT_RESUMABLE, SpecError, UsageError
-from orchestrator.modes.dev import run_dev
 from orchestrator.runtime.console import install_warning_format
 from orchestrator.runtime.signals import STOP, Stopped, signal_name
 from orchestrator.runtime.workdir import make_importable
@@ -51,30 +44,113 @@ from orchestrator.store import storage
 # orchestrator.spec (and with it torch and gymnasium) is imported only by the modes that check in this
 # process: a ``train`` driver checks its spec in a child process (orchestrator/modes/spec_check.py).
 
-MODES = ("dev", "train", "train@latest", "train@{predir}", "search", "search@latest", "search@{predir}",
-         "enjoy@{session_spec_file}[@latest]")
+
+def run_dev_mode(cmd: Command) -> int:
+    """``dev``: one in-process session (``orchestrator.modes.dev``)."""
+    from orchestrator.modes.dev import run_dev
+    return run_dev(cmd)
 
 
-COMMANDS_HELP = """modes:
-  dev                  one session in-process with live progress, outputs in a new predir
-  train                meta.max_session sessions as Ray actors, checkpointed
-                       (--name RUN: in DATA_DIR/RUN, resumed by the same command)
-  train@latest         resume the newest run of SPEC_NAME in --data-dir
-  train@PREDIR         resume that run (path or URI)
-  search               Ray Tune search over the spec's search section
-  search@latest        resume the newest search of SPEC_NAME (search@PREDIR: that search)
-  enjoy@SESSION_SPEC   replay a session's best checkpoint (SESSION_SPEC@latest: its newest)
+def run_train_mode(cmd: Command) -> int:
+    """``train`` / ``train@...`` (imports Ray only when needed; ``train`` checks its spec, preflight and
+    ``agent.net.init_from`` included, in ``orchestrator.modes.spec_check`` while Ray starts)."""
+    if cmd.pbt_replay is not None or cmd.trial is not None:
+        from orchestrator.modes.pbt_replay import run_replay
+        return run_replay(cmd)
+    checked = None
+    if cmd.word == "train" and not cmd.name:  # the check's child process starts before this process imports Ray
+        from orchestrator.modes import spec_check
+        checked = spec_check.start(spec_check.request_of(cmd))
+    from orchestrator.modes.train import run_train
+    return run_train(cmd, checked)
 
-other commands (no spec):
-  lab SPEC_FILE             list the spec names in a spec file
-  lab ls [--data-dir URI]   list runs: status per session, frames, best return, resumable
-  lab analyze PREDIR        recompute a run's metrics and graphs from its committed data
-  lab compare PREDIR_OR_TRIAL ... [--out PATH]
-                            one graph of runs/trials: IQM of total_reward_ma and its 95% CI
 
-example:
-  lab specs/demo.json ppo_cartpole dev
-"""
+def run_search_mode(cmd: Command) -> int:
+    """``search`` / ``search@...`` (imports Ray Tune only when needed)."""
+    from orchestrator.modes.search import run_search
+    return run_search(cmd)
+
+
+def run_enjoy_mode(cmd: Command) -> int:
+    """``enjoy@{session_spec_file}``: evaluate a trained session (see ``orchestrator.modes.enjoy``)."""
+    from orchestrator.modes.enjoy import run_enjoy
+    return run_enjoy(cmd)
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One row of the mode table ``MODES``.
+
+    Fields:
+        name: the mode, the mode word before any ``@``.
+        takes_target: whether ``{name}@{target}`` is a mode word (``dev@x`` is not).
+        forms: ``(word, one-line help)`` of each way to write it, for ``--help`` and the reference.
+        run: runs the mode with the parsed command; returns the exit code.
+        resumable: a stop leaves it resumable (exit 75); False: Ctrl-C is 130, as in Python.
+        named: takes ``--name RUN`` (without a target).
+        preflight: the CLI runs ``modes.common.preflight`` before it (False: the mode checks its spec itself).
+    """
+
+    name: str
+    takes_target: bool
+    forms: tuple[tuple[str, str], ...]
+    run: Callable[[Command], int]
+    resumable: bool = True
+    named: bool = False
+    preflight: bool = True
+
+
+MODES: tuple[Mode, ...] = (
+    Mode("dev", False, (("dev", "one session in-process with live progress, outputs in a new predir"),),
+         run_dev_mode, resumable=False),
+    Mode("train", True, (
+        ("train", "meta.max_session sessions as Ray actors, checkpointed (--name RUN: in DATA_DIR/RUN, resumed by "
+                  "the same command)"),
+        ("train@latest", "resume the newest run of SPEC_NAME in --data-dir"),
+        ("train@PREDIR", "resume that run (path or URI)")), run_train_mode, named=True, preflight=False),
+    Mode("search", True, (
+        ("search", "Ray Tune search over the spec's search section (--name RUN: as train)"),
+        ("search@latest", "resume the newest search of SPEC_NAME"),
+        ("search@PREDIR", "resume that search (path or URI)")), run_search_mode, named=True),
+    Mode("enjoy", True, (
+        ("enjoy@SESSION_SPEC", "replay a session's best checkpoint (SESSION_SPEC: a run's "
+                               "{spec_name}_t{T}_s{S}_spec.json)"),
+        ("enjoy@SESSION_SPEC@latest", "the same with its newest checkpoint")), run_enjoy_mode, resumable=False),
+)
+
+
+def mode_of(cmd: Command) -> Mode | None:
+    """The row of ``MODES`` for ``cmd``'s mode, or None."""
+    return next((row for row in MODES if row.name == cmd.mode), None)
+
+
+def mode_words() -> list[str]:
+    """Every way to write a mode, in table order (``dev``, ``train``, ``train@latest``, ...)."""
+    return [word for row in MODES for word, _ in row.forms]
+
+
+HELP_WIDTH = 100  # columns of --help's lists of modes and commands
+
+
+def help_rows(rows: list[tuple[str, str]], column: int) -> list[str]:
+    """``  WORD  help`` lines, the help from ``column`` on and wrapped at ``HELP_WIDTH`` (a word too long for its
+    column on a line of its own)."""
+    out = []
+    for word, text in rows:
+        lines = textwrap.wrap(text, HELP_WIDTH - column)
+        out += [f"  {word}"] if len(word) + 3 > column else [f"  {word:<{column - 2}}{lines.pop(0)}"]
+        out += [" " * column + line for line in lines]
+    return out
+
+
+def modes_help() -> str:
+    """The list of modes (from ``MODES``) and of the other commands (from ``SUBCOMMANDS``) that ``--help`` prints
+    after the options."""
+    return "\n".join(["modes:", *help_rows([form for row in MODES for form in row.forms], 23), "",
+                      "other commands (no spec):",
+                      *help_rows([("lab SPEC_FILE", "list the spec names in a spec file"),
+                                  *((f"lab {sub.usage}", sub.help) for sub in SUBCOMMANDS)], 28), "",
+                      "example:", "  lab specs/demo.json ppo_cartpole dev"]) + "\n"
 
 
 def package_version() -> str:
@@ -86,25 +162,31 @@ def package_version() -> str:
         return "unknown"
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """Parse the command line.
+def parse(argv: list[str] | None) -> Command:
+    """Parse ``lab SPEC_FILE SPEC_NAME MODE [options]`` once into the command the mode runs (its mode word split at
+    its first ``@``, ``commandline.split_mode``; its data dir absolute: actors may run in another working directory).
 
     Returns:
-        The parsed arguments. argparse exits 2 on malformed options, 0 after ``--help``/``--version``.
+        The command. argparse exits 2 on malformed options, 0 after ``--help``/``--version``.
     """
-    return build_parser().parse_args(argv)
+    options = vars(build_parser().parse_args(argv))  # one field of Command per option
+    word = options.pop("mode")
+    mode, target = split_mode(word)
+    return Command(**{**options, "word": word, "mode": mode, "target": target,
+                      "overrides": tuple(options["overrides"]), "data_dir": storage.absolute(options["data_dir"])})
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``lab SPEC_FILE SPEC_NAME MODE [options]`` (docs/reference/cli.md is generated from it)."""
+    commands = ",".join(sub.name for sub in SUBCOMMANDS)
     parser = argparse.ArgumentParser(
-        prog="lab", usage="lab SPEC_FILE SPEC_NAME MODE [options]\n       lab {ls,analyze,compare} ...",
+        prog="lab", usage=f"lab SPEC_FILE SPEC_NAME MODE [options]\n       lab {{{commands}}} ...",
         description="Spec-driven deep RL trials on Ray, checkpointed and resumable.",
-        epilog=COMMANDS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=modes_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"lab (rl-trial-lab) {package_version()}")
     parser.add_argument("spec_file", help="spec file (JSON or YAML), path or URI")
     parser.add_argument("spec_name", help="name of the spec inside the file")
-    parser.add_argument("mode", help=f"one of: {', '.join(MODES)}")
+    parser.add_argument("mode", help=f"one of: {', '.join(mode_words())}")
     parser.add_argument("-s", "--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
                         help="override a spec leaf, e.g. -s env.max_frame=20000 (repeatable)")
     parser.add_argument("--data-dir", default="data", help="root of run directories: path, file://, s3:// or gs://")
@@ -139,74 +221,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_search_mode(args: argparse.Namespace) -> int:
-    """``search`` / ``search@...`` (imports Ray Tune only when needed)."""
-    from orchestrator.modes.search import run_search
-    return run_search(args)
-
-
-def run_train_mode(args: argparse.Namespace) -> int:
-    """``train`` / ``train@...`` (imports Ray only when needed; ``train`` checks its spec, preflight and
-    ``agent.net.init_from`` included, in ``orchestrator.modes.spec_check`` while Ray starts)."""
-    if args.pbt_replay is not None or args.trial is not None:
-        from orchestrator.modes.pbt_replay import run_replay
-        return run_replay(args)
-    checked = None
-    if args.mode == "train" and not args.name:  # the check's child process starts before this process imports Ray
-        from orchestrator.modes import spec_check
-        checked = spec_check.start(spec_check.request_of(args))
-    from orchestrator.modes.train import run_train
-    return run_train(args, checked)
-
-
-def run_enjoy_mode(args: argparse.Namespace) -> int:
-    """``enjoy@{session_spec_file}``: evaluate a trained session (see ``orchestrator.modes.enjoy``)."""
-    from orchestrator.modes.enjoy import run_enjoy
-    return run_enjoy(args)
-
-
-def run_dev_mode(args: argparse.Namespace) -> int:
-    """``dev``: one in-process session."""
-    from orchestrator.spec.load import load_spec
-    spec = load_spec(args.spec_file, args.spec_name, args.overrides, search=False)
-    return run_dev(spec, storage.absolute(args.data_dir), args.quiet)
-
-
-# mode (the part before '@') -> handler; each handler parses its own '@' target from args.mode
-MODE_HANDLERS = {
-    "dev": run_dev_mode,
-    "train": run_train_mode,
-    "search": run_search_mode,
-    "enjoy": run_enjoy_mode,
-}
-
-
 def is_mode_word(word: str) -> bool:
     """True if ``word`` is a mode (``train``, ``train@latest``, ``enjoy@...``) rather than a file or name."""
-    return word.split("@", 1)[0] in MODE_HANDLERS
+    return split_mode(word)[0] in {row.name for row in MODES}
 
 
-def order_hint(args: argparse.Namespace) -> str:
+def order_hint(cmd: Command) -> str:
     """A hint when a mode word was given before the spec file or name ('' otherwise)."""
-    words = [args.spec_file, args.spec_name, args.mode]
+    words = [cmd.spec_file, cmd.spec_name, cmd.word]
     if not any(is_mode_word(w) for w in words[:2]):
         return ""
     mode = next(w for w in words if is_mode_word(w))
     rest = [w for w in words if w != mode]
-    options = typed_options(args.overrides, args.data_dir)
+    options = typed_options(list(cmd.overrides), cmd.data_dir)
     return (f"; arguments go in the order SPEC_FILE SPEC_NAME MODE: did you mean "
             f"'{shlex.join(['lab', *rest, mode, *options])}'?")
 
 
-def mode_hint(mode: str) -> str:
+def mode_hint(cmd: Command) -> str:
     """``"; did you mean 'train'?"`` for a mistyped mode (``trian``, ``trian@latest``; ``difflib``), else ''."""
-    head, at, target = mode.partition("@")
-    close = difflib.get_close_matches(head, list(MODE_HANDLERS), n=1)
-    return f"; did you mean '{close[0]}{at}{target}'?" if close else ""
+    close = difflib.get_close_matches(cmd.mode, [row.name for row in MODES], n=1)
+    at = "" if cmd.target is None else f"@{cmd.target}"
+    return f"; did you mean '{close[0]}{at}'?" if close else ""
 
 
-def dispatch(args: argparse.Namespace) -> int:
-    """Run the mode.
+def dispatch(cmd: Command) -> int:
+    """Run the mode of ``cmd`` (its row of ``MODES``), after its preflight check.
 
     Returns:
         The mode's exit code.
@@ -214,21 +254,22 @@ def dispatch(args: argparse.Namespace) -> int:
     Raises:
         SpecError, UsageError, storage.StorageError: bad input.
     """
-    if is_mode_word(args.spec_file) and not os.path.exists(args.spec_file):
-        raise UsageError(f"'{args.spec_file}' is a mode, not a spec file" + order_hint(args))
-    handler = MODE_HANDLERS.get(args.mode.split("@", 1)[0])
-    if handler is None or (args.mode == "dev@" or args.mode.startswith("dev@")):
-        raise UsageError(f"unknown mode '{args.mode}'; expected one of: {', '.join(MODES)}"
-                         + (order_hint(args) or mode_hint(args.mode)))
-    if args.name is not None:
-        if args.mode not in ("train", "search"):
-            raise UsageError(f"--name applies to the modes train and search, not '{args.mode}'")
+    if is_mode_word(cmd.spec_file) and not os.path.exists(cmd.spec_file):
+        raise UsageError(f"'{cmd.spec_file}' is a mode, not a spec file" + order_hint(cmd))
+    row = mode_of(cmd)
+    if row is None or (cmd.target is not None and not row.takes_target):
+        raise UsageError(f"unknown mode '{cmd.word}'; expected one of: {', '.join(mode_words())}"
+                         + (order_hint(cmd) or mode_hint(cmd)))
+    if cmd.name is not None:
+        if not row.named or cmd.target is not None:
+            named = " and ".join(r.name for r in MODES if r.named)
+            raise UsageError(f"--name applies to the modes {named}, not '{cmd.word}'")
         from orchestrator.store.predir import named_predir
-        named_predir(args.data_dir, args.name)  # a bad name exits 2 before anything starts
-    if args.mode.split("@", 1)[0] != "train":  # train, train@: in orchestrator.modes.spec_check, while Ray starts
-        from orchestrator.spec.preflight import preflight
-        preflight(args)  # env dependencies and memory sizes, before any run dir or actor exists
-    return handler(args)
+        named_predir(cmd.data_dir, cmd.name)  # a bad name exits 2 before anything starts
+    if row.preflight:  # train, train@: in orchestrator.modes.spec_check, while Ray starts
+        from orchestrator.modes.common import preflight
+        preflight(cmd)  # env dependencies and memory sizes, before any run dir or actor exists
+    return row.run(cmd)
 
 
 def fail(message: str) -> NoReturn:
@@ -237,26 +278,30 @@ def fail(message: str) -> NoReturn:
     sys.exit(2)
 
 
-def run_analyze(argv: list[str]) -> int:
+def run_analyze(args: argparse.Namespace) -> int:
     """``lab analyze PREDIR``: recompute a run's metrics and graphs from its committed data.
 
     Returns:
         0. Raises UsageError: not a run directory.
     """
-    args = analyze_parser().parse_args(argv)
     from orchestrator.report.analysis import analyze_command
     return analyze_command(args.predir)
 
 
-def run_ls(argv: list[str]) -> int:
+def run_ls(args: argparse.Namespace) -> int:
     """``lab ls [--data-dir URI]``: list runs with status, frames, best return and resumability.
 
     Returns:
         0 (also when the data dir holds no run).
     """
-    args = ls_parser().parse_args(argv)
     from orchestrator.report.runs import ls_command
     return ls_command(args.data_dir)
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """``lab compare PREDIR_OR_TRIAL ... [--out PATH]``: one PNG and HTML graph (orchestrator/report/compare.py)."""
+    from orchestrator.report.compare import compare_command
+    return compare_command(args.sources, args.out)
 
 
 def analyze_parser() -> argparse.ArgumentParser:
@@ -278,23 +323,51 @@ def ls_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_compare(argv: list[str]) -> int:
-    """``lab compare PREDIR_OR_TRIAL ... [--out PATH]``: one PNG and HTML graph (orchestrator/report/compare.py)."""
-    from orchestrator.report.compare import compare_command, parse_compare
-    args = parse_compare(argv)
-    return compare_command(args.sources, args.out)
+def compare_parser() -> argparse.ArgumentParser:
+    """The parser of ``lab compare PREDIR_OR_TRIAL ... [--out PATH]``."""
+    parser = argparse.ArgumentParser(
+        prog="lab compare", description="One graph of several runs or trials: the IQM of total_reward_ma "
+        "across sessions vs frames with its 95% bootstrap CI, one colour each, the reward threshold marked.")
+    parser.add_argument("sources", nargs="+", metavar="PREDIR_OR_TRIAL",
+                        help="run directory (each trial a curve) or {predir}/t{T}; path or URI")
+    parser.add_argument("--out", default=None, metavar="PATH",
+                        help="output path: PATH.png and PATH.html, or as given when it ends in .png or "
+                             ".html (default: compare_{timestamp} here)")
+    return parser
 
 
-# first arguments that are commands of their own, not a SPEC_FILE
-SUBCOMMANDS = {"analyze": run_analyze, "ls": run_ls, "compare": run_compare}
+@dataclass(frozen=True)
+class Subcommand:
+    """One row of ``SUBCOMMANDS``: a first argument that is a command of its own, not a SPEC_FILE.
+
+    Fields: ``name``; ``usage`` (after ``lab``) and ``help`` (one line) for ``--help`` and the reference; ``parser``
+    (makes its argparse parser); ``run`` (runs it with the parsed arguments, returns the exit code).
+    """
+
+    name: str
+    usage: str
+    help: str
+    parser: Callable[[], argparse.ArgumentParser]
+    run: Callable[[argparse.Namespace], int]
+
+
+SUBCOMMANDS: tuple[Subcommand, ...] = (
+    Subcommand("ls", "ls [--data-dir URI]", "list runs: status per session, frames, best return, resumable",
+               ls_parser, run_ls),
+    Subcommand("analyze", "analyze PREDIR", "recompute a run's metrics and graphs from its committed data",
+               analyze_parser, run_analyze),
+    Subcommand("compare", "compare PREDIR_OR_TRIAL ... [--out PATH]",
+               "one graph of runs/trials: IQM of total_reward_ma and its 95% CI", compare_parser, run_compare),
+)
 
 
 def run_subcommand(argv: list[str]) -> int:
-    """Run ``lab analyze ...`` / ``lab ls ...``; bad input exits 2 with one message."""
+    """Run ``lab ls ...`` / ``lab analyze ...`` / ``lab compare ...``; bad input exits 2 with one message."""
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     install_warning_format()
+    sub = next(s for s in SUBCOMMANDS if s.name == argv[0])
     try:
-        return SUBCOMMANDS[argv[0]](argv[1:])
+        return sub.run(sub.parser().parse_args(argv[1:]))
     except (UsageError, storage.StorageError) as err:
         fail(str(err))
 
@@ -331,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         make_importable()
     except UsageError as err:
         fail(str(err))
-    if argv and argv[0] in SUBCOMMANDS:
+    if argv and argv[0] in {s.name for s in SUBCOMMANDS}:
         return run_subcommand(argv)
     if len(argv) == 1 and not argv[0].startswith("-"):
         return list_specs(argv[0])
@@ -347,17 +420,18 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_mode(argv: list[str]) -> int:
     """``lab SPEC_FILE SPEC_NAME MODE [options]`` under the stop handler; returns the exit code (see ``main``)."""
-    args = parse_args(argv)
-    if args.mode == "dev" or args.mode.startswith("enjoy@"):  # nothing to resume: Ctrl-C is 130, as in Python
+    cmd = parse(argv)
+    row = mode_of(cmd)
+    if row is not None and not row.resumable:  # nothing to resume: Ctrl-C is 130, as in Python
         STOP.install(leave_code=130, dev=True)
-    elif args.name:  # a --name run is resumed by the command the user typed
+    elif cmd.name:  # a --name run is resumed by the command the user typed
         STOP.resume_command = shlex.join(["lab", *argv])
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     install_warning_format()
     try:
-        return dispatch(args)
+        return dispatch(cmd)
     except SpecError as err:
-        fail(f"invalid spec '{args.spec_name}' in {args.spec_file}:\n  " + "\n  ".join(err.problems))
+        fail(f"invalid spec '{cmd.spec_name}' in {cmd.spec_file}:\n  " + "\n  ".join(err.problems))
     except UsageError as err:
         fail(str(err))
     except storage.StorageError as err:
@@ -404,6 +478,9 @@ def entry() -> NoReturn:
     sys.stderr.flush()
     os._exit(code or 0)
 
+
+if __doc__:  # the mode and command lists of this docstring come from the tables (absent under python -OO)
+    __doc__ = __doc__.replace("<MODES>", modes_help().rstrip())
 
 if __name__ == "__main__":
     entry()

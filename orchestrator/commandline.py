@@ -1,13 +1,75 @@
-"""The lab commands the lab prints for the user to run next (resume, train the best spec), as the user started
-the lab."""
+"""The command line: the parsed command (``Command``, built once by ``orchestrator.cli`` and passed to the modes),
+the grammar of the mode word (``split_mode``), and the lab commands the lab prints for the user to run next (resume,
+train the best spec), as the user started the lab."""
 
 from __future__ import annotations
 
 import os
 import shlex
 import sys
+from dataclasses import dataclass
 
 from orchestrator.store import storage
+
+
+def split_mode(word: str) -> tuple[str, str | None]:
+    """The mode and the target of a mode word: ``train@latest`` -> ``("train", "latest")``, ``train`` ->
+    ``("train", None)``, ``enjoy@x_spec.json@latest`` -> ``("enjoy", "x_spec.json@latest")`` (split at the first
+    ``@``; ``train@`` -> ``("train", "")``)."""
+    mode, at, target = word.partition("@")
+    return mode, target if at else None
+
+
+@dataclass(frozen=True)
+class Command:
+    """One ``lab SPEC_FILE SPEC_NAME MODE [options]`` command, parsed once (``orchestrator.cli.parse``).
+
+    Fields:
+        spec_file: the spec file as typed (path or URI).
+        spec_name: the name of the spec in it.
+        word: the mode word as typed (``train``, ``train@latest``, ``enjoy@{file}@latest``).
+        mode: the mode, the part of ``word`` before its first ``@``.
+        target: the part after it (``latest``, a predir, a session spec file with an optional ``@latest`` /
+            ``@best``); None when ``word`` has no ``@``.
+        overrides: the ``-s KEY.PATH=VALUE`` overrides, in order.
+        data_dir: the root of run directories, absolute (a local path) or a URI.
+        address: the Ray cluster address (None: ``RAY_ADDRESS`` or a local Ray).
+        dashboard: start the Ray dashboard with a local Ray.
+        max_concurrent_trials: ``search``: at most this many trials at once (None: as resources allow).
+        search_alg: ``search``: ``auto``, ``basic`` or ``optuna``.
+        name: ``--name RUN``: the run lives in ``{data_dir}/RUN`` (None: a new timestamped predir).
+        allow_fresh: ``train@``: sessions with no committed checkpoint start from frame 0.
+        quiet: no live progress display.
+        pbt_replay: ``train --pbt-replay PREDIR``: the PBT search whose trial ``trial`` is replayed.
+        trial: ``--trial T`` of ``--pbt-replay``.
+        episodes: ``enjoy@``: evaluation episodes.
+        seed: ``enjoy@``: env and action seed (None: the session seed).
+        ckpt: ``enjoy@``: ``best`` or ``latest`` (None: the target's suffix, else best).
+        render: ``enjoy@``: show the env.
+        record: ``enjoy@``: write an MP4 per episode.
+    """
+
+    spec_file: str
+    spec_name: str
+    word: str
+    mode: str
+    target: str | None
+    overrides: tuple[str, ...] = ()
+    data_dir: str = "data"
+    address: str | None = None
+    dashboard: bool = False
+    max_concurrent_trials: int | None = None
+    search_alg: str = "auto"
+    name: str | None = None
+    allow_fresh: bool = False
+    quiet: bool = False
+    pbt_replay: str | None = None
+    trial: int | None = None
+    episodes: int = 10
+    seed: int | None = None
+    ckpt: str | None = None
+    render: bool = False
+    record: bool = False
 
 
 def entry_command(argv0: str | None = None) -> str:
@@ -37,19 +99,17 @@ def lab_command(spec_file: str, spec_name: str, mode: str, *extra: str) -> str:
         The command, shell-quoted.
     """
     spec_file = storage.absolute(spec_file)
-    if "@" in mode and not storage.is_remote(mode.split("@", 1)[1]) and mode.split("@", 1)[1] != "latest":
-        head, target = mode.split("@", 1)
+    head, target = split_mode(mode)
+    if target is not None and not storage.is_remote(target) and target != "latest":
         mode = f"{head}@{storage.absolute(target)}"
     words = [spec_file, spec_name, mode, *extra]
     return " ".join([entry_command(), *(shlex.quote(w) for w in words)])
 
 
-
-
 def mode_header(mode: str, predir: str) -> str:
     """The first line's label of a run, naming the run dir once: ``train: PREDIR`` (a new run),
     ``train@latest: PREDIR`` (the run ``latest`` found), ``train@PREDIR`` (the run the user named)."""
-    head, _, target = mode.partition("@")
+    head, target = split_mode(mode)
     if target and target != "latest":
         return f"{head}@{predir}"
     return f"{mode}: {predir}"

@@ -5,7 +5,8 @@
   ``agents.nets.spec.NetSpec``, ``agents.memory.spec.MemorySpec``, each algorithm's ``AlgorithmSpec`` subclass): the
   meaning from the ``Fields:`` list of the class docstring (the nearest class in the MRO that documents the
   key), the checks and the origin from the field metadata (no ``origin``: an SLM-Lab key).
-* ``docs/reference/cli.md``: every argument of ``lab`` and its commands, read from their argparse parsers.
+* ``docs/reference/cli.md``: every argument of ``lab`` and its commands, read from their argparse parsers, and the
+  modes and commands, from the tables ``orchestrator.cli.MODES`` and ``orchestrator.cli.SUBCOMMANDS``.
 
 Usage: ``python tools/gen_reference.py`` writes both pages; ``--check`` writes nothing and exits 1 when a
 committed page differs from what would be written (tests/test_docs.py runs the check). Exits 1 as well when a
@@ -34,7 +35,6 @@ from agents.nets import ACTIVATIONS, INIT_FNS, LOSSES, NETS, OPTIMIZERS, NetSpec
 from agents.schedules import DECAYS, LR_SCHEDULERS  # noqa: E402
 from envs.make import EnvSpec  # noqa: E402
 from orchestrator import cli  # noqa: E402
-from orchestrator.report.compare import compare_parser  # noqa: E402
 from orchestrator.spec import pbt, search_space  # noqa: E402
 from orchestrator.spec.meta import MetaSpec  # noqa: E402
 from orchestrator.spec.slm_lab import ANY, SLM_LAB_KEYS  # noqa: E402
@@ -267,9 +267,7 @@ def cli_page() -> str:
              "`dev` run stopped by Ctrl-C or SIGTERM exits 130.", "",
              *parser_section("lab SPEC_FILE SPEC_NAME MODE", main),
              "Modes:", "", "```", (main.epilog or "").strip(), "```", "",
-             *parser_section("lab analyze", cli.analyze_parser()),
-             *parser_section("lab ls", cli.ls_parser()),
-             *parser_section("lab compare", compare_parser())]
+             *(line for sub in cli.SUBCOMMANDS for line in parser_section(f"lab {sub.name}", sub.parser()))]
     return HEADER + "\n".join(lines).rstrip() + "\n"
 
 

@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
+from orchestrator.commandline import Command
 from orchestrator.errors import SpecError, UsageError
+from orchestrator.modes.common import draw_seed
+from orchestrator.spec.meta import MetaSpec, set_meta
 from orchestrator.store import storage
 from orchestrator.store.predir import session_seed
 
 
-def run_dev(spec: dict[str, Any], data_dir: str, quiet: bool) -> int:
+def run_dev(cmd: Command) -> int:
+    """``dev``: load ``cmd``'s spec and run it as one session in-process (``run_session``); returns the exit code.
+
+    Raises:
+        SpecError / UsageError: see ``run_session``; a spec that does not load.
+    """
+    from orchestrator.spec.load import load_spec
+
+    spec = load_spec(cmd.spec_file, cmd.spec_name, list(cmd.overrides), search=False)
+    return run_session(spec, cmd.data_dir, cmd.quiet)
+
+
+def run_session(spec: dict[str, Any], data_dir: str, quiet: bool) -> int:
     """Run one session in-process; write specs, train_df/eval_df, log.txt, a ``run.json`` with
     ``"mode": "dev"`` (the marker that refuses ``train@``), metrics and graphs into a new predir,
     and print a summary.
@@ -29,10 +43,11 @@ def run_dev(spec: dict[str, Any], data_dir: str, quiet: bool) -> int:
     from orchestrator.session.loop import Session
     from orchestrator.store import predir as predir_mod
 
-    spec = resolve_seed(spec)
-    spec["meta"]["max_session"] = 1
-    torch.set_num_threads(max(1, int(spec["meta"]["resources"].get("num_cpus", 1))))
-    seed = session_seed(spec["meta"]["random_seed"], 0, 0)
+    base = draw_seed(spec)  # drawn once if unset, so the saved spec replays the run
+    set_meta(spec, max_session=1)
+    meta = MetaSpec.of(spec)
+    torch.set_num_threads(max(1, int(meta.resources.get("num_cpus", 1))))
+    seed = session_seed(base, 0, 0)
     try:  # before the predir exists, so a bad combination leaves nothing behind
         session = Session(spec, seed)
     except ValueError as err:  # an env/agent combination the algorithm does not support
@@ -50,7 +65,7 @@ def run_dev(spec: dict[str, Any], data_dir: str, quiet: bool) -> int:
         session.close()
         storage.delete(predir)  # this command's own new run directory, nothing trained in it yet
         cause = (str(err).strip().splitlines() or [""])[-1]
-        raise UsageError(f"meta.tracking={spec['meta']['tracking']}: the tracker did not start "
+        raise UsageError(f"meta.tracking={meta.tracking}: the tracker did not start "
                          f"({type(err).__name__}: {cause})") from None
 
     def on_log(sess: Session, row: dict[str, Any]) -> None:
@@ -95,14 +110,3 @@ def finish_dev(predir: str, session: Any) -> int:
     print(f"dev run done: {predir}\n  frame={session.clock.frame} epi={session.clock.epi}")
     print("\n".join(summary_lines(predir, out) if out else []))
     return 0
-
-
-
-
-def resolve_seed(spec: dict[str, Any]) -> dict[str, Any]:
-    """Draw ``meta.random_seed`` once if unset, so the saved spec replays the run."""
-    if spec["meta"]["random_seed"] is None:
-        spec["meta"]["random_seed"] = secrets.randbelow(2**31 - 1)
-    return spec
-
-

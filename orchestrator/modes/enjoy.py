@@ -19,7 +19,6 @@ unlike ``train@``, a checkpoint that fails verification is skipped, not moved as
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import math
 import os
@@ -32,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.commandline import Command
 from orchestrator.errors import SpecError, UsageError
 from orchestrator.spec.session_spec import parse_target, read_session_spec
 from orchestrator.store import storage
@@ -39,11 +39,6 @@ from orchestrator.store.checkpoint import CheckpointError, CheckpointStore, Mani
 from orchestrator.store.predir import TS_FORMAT
 
 FAR_FRAME = 2**62  # a clock frame past the end of every schedule: explore vars at their final values
-
-
-
-
-
 
 
 def load_checkpoint(session_dir: str, which: str) -> tuple[Manifest, dict[str, bytes]]:
@@ -164,7 +159,7 @@ def write_outputs(out_dir: str, rows: list[dict[str, Any]], summary: dict[str, A
     return videos
 
 
-def run_enjoy(args: argparse.Namespace) -> int:
+def run_enjoy(cmd: Command) -> int:
     """``enjoy@{session_spec_file}``: see the module docstring; returns the exit code (0).
 
     Raises:
@@ -174,10 +169,10 @@ def run_enjoy(args: argparse.Namespace) -> int:
 
     from orchestrator.session.loop import Session
 
-    if args.episodes < 1:
-        raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
-    uri, which = parse_target(args.mode, args.ckpt)
-    spec, smeta = read_session_spec(uri, args.spec_name)
+    if cmd.episodes < 1:
+        raise UsageError(f"--episodes must be >= 1, got {cmd.episodes}")
+    uri, which = parse_target(cmd.target, cmd.ckpt)
+    spec, smeta = read_session_spec(uri, cmd.spec_name)
     predir = storage.dirname(uri)
     manifest, files = load_checkpoint(storage.join(predir, *smeta["session_dir"].split("/")), which)
     torch.set_num_threads(1)
@@ -187,12 +182,12 @@ def run_enjoy(args: argparse.Namespace) -> int:
         session.from_checkpoint(files)
     except (KeyError, RuntimeError, ValueError) as err:
         raise SpecError(f"checkpoint {manifest.frame} does not fit the session spec {uri}: {err}") from None
-    seed = int(smeta["session_seed"]) if args.seed is None else int(args.seed)
-    video_dir = tempfile.mkdtemp(prefix="lab-enjoy-") if args.record else None
+    seed = int(smeta["session_seed"]) if cmd.seed is None else int(cmd.seed)
+    video_dir = tempfile.mkdtemp(prefix="lab-enjoy-") if cmd.record else None
     try:
-        env = make_eval_env(session, check_display(args.render), video_dir)
+        env = make_eval_env(session, check_display(cmd.render), video_dir)
         try:
-            rows = run_episodes(session, env, args.episodes, seed)
+            rows = run_episodes(session, env, cmd.episodes, seed)
         finally:
             env.close()  # RecordVideo writes the last video on close
         stats = summarize(rows)

@@ -4,21 +4,21 @@ original: final train_df (all columns but ``wall_t`` and ``fps``) and ``weights_
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from orchestrator.commandline import mode_header
+from orchestrator.commandline import Command, mode_header
 from orchestrator.errors import UsageError
-from orchestrator.modes.train import resolve_predir
+from orchestrator.modes.common import resolve_predir
 from orchestrator.runtime.ray_start import check_resources, init_ray
 from orchestrator.search.pbt_replay import compare_replay, replay
+from orchestrator.spec.meta import MetaSpec
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
 from orchestrator.store.lease import Lease
 from orchestrator.store.predir import read_json_file
 
 
-def run_replay(args: argparse.Namespace) -> int:
+def run_replay(cmd: Command) -> int:
     """Run the replay; returns 0 when it reproduced the trial bit for bit, 1 when it did not (differences printed)
     or a session failed, ``EXIT_RESUMABLE`` when a signal stopped it (start it again: a replay is one trial).
 
@@ -27,23 +27,23 @@ def run_replay(args: argparse.Namespace) -> int:
     """
     from orchestrator.spec.load import check
 
-    if args.mode != "train" or args.pbt_replay is None or args.trial is None:
+    if cmd.word != "train" or cmd.pbt_replay is None or cmd.trial is None:
         raise UsageError("--pbt-replay PREDIR and --trial T go together, with the train mode: "
                          "lab SPEC_FILE SPEC_NAME train --pbt-replay PREDIR --trial T")
-    if args.overrides or args.name:
+    if cmd.overrides or cmd.name:
         raise UsageError("--pbt-replay replays the search's saved spec: it takes no -s overrides and no --name")
-    args.data_dir = storage.absolute(args.data_dir)
-    source = resolve_predir(args.pbt_replay, args.data_dir, args.spec_name)
+    source = resolve_predir(cmd.pbt_replay, cmd.data_dir, cmd.spec_name)
     settings = storage.join(source, "search.json")
     if not storage.exists(settings) or storage.read_json(settings).get("search_alg") not in ("PBT", "PB2"):
         raise UsageError(f"--pbt-replay: '{source}' is not a PBT search (its search.json does not say PBT or PB2)")
-    spec = read_json_file(predir_mod.spec_file(source, args.spec_name), "--pbt-replay: the search's saved spec")
-    init_ray(args.address, getattr(args, "dashboard", False))
-    check_resources(spec["meta"])
-    predir = predir_mod.new_predir(args.data_dir, spec["name"])
-    with Lease(predir, args.mode):
-        print(f"{mode_header(args.mode, predir)} (replay of PBT trial t{args.trial} of {source})")
-        code, schedule = replay(source, args.trial, spec, predir, args.quiet, check)
+    spec = read_json_file(predir_mod.spec_file(source, cmd.spec_name), "--pbt-replay: the search's saved spec")
+    meta = MetaSpec.of(spec)
+    init_ray(cmd.address, cmd.dashboard)
+    check_resources(meta.resources, meta.max_session)
+    predir = predir_mod.new_predir(cmd.data_dir, spec["name"])
+    with Lease(predir, cmd.word):
+        print(f"{mode_header(cmd.word, predir)} (replay of PBT trial t{cmd.trial} of {source})")
+        code, schedule = replay(source, cmd.trial, spec, predir, cmd.quiet, check)
         final = storage.read_json(predir_mod.spec_file(predir, spec["name"], 0))
         storage.write_json(predir_mod.spec_file(predir, spec["name"]), {**final, "search": {}})
         if code != 0:
@@ -53,11 +53,11 @@ def run_replay(args: argparse.Namespace) -> int:
         aggregate_trial(predir, final, [0])
         analyze_after_run(predir)
         steps = " -> ".join(f"t{step['trial']}" for step in schedule)
-        differences = compare_replay(source, args.trial, predir, int(spec["meta"]["max_session"]))
+        differences = compare_replay(source, cmd.trial, predir, meta.max_session)
         if differences:
-            print(f"replay of t{args.trial} ({steps}) differs from the original:\n  " + "\n  ".join(differences),
+            print(f"replay of t{cmd.trial} ({steps}) differs from the original:\n  " + "\n  ".join(differences),
                   file=sys.stderr)
             return 1
-        print(f"replay of t{args.trial} (generations trained by {steps}): final train_df and weights_sha256 of "
+        print(f"replay of t{cmd.trial} (generations trained by {steps}): final train_df and weights_sha256 of "
               f"every session equal the original's\n  {predir}")
         return 0

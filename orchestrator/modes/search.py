@@ -47,22 +47,22 @@ harmless. Without any Tune state a new Tuner regenerates the same trials (seeded
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from typing import Any
 
 from ray import tune
 
-from orchestrator.commandline import mode_header
+from orchestrator.commandline import Command, lab_command, mode_header
 from orchestrator.errors import EXIT_RESUMABLE, SpecError, UsageError
-from orchestrator.modes.train import check_named, missing_spec_message, resolve_predir, with_saved_overrides
+from orchestrator.modes.common import check_named, draw_seed, missing_spec_message, resolve_predir, with_saved_overrides
 from orchestrator.runtime.ray_start import check_resources, init_ray
 from orchestrator.runtime.signals import STOP, pause_point
 from orchestrator.search.console import CONSOLE, quiet_tune
 from orchestrator.search.report import analyze, report_summary
 from orchestrator.search.trials import ANALYZER, lab_trials, mark_ended, search_complete
 from orchestrator.search.tune import StopSignalRelay, make_tuner, param_space, restore_or_new_tuner, search_alg_name
+from orchestrator.spec.meta import MetaSpec
 from orchestrator.spec.pbt import is_pbt
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
@@ -70,49 +70,42 @@ from orchestrator.store.lease import Lease
 from orchestrator.store.record import RunRecord, SessionPlan
 from orchestrator.verify import export_committed, inexact_note, session_done
 
-# ---------------------------------------------------------------- search space and Tune config
 
-
-# ---------------------------------------------------------------- one Tune trial = one lab trial
-
-
-# ---------------------------------------------------------------- the experiment (driver)
-
-
-def run_search(args: argparse.Namespace) -> int:
+def run_search(cmd: Command) -> int:
     """``search`` and ``search@{predir|latest}`` (see module docstring); returns the exit code."""
     from orchestrator.spec.load import load_spec  # the driver's check torch; Tune's trial actors import none
 
-    args.data_dir = storage.absolute(args.data_dir)
-    target = args.mode.split("@", 1)[1] if "@" in args.mode else None
-    named = predir_mod.named_predir(args.data_dir, args.name) if getattr(args, "name", None) else None
-    if named is not None and check_named(args, named, search=True):
+    target = cmd.target
+    named = predir_mod.named_predir(cmd.data_dir, cmd.name) if cmd.name else None
+    if named is not None and check_named(cmd, named, search=True):
         target = named
-    given: list[str] = []
+    overrides, given = list(cmd.overrides), []
     if target is not None:  # the run's saved -s overrides go first
         try:
-            given = with_saved_overrides(args, resolve_predir(target, args.data_dir, args.spec_name))
+            overrides = with_saved_overrides(cmd, resolve_predir(target, cmd.data_dir, cmd.spec_name))
+            given = list(cmd.overrides)
         except UsageError:
             pass  # resume_search names the problem once the spec is known to be good
     pause_point("spec_check")  # test hook (orchestrator.runtime.signals)
-    new_spec = load_spec(args.spec_file, args.spec_name, args.overrides)
+    new_spec = load_spec(cmd.spec_file, cmd.spec_name, overrides)
     if named is not None and target == named and named_complete(named, new_spec):
-        print(f"{args.mode} --name {args.name}: the search {named} is already complete; nothing to do")
+        print(f"{cmd.word} --name {cmd.name}: the search {named} is already complete; nothing to do")
         return 0
-    with SearchLease(args) as lease:
+    with SearchLease(cmd) as lease:
         if target is not None:
-            predir, spec, settings, tuner = resume_search(args, new_spec, target, lease, given)
+            predir, spec, settings, tuner = resume_search(cmd, new_spec, target, lease, overrides, given)
         else:
-            predir, spec, settings, tuner = start_search(args, new_spec, lease, named)
-        print(f"{mode_header(args.mode, predir)} (max_trial={spec['meta']['max_trial']}, {spec['meta']['max_session']} "
+            predir, spec, settings, tuner = start_search(cmd, new_spec, lease, named)
+        meta = MetaSpec.of(spec)
+        print(f"{mode_header(cmd.word, predir)} (max_trial={meta.max_trial}, {meta.max_session} "
               f"session(s) per trial, search algorithm {settings['search_alg']})")
-        if spec["meta"].get("tensorboard", True):
+        if meta.tensorboard:
             print(f"TensorBoard (every session's events, t{{T}}/s{{S}}/tb/): tensorboard --logdir {predir}")
         if is_pbt(spec):
-            return run_population(predir, spec, lease.lease, args.quiet)
+            return run_population(predir, spec, lease.lease, cmd.quiet)
         ANALYZER.start(predir)
         try:
-            with CONSOLE.showing(spec, args.quiet), quiet_tune():
+            with CONSOLE.showing(spec, cmd.quiet), quiet_tune():
                 results, signalled = fit_with_signals(tuner)
         finally:
             ANALYZER.close()
@@ -150,7 +143,6 @@ def run_population(predir: str, spec: dict[str, Any], lease: Lease | None, quiet
 
 def resume_command(predir: str, spec: dict[str, Any]) -> str:
     """The command that resumes a stopped search: as the user typed it for ``--name``, else ``search@PREDIR``."""
-    from orchestrator.commandline import lab_command
     return STOP.resume_command or lab_command(predir_mod.spec_file(predir, spec["name"]), spec["name"],
                                               f"search@{predir}")
 
@@ -205,10 +197,10 @@ def finish_search(predir: str, spec: dict[str, Any], results: Any, signalled: bo
 
 class SearchLease:
     """Holds the lease (``orchestrator.store.lease``) of the search's predir once ``take`` names it; released
-    on exit. ``args`` is kept for the mode shown to a second driver."""
+    on exit. The command's mode word is shown to a second driver."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.mode, self.lease, self.wait = args.mode, None, bool(getattr(args, "name", None))
+    def __init__(self, cmd: Command) -> None:
+        self.mode, self.lease, self.wait = cmd.word, None, bool(cmd.name)
 
     def take(self, predir: str) -> None:
         """Acquire the lease of ``predir``.
@@ -227,7 +219,7 @@ class SearchLease:
             self.lease.release()
 
 
-def start_search(args: argparse.Namespace, spec: dict[str, Any], lease: SearchLease,
+def start_search(cmd: Command, spec: dict[str, Any], lease: SearchLease,
                  named: str | None = None) -> tuple[str, dict, dict, tune.Tuner]:
     """A new search: checks, then the predir (``named``, of ``--name``, or a new timestamped one; its lease
     taken) with its spec, ``search.json`` and ``-s`` overrides, and a new Tuner.
@@ -236,46 +228,47 @@ def start_search(args: argparse.Namespace, spec: dict[str, Any], lease: SearchLe
         (predir, spec as run, settings, tuner).
     """
     param_space(spec)  # refuse a spec without a valid search section before creating anything
-    if spec["meta"]["random_seed"] is None:
-        import secrets
-        spec["meta"]["random_seed"] = secrets.randbelow(2**31 - 1)
-    alg = spec["meta"]["search_scheduler"]["name"] if is_pbt(spec) else search_alg_name(spec, args.search_alg)
-    settings = {"tune_name": spec["name"], "search_alg": alg, "max_concurrent_trials": args.max_concurrent_trials}
-    init_ray(args.address, getattr(args, "dashboard", False), prestart=False)
-    check_resources(spec["meta"], together=True)
+    draw_seed(spec)
+    meta = MetaSpec.of(spec)
+    alg = meta.search_scheduler["name"] if is_pbt(spec) else search_alg_name(spec, cmd.search_alg)
+    settings = {"tune_name": spec["name"], "search_alg": alg, "max_concurrent_trials": cmd.max_concurrent_trials}
+    init_ray(cmd.address, cmd.dashboard, prestart=False)
+    check_resources(meta.resources, meta.max_session, together=True)
     if named is not None:
         storage.makedirs(named)
-    predir = named or predir_mod.new_predir(args.data_dir, spec["name"])
+    predir = named or predir_mod.new_predir(cmd.data_dir, spec["name"])
     lease.take(predir)
     with STOP.deferred():  # the new search's files are written whole
-        if args.overrides:
-            predir_mod.save_overrides(predir, args.overrides)
+        if cmd.overrides:
+            predir_mod.save_overrides(predir, list(cmd.overrides))
         storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)
         storage.write_json(storage.join(predir, "search.json"), settings)
     return predir, spec, settings, None if is_pbt(spec) else make_tuner(spec, predir, settings)
 
 
-def resume_search(args: argparse.Namespace, new_spec: dict[str, Any], target: str, lease: SearchLease,
-                  given: list[str] | None = None) -> tuple[str, dict, dict, tune.Tuner]:
+def resume_search(cmd: Command, new_spec: dict[str, Any], target: str, lease: SearchLease,
+                  overrides: list[str], given: list[str]) -> tuple[str, dict, dict, tune.Tuner]:
     """``search@{target}``: the lease of the run, the saved spec plus edits, and the restored (or a new)
-    Tuner. ``given``: the ``-s`` overrides given now (recorded with the saved ones when they edit the spec).
+    Tuner. ``overrides``: the run's saved ``-s`` overrides and ``given``, the ones given now; recorded when they edit
+    the spec and ``given`` is not empty.
 
     Returns:
         (predir, spec as run, settings, tuner).
     """
     try:
-        predir = resolve_predir(target, args.data_dir, args.spec_name)
+        predir = resolve_predir(target, cmd.data_dir, cmd.spec_name)
     except UsageError as err:
         raise UsageError(str(err).replace("train@", "search@", 1)) from None
     lease.take(predir)
     spec, applied = resumed_spec(predir, new_spec)
     settings = read_settings(predir, spec["name"])
-    init_ray(args.address, getattr(args, "dashboard", False), prestart=False)
-    check_resources(spec["meta"], together=True)
+    init_ray(cmd.address, cmd.dashboard, prestart=False)
+    meta = MetaSpec.of(spec)
+    check_resources(meta.resources, meta.max_session, together=True)
     if applied:
         storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)
         if given:
-            predir_mod.save_overrides(predir, args.overrides)
+            predir_mod.save_overrides(predir, overrides)
     for line in applied:
         print(f"applied spec edit: {line}")
     lab_trials(predir)  # rebuilds a damaged trial.json before Tune's trials read it
@@ -303,7 +296,7 @@ def verify_trials(predir: str, spec: dict[str, Any]) -> None:
     restored = []
     for t in sorted(lab_trials(predir)):
         record = None
-        for s in range(int(spec["meta"]["max_session"])):
+        for s in range(MetaSpec.of(spec).max_session):
             if not storage.exists(predir_mod.session_dir(predir, t, s)):
                 continue
             plan = SessionPlan(t, s, 0, resume=False)
@@ -358,8 +351,3 @@ def read_settings(predir: str, spec_name: str) -> dict[str, Any]:
                      "safely: the search algorithm decides which values each trial samples. Write back "
                      f'{{"tune_name": "{spec_name}", "search_alg": "basic" or "optuna" (the one the search '
                      'started with), "max_concurrent_trials": N or null}, then resume again')
-
-
-# ---------------------------------------------------------------- analysis
-
-

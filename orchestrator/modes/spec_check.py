@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from orchestrator.commandline import Command
 from orchestrator.errors import SpecError, UsageError
 from orchestrator.runtime.console import install_warning_format
 from orchestrator.runtime.signals import STOP, pause_point, quiet_child
@@ -36,12 +37,13 @@ ROOT = str(Path(__file__).resolve().parents[1])  # the directory holding the orc
 RESULT_PREFIX = "SPEC_CHECK_RESULT "
 
 
-def request_of(args: Any, resume: str | None = None) -> dict[str, Any]:
-    """The check's input from parsed CLI arguments (``orchestrator.cli.parse_args``); ``resume``: the predir a
-    ``train@`` resumes (resolved by the driver)."""
-    return {"spec_file": args.spec_file, "spec_name": args.spec_name, "overrides": list(args.overrides),
-            "mode": args.mode.split("@", 1)[0], "address": args.address,
-            "max_concurrent_trials": getattr(args, "max_concurrent_trials", None), "resume": resume}
+def request_of(cmd: Command, overrides: list[str] | None = None, resume: str | None = None) -> dict[str, Any]:
+    """The check's input for the command ``cmd`` (``orchestrator.cli.parse``); ``overrides``: the ``-s`` overrides
+    to apply (default: ``cmd``'s; a resume's saved ones come first); ``resume``: the predir a ``train@`` resumes
+    (resolved by the driver)."""
+    return {"spec_file": cmd.spec_file, "spec_name": cmd.spec_name,
+            "overrides": list(cmd.overrides if overrides is None else overrides), "mode": cmd.mode,
+            "address": cmd.address, "max_concurrent_trials": cmd.max_concurrent_trials, "resume": resume}
 
 
 def check_request(request: dict[str, Any]) -> dict[str, Any]:
@@ -59,6 +61,7 @@ def check_request(request: dict[str, Any]) -> dict[str, Any]:
     """
     from orchestrator.session.transfer import check_init_from
     from orchestrator.spec.load import load_spec
+    from orchestrator.spec.meta import MetaSpec
     from orchestrator.spec.preflight import check_spec
     from orchestrator.spec.resume import resume_spec
 
@@ -71,7 +74,7 @@ def check_request(request: dict[str, Any]) -> dict[str, Any]:
         return json.loads(json.dumps({"spec": spec}))
     merged, applied, saved = resume_spec(request["resume"], spec)
     return json.loads(json.dumps({"spec": merged, "applied": applied,
-                                  "saved_sessions": int(saved["meta"]["max_session"])}))
+                                  "saved_sessions": MetaSpec.of(saved).max_session}))
 
 
 def start(request: dict[str, Any]) -> Callable[[], dict[str, Any]]:

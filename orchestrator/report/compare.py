@@ -17,7 +17,6 @@ so the page works offline); ``--out`` ending in ``.png`` or ``.html`` is taken a
 
 from __future__ import annotations
 
-import argparse
 import functools
 import posixpath
 import re
@@ -348,21 +347,3 @@ def assets_dir(page_dir: str) -> str:
         if not parent or parent == d:
             return page_dir
         d = parent
-
-
-def parse_compare(argv: list[str]) -> argparse.Namespace:
-    """Arguments of ``lab compare`` (argparse exits 2 on bad options)."""
-    return compare_parser().parse_args(argv)
-
-
-def compare_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``lab compare`` (also read by tools/gen_reference.py for docs/reference/cli.md)."""
-    parser = argparse.ArgumentParser(
-        prog="lab compare", description="One graph of several runs or trials: the IQM of total_reward_ma "
-        "across sessions vs frames with its 95% bootstrap CI, one colour each, the reward threshold marked.")
-    parser.add_argument("sources", nargs="+", metavar="PREDIR_OR_TRIAL",
-                        help="run directory (each trial a curve) or {predir}/t{T}; path or URI")
-    parser.add_argument("--out", default=None, metavar="PATH",
-                        help="output path: PATH.png and PATH.html, or as given when it ends in .png or "
-                             ".html (default: compare_{timestamp} here)")
-    return parser

@@ -66,17 +66,15 @@ def start_ray(address: str | None, dashboard: bool, prestart: bool) -> None:
                          f"a smaller directory or list what to leave out in a .rayignore there") from None
 
 
-def check_resources(meta: dict[str, Any], together: bool = False) -> None:
-    """Refuse resources that can never fit the cluster (instead of waiting forever): one session's, and with
-    ``together`` (a search trial, whose placement group reserves all ``meta.max_session`` sessions at once) the
-    sum over the trial's sessions.
+def check_resources(res: dict[str, Any], sessions: int, together: bool = False) -> None:
+    """Refuse resources that can never fit the cluster (instead of waiting forever): one session's (``res``:
+    ``meta.resources``), and with ``together`` (a search trial, whose placement group reserves all its ``sessions``,
+    ``meta.max_session``, at once) the sum over the trial's sessions.
 
     Raises:
         UsageError: naming what was asked and what exists.
     """
     total = ray.cluster_resources()
-    res = meta["resources"]
-    sessions = int(meta["max_session"])
     for key, name in (("num_cpus", "CPU"), ("num_gpus", "GPU")):
         asked, exists = float(res.get(key, 0) or 0), float(total.get(name, 0))
         if asked > exists:

@@ -78,3 +78,15 @@ class MetaSpec:
         names = {f.name for f in dataclasses.fields(cls)}
         meta: dict[str, Any] = spec.get("meta", {})
         return cls(**{k: v for k, v in meta.items() if k in names})
+
+
+def set_meta(spec: dict, **values: Any) -> None:
+    """Write ``values`` into the ``meta`` section of a loaded spec, in place (the drivers read it as a ``MetaSpec``).
+
+    Raises:
+        KeyError: a name that is not a ``MetaSpec`` field.
+    """
+    unknown = set(values) - {f.name for f in dataclasses.fields(MetaSpec)}
+    if unknown:
+        raise KeyError(f"not meta keys: {sorted(unknown)}")
+    spec.setdefault("meta", {}).update(values)

@@ -14,12 +14,12 @@ A spec can be valid field by field and still be unable to run on this machine:
   that run at once on this machine.
 
 Every failure raises ``SpecError`` (exit 2 through ``orchestrator.cli``) naming the spec key and, for
-memory, the bytes needed and the bytes available. ``preflight(args)`` is the CLI hook for every mode.
+memory, the bytes needed and the bytes available. ``check_spec`` is what every mode runs before it starts
+(``orchestrator.modes.common.preflight``; a ``train`` driver in ``orchestrator.modes.spec_check``).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import os
@@ -37,7 +37,7 @@ from envs.envpool_vec import resolve_envpool_id
 from envs.make import EnvSpec, make_env, resolve_env_id
 from orchestrator.errors import SpecError
 from orchestrator.runtime import allocator
-from orchestrator.spec.load import build, check, load_spec
+from orchestrator.spec.load import build, check
 from orchestrator.spec.search_space import apply_values, parse_search
 
 # entry-point module prefix (or env id prefix) -> the pip command that installs the env family
@@ -339,7 +339,7 @@ def check_memory(spec: dict[str, Any], shape: EnvShape, sessions: int = 1, avail
         raise SpecError(problems)
 
 
-# ---------------------------------------------------------------- CLI hook
+# ---------------------------------------------------------------- searched values
 
 def search_extremes(spec: dict[str, Any]) -> list[tuple[str, Any]]:
     """``(dotted path, value)`` of each searched leaf at every value it can take (``choice``,
@@ -388,24 +388,3 @@ def check_spec(spec: dict[str, Any], mode: str, max_concurrent_trials: int | Non
     if mode == "search":
         check_search(spec, shape, sessions)
     return shape
-
-
-def preflight(args: argparse.Namespace) -> None:
-    """Run ``check_spec`` on the spec a CLI mode will run; called by ``orchestrator.cli`` before the mode.
-
-    ``enjoy@`` checks the session spec file it targets; ``train@`` and ``search@`` check the spec given
-    (the env and sizes a resume keeps). With ``--address`` (a Ray cluster) sessions may run on other
-    machines, so memory is checked for one session against this machine.
-
-    Raises:
-        SpecError / UsageError: as the mode itself would raise for a bad spec or target, and as ``check_spec``.
-    """
-    mode = args.mode.split("@", 1)[0]
-    if mode == "enjoy":
-        from orchestrator.spec.session_spec import parse_target, read_session_spec
-        spec = read_session_spec(parse_target(args.mode, args.ckpt)[0], args.spec_name)[0]
-    else:
-        spec = load_spec(args.spec_file, args.spec_name, args.overrides, search=mode == "search")
-    if args.address is not None:
-        mode = "dev"
-    check_spec(spec, mode, getattr(args, "max_concurrent_trials", None))

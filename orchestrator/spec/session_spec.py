@@ -10,13 +10,14 @@ from orchestrator.spec.load import check
 from orchestrator.store import storage
 
 
-def parse_target(mode: str, ckpt: str | None) -> tuple[str, str]:
-    """Session spec URI and checkpoint choice (``best``/``latest``) of ``enjoy@{file}[@latest|@best]``.
+def parse_target(target: str | None, ckpt: str | None) -> tuple[str, str]:
+    """Session spec URI and checkpoint choice (``best``/``latest``) of ``enjoy@{file}[@latest|@best]``, from its
+    ``target`` (``{file}[@latest|@best]``, None for a bare ``enjoy``) and ``--ckpt``.
 
     Raises:
         UsageError: no file given, or ``--ckpt`` contradicts the suffix.
     """
-    target = mode.split("@", 1)[1] if "@" in mode else ""
+    target = target or ""
     suffix = None
     for which in ("best", "latest"):
         if target.endswith(f"@{which}"):

@@ -11,6 +11,7 @@ import pytest
 
 from agents.schedules import VarSchedule
 from orchestrator import cli
+from orchestrator.commandline import split_mode
 from orchestrator.errors import UsageError
 from orchestrator.modes.enjoy import FAR_FRAME
 from orchestrator.spec.session_spec import parse_target
@@ -89,14 +90,19 @@ def test_best_checkpoint_by_default_latest_on_request(trained_ppo_run):
     assert json.loads((out / "summary.json").read_text())["checkpoint"]["which"] == "latest"
 
 
+def target_of(word: str, ckpt: str | None) -> tuple[str, str]:
+    """``parse_target`` of the target of the mode word ``word`` (``enjoy@{file}[@latest|@best]``)."""
+    return parse_target(split_mode(word)[1], ckpt)
+
+
 def test_target_parsing():
-    assert parse_target("enjoy@/r/x_t0_s0_spec.json", None) == ("/r/x_t0_s0_spec.json", "best")
-    assert parse_target("enjoy@/r/x_t0_s0_spec.json@latest", None) == ("/r/x_t0_s0_spec.json", "latest")
-    assert parse_target("enjoy@s3://b/x_t0_s0_spec.json", "latest") == ("s3://b/x_t0_s0_spec.json", "latest")
+    assert target_of("enjoy@/r/x_t0_s0_spec.json", None) == ("/r/x_t0_s0_spec.json", "best")
+    assert target_of("enjoy@/r/x_t0_s0_spec.json@latest", None) == ("/r/x_t0_s0_spec.json", "latest")
+    assert target_of("enjoy@s3://b/x_t0_s0_spec.json", "latest") == ("s3://b/x_t0_s0_spec.json", "latest")
     with pytest.raises(UsageError, match="contradicts"):
-        parse_target("enjoy@/r/x_t0_s0_spec.json@latest", "best")
+        target_of("enjoy@/r/x_t0_s0_spec.json@latest", "best")
     with pytest.raises(UsageError, match="session spec file"):
-        parse_target("enjoy", None)
+        target_of("enjoy", None)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("moviepy") is not None, reason="moviepy is installed")

@@ -174,9 +174,10 @@ def test_signal_while_the_driver_handles_a_batch_stops_cleanly(ray_local, tmp_pa
 
 
 NODE_LOSS_SCRIPT = textwrap.dedent("""
-    import json, os, signal, sys, threading, time, argparse
+    import json, os, signal, sys, threading, time
     import ray
     from ray.cluster_utils import Cluster
+    from orchestrator.cli import parse
     from orchestrator.store import storage
     from orchestrator.modes.train import run_train
 
@@ -185,10 +186,9 @@ NODE_LOSS_SCRIPT = textwrap.dedent("""
     ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
     blocker = ray.remote(num_cpus=1)(lambda: time.sleep(600)).remote()  # holds the head's CPU at first
     data = sys.argv[1]
-    args = argparse.Namespace(spec_file=sys.argv[2], spec_name="ppo_cartpole", mode="train", data_dir=data,
-                              address=None, allow_fresh=False, quiet=True,
-                              overrides=["meta.max_session=1", "meta.log_frequency=1000",
-                                         "meta.checkpoint_frequency=1000", "env.max_frame=10000"])
+    args = parse([sys.argv[2], "ppo_cartpole", "train", "--data-dir", data, "--quiet",
+                  "-s", "meta.max_session=1", "-s", "meta.log_frequency=1000",
+                  "-s", "meta.checkpoint_frequency=1000", "-s", "env.max_frame=10000"])
     def remove_node():
         while True:
             runs = [os.path.join(data, d, "run.json") for d in os.listdir(data)] if os.path.isdir(data) else []
