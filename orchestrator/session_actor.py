@@ -35,6 +35,7 @@ from orchestrator.global_params import EXACT_REASON, GlobalExchange
 from orchestrator.report.tracking import SessionTracker
 from orchestrator.runtime import pyarrow_probe as pyarrow_probe_mod
 from orchestrator.runtime.console import install_warning_format
+from orchestrator.spec.meta import MetaSpec
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
 from orchestrator.store.checkpoint import DEFAULT_CHECKPOINT_INTERVAL_S, CheckpointError, CheckpointStore
@@ -44,12 +45,12 @@ CHECKPOINT_TIME_SHARE = 0.005  # without checkpoint_frequency: the share of trai
 # (half the < 1% goal: the first checkpoint, after the interval alone, and the last one, forced, come on top)
 
 
-def checkpoint_frequency(meta: dict[str, Any]) -> int:
+def checkpoint_frequency(meta: MetaSpec) -> int:
     """Frames between checkpoint opportunities: ``meta.checkpoint_frequency`` or ``meta.log_frequency``."""
-    return int(meta.get("checkpoint_frequency") or meta["log_frequency"])
+    return int(meta.checkpoint_frequency or meta.log_frequency)
 
 
-def checkpoint_gap_s(meta: dict[str, Any], cost_s: float = 0.0) -> float:
+def checkpoint_gap_s(meta: MetaSpec, cost_s: float = 0.0) -> float:
     """Least training seconds from the end of a checkpoint to the next one (taken at the first chunk end after it).
 
     With ``meta.checkpoint_frequency`` set: 0 (frames alone decide: a checkpoint at every boundary). Otherwise the
@@ -58,9 +59,9 @@ def checkpoint_gap_s(meta: dict[str, Any], cost_s: float = 0.0) -> float:
     previous one (``cost_s``: seconds the training thread spent on it) takes at most ``CHECKPOINT_TIME_SHARE`` of
     training time, however slow the machine or large the checkpoint.
     """
-    if meta.get("checkpoint_frequency"):
+    if meta.checkpoint_frequency:
         return 0.0
-    value = meta.get("checkpoint_interval_s")
+    value = meta.checkpoint_interval_s
     interval = float(DEFAULT_CHECKPOINT_INTERVAL_S if value is None else value)
     return max(interval, cost_s * (1 - CHECKPOINT_TIME_SHARE) / CHECKPOINT_TIME_SHARE)
 
@@ -97,7 +98,7 @@ class SessionRunner:
         self.reseed = reseed
         self.keep_live = False  # a ``done`` session keeps its envs open to continue (``extend``)
         self.session_dir = predir_mod.session_dir(predir, trial, session)
-        self.store = CheckpointStore(self.session_dir, keep=int(spec["meta"]["keep_checkpoints"]))
+        self.store = CheckpointStore(self.session_dir, keep=MetaSpec.of(spec).keep_checkpoints)
         self.session = Session(spec, seed, trial, session, fresh=not resume)
         self.resume = resume
         self.timer = timer
@@ -274,7 +275,8 @@ class SessionRunner:
         yield {"kind": "started", "pid": os.getpid(), "restored_frame": self.restored_frame,
                "set_aside": self.set_aside, "tracking": self.tracker.record(),
                "device": str(session.algorithm.device), "exact": session.exact}
-        freq, gap = checkpoint_frequency(self.spec["meta"]), checkpoint_gap_s(self.spec["meta"])
+        meta = MetaSpec.of(self.spec)
+        freq, gap = checkpoint_frequency(meta), checkpoint_gap_s(meta)
         rows: list[dict[str, Any]] = []
         self.committed = self.restored_frame
         last_end = self.timer()  # when the previous checkpoint's work on this thread ended
@@ -291,7 +293,7 @@ class SessionRunner:
                     snapshot_s = time.perf_counter() - start  # this one's wait for its write is added when it ends
                     self.burst_open = bool(rows)  # the rows follow the commit event (SessionActor.run batches)
                     yield from self.finish_write(pending)  # adds the wait to the previous checkpoint's seconds
-                    gap = checkpoint_gap_s(self.spec["meta"], self.timer() - timer_start)
+                    gap = checkpoint_gap_s(meta, self.timer() - timer_start)
                     self.tracker.log(session, self.committed)  # before this frame's write is submitted
                     pending = (frame, writer.submit(self.write, frame, files, meta), snapshot_s)
                     self.append_log(rows)

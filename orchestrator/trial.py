@@ -45,6 +45,7 @@ from orchestrator.report.progress import SessionProgress
 from orchestrator.runtime import ray_drain
 from orchestrator.runtime.signals import STOP, pause_point
 from orchestrator.session_hosts import SessionHosts, empty_session_actor, host_key
+from orchestrator.spec.meta import MetaSpec
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
 from orchestrator.store.checkpoint import CheckpointError
@@ -161,7 +162,7 @@ class Trial:
         self.specs, self.resume_mode = specs or {}, resume_mode
         self.lease, self.hosts = lease, hosts
         self.on_log, self.analyze = on_log, analyze
-        self.meta = spec["meta"]
+        self.meta = MetaSpec.of(spec)
         self.actors: dict[str, Any] = {}
         self.streams: dict[str, Any] = {}
         self.pending_restart: dict[str, float] = {}  # key -> monotonic time to restart at
@@ -188,7 +189,7 @@ class Trial:
             return
         for t in sorted({p.trial for p in self.plans} - set(self.globals)):
             self.globals[t] = GlobalParamsActor.options(num_cpus=0).remote(
-                self.spec, self.predir, t, session_seed(self.meta["random_seed"], t, 0), True)
+                self.spec, self.predir, t, session_seed(self.meta.random_seed, t, 0), True)
 
     def stop_globals(self) -> None:
         """End the global actors (their state is in the global checkpoints the sessions triggered)."""
@@ -282,7 +283,7 @@ class Trial:
         self.stop_requested = True
         if self.finishing:
             return "the sessions have ended; finishing the analysis (Ctrl-C twice leaves at once)"
-        return (f"committing final checkpoints (up to {self.meta['shutdown_grace_s']} s; Ctrl-C twice leaves at "
+        return (f"committing final checkpoints (up to {self.meta.shutdown_grace_s} s; Ctrl-C twice leaves at "
                 "once)")
 
     def run_sessions(self) -> int:
@@ -322,7 +323,7 @@ class Trial:
             self.start_queued()
             self.leave_draining_nodes()
             if self.stopping_since is not None and \
-                    time.monotonic() - self.stopping_since > float(self.meta["shutdown_grace_s"]):
+                    time.monotonic() - self.stopping_since > self.meta.shutdown_grace_s:
                 break
             if not self.streams:
                 time.sleep(0.2)
@@ -533,7 +534,7 @@ class Trial:
         """Schedule a replacement actor with back-off, or mark the session failed (died more than
         ``meta.max_restarts`` times, not counting deaths of a preempted node: Ray's ``preempted``, or a drain
         noticed by ``leave_draining_nodes``)."""
-        max_restarts = int(self.meta["max_restarts"])
+        max_restarts = self.meta.max_restarts
         preempted = bool(getattr(err, "preempted", False)) or plan.key in self.preempting
         crashes = sum(1 for r in plan.restarts if r.get("cause") != "preempted")
         if self.stopping_since is not None or (not preempted and crashes >= max_restarts):
@@ -683,7 +684,7 @@ class Trial:
             else:
                 what = f"{plan.status}, no committed checkpoint"
             if plan.error == GRACE_PASSED:
-                what += f" (no final checkpoint within shutdown_grace_s={self.meta['shutdown_grace_s']} s)"
+                what += f" (no final checkpoint within shutdown_grace_s={self.meta.shutdown_grace_s} s)"
             lines.append(f"  {plan.key}: {what}")
         spec_file = predir_mod.spec_file(self.predir, self.spec["name"])
         extra = ("--allow-fresh",) if fresh and self.resume_mode == "train" else ()
@@ -698,7 +699,7 @@ def aggregate_trial(predir: str, spec: dict[str, Any], trials: list[int]) -> Non
 
     frames = []
     for t in trials:
-        for s in range(int(spec["meta"]["max_session"])):
+        for s in range(MetaSpec.of(spec).max_session):
             uri = storage.join(predir_mod.session_dir(predir, t, s), "train_df.parquet")
             if storage.exists(uri):
                 df = storage.read_parquet(uri)[["frame", "total_reward", "total_reward_ma"]]

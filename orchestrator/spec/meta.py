@@ -78,3 +78,10 @@ class MetaSpec:
         names = {f.name for f in dataclasses.fields(cls)}
         meta: dict[str, Any] = spec.get("meta", {})
         return cls(**{k: v for k, v in meta.items() if k in names})
+
+
+def with_meta(spec: dict[str, Any], drop: tuple[str, ...] = (), **values: Any) -> dict[str, Any]:
+    """A copy of ``spec`` whose ``meta`` section has ``values`` set and the keys ``drop`` removed (``spec`` itself
+    is left as it is)."""
+    meta = {k: v for k, v in spec.get("meta", {}).items() if k not in drop}
+    return {**spec, "meta": {**meta, **values}}
