@@ -275,8 +275,8 @@ class SessionRunner:
         yield {"kind": "started", "pid": os.getpid(), "restored_frame": self.restored_frame,
                "set_aside": self.set_aside, "tracking": self.tracker.record(),
                "device": str(session.algorithm.device), "exact": session.exact}
-        meta = MetaSpec.of(self.spec)
-        freq, gap = checkpoint_frequency(meta), checkpoint_gap_s(meta)
+        spec_meta = MetaSpec.of(self.spec)
+        freq, gap = checkpoint_frequency(spec_meta), checkpoint_gap_s(spec_meta)
         rows: list[dict[str, Any]] = []
         self.committed = self.restored_frame
         last_end = self.timer()  # when the previous checkpoint's work on this thread ended
@@ -293,7 +293,7 @@ class SessionRunner:
                     snapshot_s = time.perf_counter() - start  # this one's wait for its write is added when it ends
                     self.burst_open = bool(rows)  # the rows follow the commit event (SessionActor.run batches)
                     yield from self.finish_write(pending)  # adds the wait to the previous checkpoint's seconds
-                    gap = checkpoint_gap_s(meta, self.timer() - timer_start)
+                    gap = checkpoint_gap_s(spec_meta, self.timer() - timer_start)
                     self.tracker.log(session, self.committed)  # before this frame's write is submitted
                     pending = (frame, writer.submit(self.write, frame, files, meta), snapshot_s)
                     self.append_log(rows)

@@ -42,7 +42,7 @@ class ReinforceSpec(AlgorithmSpec):
     """
 
     center_return: bool = False
-    policy_loss_coef: float = field(default=1.0, metadata={"ge": 0})
+    policy_loss_coef: float = field(default=1.0, metadata={"ge": 0, "perturbable": True})
     normalize_advantage: bool = field(default=True, metadata={"origin": "lab"})
 
 
