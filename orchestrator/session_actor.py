@@ -2,25 +2,13 @@
 checkpoint after each chunk, streams progress events to the driver, and on SIGTERM commits a
 final checkpoint and reports ``interrupted``.
 
-Events (dicts yielded by ``run``; ``kind`` is one of):
-  ``started``     {pid, device, restored_frame (None when fresh), set_aside (checkpoints found corrupt
-                  by this actor: [{frame, reason, moved_to}]), exact, tracking (W&B/MLflow run or None);
-                  from ``SessionActor`` also node_id (the Ray node, hex) and hostname}
-  ``log``         {row}: a train_df row (frame, fps, total_reward_ma, ...)
-  ``checkpoint``  {frame, seconds}: a committed checkpoint and the seconds training waited for it
-  ``checkpoint_failed`` {frame}: every write attempt of that checkpoint failed (training goes on)
-  ``done``        {frame, total_reward_ma}
-  ``interrupted`` {frame, checkpoint: bool}
-  ``storage_fault`` {uri, error, hint, frame (of the newest committed checkpoint, 0 if none)}: a persistent
-                  storage fault (``orchestrator.store.faults``) stopped the session; its uncommitted checkpoint
-                  was removed; the stream ends after it
-  ``storage_retry`` {lines}: transient object-store errors this process retried since the previous such event
-  ``batch``       {events}: from ``SessionActor.run`` only, the events of one checkpoint (its commit and the
-                  chunk's log rows) as one Ray object (the driver's cost is per object: docs/SCALING.md)
+Events (yielded by ``run``): the records of ``orchestrator.session.events`` (``Started``, ``Log``, ``Checkpoint``,
+``CheckpointFailed``, ``Done``, ``Interrupted``, ``StorageFault``, ``StorageRetry``, ``Batch``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
@@ -35,6 +23,7 @@ from orchestrator.global_params import EXACT_REASON, GlobalExchange
 from orchestrator.report.tracking import SessionTracker
 from orchestrator.runtime import pyarrow_probe as pyarrow_probe_mod
 from orchestrator.runtime.console import install_warning_format
+from orchestrator.session import events as ev
 from orchestrator.spec.meta import MetaSpec
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
@@ -236,7 +225,7 @@ class SessionRunner:
         self.retries_sent = 0
         return lines
 
-    def fault_event(self, err: BaseException, hint: str) -> dict[str, Any]:
+    def fault_event(self, err: BaseException, hint: str) -> ev.StorageFault:
         """The ``storage_fault`` event of a persistent fault, after removing uncommitted checkpoint debris (best
         effort: the store is failing; ``collect_garbage`` runs again at the resume)."""
         try:
@@ -245,10 +234,9 @@ class SessionRunner:
             pass
         self.log_line(f"storage fault: {err}")
         uri = getattr(err, "uri", "") or getattr(err.__cause__, "uri", "") or self.session_dir
-        return {"kind": "storage_fault", "uri": uri, "error": str(err), "hint": hint,
-                "frame": getattr(self, "committed", None) or 0}
+        return ev.StorageFault(uri=uri, error=str(err), hint=hint, frame=getattr(self, "committed", None) or 0)
 
-    def events(self) -> Iterator[dict[str, Any]]:
+    def events(self) -> Iterator[ev.Event]:
         """Run to ``max_frame`` (or until ``stop_requested``), yielding progress events.
 
         Cadence: the session trains in chunks up to the next multiple of ``checkpoint_frequency`` frames (by default
@@ -272,9 +260,8 @@ class SessionRunner:
         if self.exchange is not None:
             self.exchange.sync()
         self.tracker.start(session, self.restored_frame)
-        yield {"kind": "started", "pid": os.getpid(), "restored_frame": self.restored_frame,
-               "set_aside": self.set_aside, "tracking": self.tracker.record(),
-               "device": str(session.algorithm.device), "exact": session.exact}
+        yield ev.Started(pid=os.getpid(), device=str(session.algorithm.device), restored_frame=self.restored_frame,
+                         set_aside=self.set_aside, exact=session.exact, tracking=self.tracker.record())
         spec_meta = MetaSpec.of(self.spec)
         freq, gap = checkpoint_frequency(spec_meta), checkpoint_gap_s(spec_meta)
         rows: list[dict[str, Any]] = []
@@ -299,7 +286,7 @@ class SessionRunner:
                     self.append_log(rows)
                     for i, row in enumerate(rows):
                         self.burst_open = i < len(rows) - 1
-                        yield {"kind": "log", "row": row}
+                        yield ev.Log(row)
                     self.burst_open = False
                     rows.clear()
                     last_end = self.timer()
@@ -308,14 +295,13 @@ class SessionRunner:
             yield from self.finish_write(pending)
         self.tracker.close(session, self.committed)
         last = session.train_rows[-1]["total_reward_ma"] if session.train_rows else None
-        kind = "interrupted" if session.stop_requested and not session.clock.done() else "done"
-        if not (kind == "done" and self.keep_live and self.committed == session.clock.frame):
+        end = ev.Interrupted if session.stop_requested and not session.clock.done() else ev.Done
+        if not (end is ev.Done and self.keep_live and self.committed == session.clock.frame):
             session.close()
             self.keep_live = False
-        yield {"kind": kind, "frame": session.clock.frame, "total_reward_ma": last,
-               "checkpoint": self.committed == session.clock.frame}
+        yield end(frame=session.clock.frame, total_reward_ma=last, checkpoint=self.committed == session.clock.frame)
 
-    def finish_write(self, pending: tuple[int, Future, float] | None) -> Iterator[dict[str, Any]]:
+    def finish_write(self, pending: tuple[int, Future, float] | None) -> Iterator[ev.Event]:
         """Wait for the in-flight write (if any) and yield its ``checkpoint``/``checkpoint_failed`` event."""
         if pending is None:
             return
@@ -325,33 +311,33 @@ class SessionRunner:
         blocked_s += time.perf_counter() - start
         if ok:
             self.committed = frame
-            yield {"kind": "checkpoint", "frame": frame, "seconds": blocked_s}
+            yield ev.Checkpoint(frame=frame, seconds=blocked_s)
         else:
-            yield {"kind": "checkpoint_failed", "frame": frame}
+            yield ev.CheckpointFailed(frame=frame)
 
 
-def checkpoint_batches(runner: SessionRunner) -> Iterator[dict[str, Any]]:
+def checkpoint_batches(runner: SessionRunner) -> Iterator[ev.Event]:
     """``runner.events()`` with the events of one checkpoint (its commit event and the chunk's log rows, which
-    ``events`` yields back to back) grouped as one ``{"kind": "batch", "events": [...]}``; a lone event as is.
+    ``events`` yields back to back) grouped as one ``Batch``; a lone event as is.
 
     The driver pays per Ray object, so a checkpoint of N log rows costs it one object, not N + 1.
     A persistent storage fault (``storage.fault_of``) ends the stream with a ``storage_fault`` event instead of
     an error; transient object-store retries come as ``storage_retry`` events after the batch they happened in.
     """
-    batch: list[dict[str, Any]] = []
+    batch: list[ev.Event] = []
     try:
         for event in runner.events():
             batch.append(event)
             if not runner.burst_open:
-                yield batch[0] if len(batch) == 1 else {"kind": "batch", "events": batch}
+                yield batch[0] if len(batch) == 1 else ev.Batch(batch)
                 batch = []
                 if runner.retries_sent:
-                    yield {"kind": "storage_retry", "lines": runner.take_retries()}
+                    yield ev.StorageRetry(runner.take_retries())
     except (storage.StorageError, CheckpointError, OSError) as err:
         hint = storage.fault_of(err)
         if hint is None:
             raise
-        yield {"kind": "batch", "events": [*batch, runner.fault_event(err, hint)]}
+        yield ev.Batch([*batch, runner.fault_event(err, hint)])
 
 
 def _best_of(store: CheckpointStore) -> tuple[float, int] | None:
@@ -476,7 +462,7 @@ class SessionActor:
             self.runner.session.stop_requested = True
 
     def run(self, session: dict[str, Any] | None = None, extend: dict[str, Any] | None = None,
-            keep_live: bool = False) -> Iterator[dict[str, Any]]:
+            keep_live: bool = False) -> Iterator[ev.Event]:
         """Generator method: streams the session's events (see module docstring); the ``started``
         event also names the Ray node (``node_id``, hex) and ``hostname`` the actor runs on. The events of
         one checkpoint (its commit, the chunk's log rows) come as one ``batch`` event.
@@ -494,6 +480,7 @@ class SessionActor:
             self.runner.extend(extend["spec"])
         self.runner.keep_live = keep_live
         for event in checkpoint_batches(self.runner):
-            if event["kind"] == "started":
-                event.update(node_id=ray.get_runtime_context().get_node_id(), hostname=socket.gethostname())
+            if isinstance(event, ev.Started):
+                event = dataclasses.replace(event, node_id=ray.get_runtime_context().get_node_id(),
+                                            hostname=socket.gethostname())
             yield event

@@ -44,6 +44,7 @@ from orchestrator.global_params import GlobalParamsActor, distributed
 from orchestrator.report.progress import SessionProgress
 from orchestrator.runtime import ray_drain
 from orchestrator.runtime.signals import STOP, pause_point
+from orchestrator.session import events as ev
 from orchestrator.session_hosts import SessionHosts, empty_session_actor, host_key
 from orchestrator.spec.meta import MetaSpec
 from orchestrator.store import predir as predir_mod
@@ -425,53 +426,51 @@ class Trial:
         self.handle(plan, event)
         return True
 
-    def handle(self, plan: SessionPlan, event: dict[str, Any]) -> None:
-        """Update progress and run.json from one session event."""
-        kind = event["kind"]
-        if kind == "batch":  # one checkpoint's events (SessionActor.run)
-            for inner in event["events"]:
+    def handle(self, plan: SessionPlan, event: ev.Event) -> None:
+        """Update progress and run.json from one session event (``orchestrator.session.events``)."""
+        if isinstance(event, ev.Batch):  # one checkpoint's events (SessionActor.run)
+            for inner in event.events:
                 self.handle(plan, inner)
-        elif kind == "log":
-            self.on_log_row(plan, event["row"])
-        elif kind in ("storage_fault", "storage_retry"):
+        elif isinstance(event, ev.Log):
+            self.on_log_row(plan, event.row)
+        elif isinstance(event, (ev.StorageFault, ev.StorageRetry)):
             self.on_storage_event(plan, event)
-        elif kind == "checkpoint_failed":
-            self.progress.status(plan.key, f"checkpoint failed at {event['frame']}")
-        elif kind == "checkpoint":
-            plan.frame = int(event["frame"])
+        elif isinstance(event, ev.CheckpointFailed):
+            self.progress.status(plan.key, f"checkpoint failed at {event.frame}")
+        elif isinstance(event, ev.Checkpoint):
+            plan.frame = event.frame
             self.record.update(plan, checkpoint=plan.frame, defer=True)
-        elif kind == "started":
+        elif isinstance(event, ev.Started):
             self.on_started(plan, event)
-        elif kind in ("done", "interrupted"):
+        elif isinstance(event, ev.Done):  # Interrupted too
             self.on_end(plan, event)
 
-    def on_end(self, plan: SessionPlan, event: dict[str, Any]) -> None:
-        """A session's ``done`` or ``interrupted`` event: recorded, or (interrupted without the driver asking: its
+    def on_end(self, plan: SessionPlan, event: ev.Done) -> None:
+        """A session's ``Done`` or ``Interrupted`` event: recorded, or (interrupted without the driver asking: its
         node drains, ``leave_draining_nodes``, or its process got SIGTERM) restarted from its checkpoint."""
-        kind = event["kind"]
-        if kind == "interrupted" and self.stopping_since is None and not self.stop_requested:
-            plan.frame = int(event["frame"])
+        if isinstance(event, ev.Interrupted) and self.stopping_since is None and not self.stop_requested:
+            plan.frame = event.frame
             self.release(plan)
             self.schedule_restart(plan, "node draining" if plan.key in self.preempting else "SIGTERM", True)
             return
         self.preempting.pop(plan.key, None)
-        plan.status, plan.frame = kind, int(event["frame"])
-        if not event["checkpoint"]:
+        plan.status, plan.frame = event.kind, event.frame
+        if not event.checkpoint:
             plan.error = f"no checkpoint could be committed at frame {plan.frame} (see log.txt)"
-        self.progress.status(plan.key, kind)
-        self.record.update(plan, checkpoint=plan.frame if event["checkpoint"] else None)
+        self.progress.status(plan.key, event.kind)
+        self.record.update(plan, checkpoint=plan.frame if event.checkpoint else None)
 
-    def on_storage_event(self, plan: SessionPlan, event: dict[str, Any]) -> None:
-        """A session's ``storage_fault`` (it stopped at its committed checkpoint: the trial stops) or
-        ``storage_retry`` (one warning line per retried object-store call)."""
-        if event["kind"] == "storage_retry":
-            for line in event["lines"]:
+    def on_storage_event(self, plan: SessionPlan, event: ev.StorageFault | ev.StorageRetry) -> None:
+        """A session's ``StorageFault`` (it stopped at its committed checkpoint: the trial stops) or
+        ``StorageRetry`` (one warning line per retried object-store call)."""
+        if isinstance(event, ev.StorageRetry):
+            for line in event.lines:
                 print(f"warning: session {plan.key}: storage retry: {line}", file=sys.stderr)
             return
-        plan.status, plan.frame, plan.error = "interrupted", int(event["frame"]), f"storage fault: {event['error']}"
+        plan.status, plan.frame, plan.error = "interrupted", event.frame, f"storage fault: {event.error}"
         self.progress.status(plan.key, "storage fault")
         self.record.update(plan, checkpoint=plan.frame or None)
-        self.on_fault(event["uri"], event["error"], event["hint"])
+        self.on_fault(event.uri, event.error, event.hint)
 
     def on_log_row(self, plan: SessionPlan, row: dict[str, Any]) -> None:
         """A session's train_df row: progress, the ``on_log`` callback; the first row of a trial that analyzes
@@ -484,24 +483,24 @@ class Trial:
         if self.on_log is not None:
             self.on_log(plan, row)
 
-    def on_started(self, plan: SessionPlan, event: dict[str, Any]) -> None:
+    def on_started(self, plan: SessionPlan, event: ev.Started) -> None:
         """Record the actor's pid and the frame it actually restored; warn about checkpoints the
         actor itself had to set aside (damaged after the driver verified them)."""
         entry = self.record.data["sessions"][plan.key]
-        entry["pid"] = event["pid"]
+        entry["pid"] = event.pid
         for key in ("node_id", "hostname"):  # where the actor runs (a restart records where it died)
-            if event.get(key):
-                entry[key] = event[key]
-        if event.get("node_id"):
-            self.node_of[plan.key] = event["node_id"]
-        if event.get("tracking"):  # the session's W&B/MLflow run (also in t{T}/s{S}/tracking.json)
-            entry["tracking"] = event["tracking"]
-        restored = event.get("restored_frame")
+            if getattr(event, key):
+                entry[key] = getattr(event, key)
+        if event.node_id:
+            self.node_of[plan.key] = event.node_id
+        if event.tracking:  # the session's W&B/MLflow run (also in t{T}/s{S}/tracking.json)
+            entry["tracking"] = event.tracking
+        restored = event.restored_frame
         entry["restored_frame"] = restored
-        if event.get("set_aside"):
-            plan.set_aside += event["set_aside"]
-            entry["set_aside"] = entry.get("set_aside", []) + event["set_aside"]
-            names = ", ".join(f"{r['moved_to']} ({r['reason']})" for r in event["set_aside"])
+        if event.set_aside:
+            plan.set_aside += event.set_aside
+            entry["set_aside"] = entry.get("set_aside", []) + event.set_aside
+            names = ", ".join(f"{r['moved_to']} ({r['reason']})" for r in event.set_aside)
             print(f"warning: session {plan.key}: set aside {names}; resumed from frame {restored}", file=sys.stderr)
         if plan.resume and restored is not None and restored != plan.frame:
             if plan.restarts:
