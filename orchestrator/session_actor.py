@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator
 import ray
 
 from orchestrator.global_params import EXACT_REASON, GlobalExchange
+from orchestrator.report.rows import format_row
 from orchestrator.report.tracking import SessionTracker
 from orchestrator.runtime import pyarrow_probe as pyarrow_probe_mod
 from orchestrator.runtime.console import install_warning_format
@@ -212,8 +213,7 @@ class SessionRunner:
             storage.StorageError: the write failed.
         """
         lines = [f"storage retry: {line}" for line in self.retry_lines[self.retries_sent:]]
-        lines += [" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())
-                  for row in rows]
+        lines += [format_row(row) for row in rows]
         if lines:
             storage.append_text(storage.join(self.session_dir, "log.txt"), "\n".join(lines) + "\n")
             self.retries_sent = len(self.retry_lines)

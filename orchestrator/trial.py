@@ -60,28 +60,6 @@ from orchestrator.verify import check_session
 # and enjoy only.
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 ANALYSIS_MODULES = ("pandas", "matplotlib.backends.backend_agg", "matplotlib.figure", "plotly.io",
                     "orchestrator.report.analysis", "orchestrator.report.stats", "orchestrator.report.compare")
 
@@ -709,33 +687,3 @@ def aggregate_trial(predir: str, spec: dict[str, Any], trials: list[int]) -> Non
     agg = df.groupby(["trial", "frame"])[["total_reward", "total_reward_ma"]].agg(["mean", "std"])
     agg.columns = [f"{a}_{b}" for a, b in agg.columns]
     storage.write_parquet(storage.join(predir, "info", "trial_df.parquet"), agg.reset_index())
-
-
-
-
-
-
-
-
-
-
-
-
-# ---------------------------------------------------------------- planning train / train@
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-

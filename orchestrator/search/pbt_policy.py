@@ -34,6 +34,7 @@ from typing import Any, Callable, Collection
 import numpy as np
 
 from orchestrator.errors import SpecError
+from orchestrator.report.rows import format_value
 from orchestrator.search import pb2
 from orchestrator.search.decision import VERSION, Decision
 from orchestrator.spec.pbt import KeyRange, PBTSettings, space_box
@@ -344,10 +345,6 @@ def _json_score(score: float | None) -> float | None:
     return float(score) if finite(score) else None
 
 
-def _fmt_value(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
 def _fmt_score(score: float | None) -> str:
     return "n/a" if score is None else f"{score:.4g}"
 
@@ -362,10 +359,10 @@ def format_exploit(record: Decision, method: str = "PBT") -> str:
             name, op = path.rsplit(".", 1)[-1], e["op"]
             how = f"x{e['factor']:g}" if op == "perturb" else op
             clamp = ", clamped" if e.get("clamped") else ""
-            parts.append(f"{name} {_fmt_value(e['before'])} -> {_fmt_value(e['after'])} ({how}{clamp})")
+            parts.append(f"{name} {format_value(e['before'])} -> {format_value(e['after'])} ({how}{clamp})")
         values = ", ".join(parts)
     else:
-        values = ", ".join(f"{k.rsplit('.', 1)[-1]}={_fmt_value(v)}" for k, v in record.config.items())
+        values = ", ".join(f"{k.rsplit('.', 1)[-1]}={format_value(v)}" for k, v in record.config.items())
     who = f"t{record.trial} ({'failed' if record.failed else 'score ' + _fmt_score(record.score)})"
     return (f"{method} generation {record.generation} (frame {record.frame}): {who} continues from "
             f"t{record.donor} (score {_fmt_score(record.donor_score)}) with {values}")

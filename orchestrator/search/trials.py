@@ -402,8 +402,6 @@ def mark_ended(predir: str, spec: dict[str, Any], results: Any,
     return errored, interrupted
 
 
-
-
 METRIC = "total_reward_ma"
 
 

@@ -148,8 +148,6 @@ class TrialNamer:
         return f"t{int(str(trial.experiment_tag).split('_', 1)[0]) - self.offset}"
 
 
-
-
 def placement(meta: MetaSpec) -> Any:
     """``PlacementGroupFactory([{}] + [session bundle] * max_session)``: resources of every session."""
     res = meta.resources
