@@ -74,8 +74,8 @@ def measure(file: str, name: str, overrides: list[str], peer: str, frames: int, 
         runner = SessionRunner(spec, os.path.join(root, f"{spec['name']}_2026_01_01_000000"), 0, 0, 1, resume=False)
         start, blocked, count = time.perf_counter(), 0.0, 0
         for event in runner.events():
-            if event["kind"] == "checkpoint":
-                blocked += event["seconds"]
+            if event.kind == "checkpoint":
+                blocked += event.seconds
                 count += 1
         total = time.perf_counter() - start
         newest = runner.store.frame_uri(runner.store.frames()[-1])  # max_frame rounded up to whole vector steps
