@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
+from orchestrator.session.events import Interrupted
 from orchestrator.session.loop import Session
 from orchestrator.session_actor import SessionRunner
 from orchestrator.spec.load import load_spec
@@ -235,7 +236,7 @@ def test_time_gate_picks_log_rows(tmp_path, overrides, frames):
     events = list(runner.events())
     assert [e.frame for e in events if e.kind == "checkpoint"] == frames
     assert runner.store.frames() == frames[-3:]  # keep_checkpoints=3
-    rows = [e["row"]["frame"] for e in events if e.kind == "log"]
+    rows = [e.row["frame"] for e in events if e.kind == "log"]
     assert rows == list(range(200, 2001, 200)) and events[-1].kind == "done"
 
 
@@ -277,8 +278,7 @@ def test_time_gate_stop_checkpoints_and_default_interval(tmp_path):
     events = list(runner.events())
     assert [e.frame for e in events if e.kind == "checkpoint"] == [800, 1100]
     assert runner.store.frames() == [800, 1100]
-    assert events[-1] == {"kind": "interrupted", "frame": 1100, "total_reward_ma": events[-1]["total_reward_ma"],
-                          "checkpoint": True}
+    assert events[-1] == Interrupted(frame=1100, total_reward_ma=events[-1].total_reward_ma, checkpoint=True)
 
 
 def test_resume_from_time_gated_checkpoint_is_exact(tmp_path):
