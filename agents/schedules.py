@@ -14,6 +14,10 @@ from typing import Any, Callable
 
 import torch
 
+# keys of a schedule spec (explore_var_spec, entropy_coef_spec, clip_eps_spec) that PBT may change mid-run: the
+# schedule is a pure function of the frame (field metadata ``perturbable``, orchestrator.spec.pbt)
+SCHEDULE_PERTURBABLE = ("start_val", "end_val", "start_step", "end_step")
+
 
 def no_decay(start_val: float, end_val: float, start_step: int, end_step: int, frame: int) -> float:
     """Constant ``start_val`` at every frame."""

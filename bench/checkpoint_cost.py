@@ -33,6 +33,7 @@ import torch
 
 from orchestrator.session_actor import SessionRunner, checkpoint_gap_s
 from orchestrator.spec.load import load_spec
+from orchestrator.spec.meta import MetaSpec
 from orchestrator.store import storage
 
 SPEC_DIR = "specs/benchmark"
@@ -73,8 +74,8 @@ def measure(file: str, name: str, overrides: list[str], peer: str, frames: int, 
         runner = SessionRunner(spec, os.path.join(root, f"{spec['name']}_2026_01_01_000000"), 0, 0, 1, resume=False)
         start, blocked, count = time.perf_counter(), 0.0, 0
         for event in runner.events():
-            if event["kind"] == "checkpoint":
-                blocked += event["seconds"]
+            if event.kind == "checkpoint":
+                blocked += event.seconds
                 count += 1
         total = time.perf_counter() - start
         newest = runner.store.frame_uri(runner.store.frames()[-1])  # max_frame rounded up to whole vector steps
@@ -87,7 +88,8 @@ def measure(file: str, name: str, overrides: list[str], peer: str, frames: int, 
         fraction = ms / 1000 / (between_s + ms / 1000)
     else:
         between_s, fraction = (total - blocked) / count, blocked / total
-    cadence = f"{default_frequency} frames" if default_frequency else f">= {checkpoint_gap_s(meta):g} s, log rows"
+    gap_s = checkpoint_gap_s(MetaSpec.of(spec))
+    cadence = f"{default_frequency} frames" if default_frequency else f">= {gap_s:g} s, log rows"
     return {"spec": f"{file}:{' '.join([name, *overrides])}", "peer": peer, "frames": frames,
             "log_frequency": meta["log_frequency"], "cadence": f"{peer}: {cadence}",
             "basis": "projected" if projected else "measured", "checkpoints": count, "train_s": round(total, 2),

@@ -123,7 +123,7 @@ def measure(spec_file: str, name: str, overrides: list[str], frames: int, bucket
         requests.counts.clear()
         t0 = time.perf_counter()
         runner = SessionRunner(spec, predir, 0, 0, 1, resume=False)
-        kinds = collections.Counter(event["kind"] for event in runner.events())
+        kinds = collections.Counter(event.kind for event in runner.events())
         wall = time.perf_counter() - t0
     finally:
         storage.resolve = real

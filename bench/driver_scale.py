@@ -37,6 +37,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -58,11 +59,39 @@ import ray  # noqa: E402
 
 from orchestrator import trial as trial_mod  # noqa: E402
 from orchestrator.modes import train as train_mod  # noqa: E402
+from orchestrator.session import events as ev  # noqa: E402
 from orchestrator.spec.load import load_spec  # noqa: E402
 from orchestrator.store import storage  # noqa: E402
 
 SPEC_FILE = ROOT / "specs/benchmark/cartpole.json"
 FRAMES_PER_LOG = 2048  # ppo_cartpole's log_frequency: frames per simulated log row
+
+
+# the session events (orchestrator.session.events) with the wall-clock second they were emitted at (``t_emit``): the
+# driver handles them as the events they extend
+@dataclasses.dataclass(frozen=True)
+class TimedStarted(ev.Started):
+    t_emit: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class TimedLog(ev.Log):
+    t_emit: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class TimedCheckpoint(ev.Checkpoint):
+    t_emit: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class TimedDone(ev.Done):
+    t_emit: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class TimedInterrupted(ev.Interrupted):
+    t_emit: float = 0.0
 
 
 @ray.remote(num_cpus=0)
@@ -79,7 +108,7 @@ class SessionHost:
         """Ask session ``key`` to stop at its next event (it then reports ``interrupted``)."""
         self.stopped.add(key)
 
-    def run(self, key: str, duration_s: float, log_every_s: float, ckpt_every: int) -> Iterator[dict[str, Any]]:
+    def run(self, key: str, duration_s: float, log_every_s: float, ckpt_every: int) -> Iterator[ev.Event]:
         """Emit ``started``, then a log row every ``log_every_s`` s (a checkpoint every ``ckpt_every`` rows)
         for ``duration_s`` s, then ``done``; every event carries ``t_emit`` (wall clock, s)."""
         import os
@@ -88,9 +117,9 @@ class SessionHost:
 
         rng = random.Random(key)
         time.sleep(rng.uniform(0, log_every_s))  # sessions out of phase, as real ones are
-        yield {"kind": "started", "pid": os.getpid(), "restored_frame": None, "set_aside": [], "tracking": None,
-               "device": "cpu", "exact": True, "node_id": ray.get_runtime_context().get_node_id(),
-               "hostname": socket.gethostname(), "t_emit": time.time()}
+        yield TimedStarted(pid=os.getpid(), device="cpu", restored_frame=None, set_aside=[], exact=True, tracking=None,
+                           node_id=ray.get_runtime_context().get_node_id(), hostname=socket.gethostname(),
+                           t_emit=time.time())
         start, n, frame = time.monotonic(), 0, 0
         returns: list[float] = []
         rows: list[dict[str, Any]] = []
@@ -106,12 +135,11 @@ class SessionHost:
                          "grad_norm": rng.random(), "refill": False, "clip_eps": 0.2})
             if n % ckpt_every == 0:  # as SessionActor.run: a checkpoint's commit and the chunk's rows, one batch
                 t = time.time()
-                commit = {"kind": "checkpoint", "frame": frame, "seconds": 0.006, "t_emit": t}
-                yield {"kind": "batch", "events": [commit, *({"kind": "log", "row": row, "t_emit": t} for row in rows)]}
+                commit = TimedCheckpoint(frame=frame, seconds=0.006, t_emit=t)
+                yield ev.Batch([commit, *(TimedLog(row=row, t_emit=t) for row in rows)])
                 rows.clear()
-        kind = "interrupted" if key in self.stopped else "done"
-        yield {"kind": kind, "frame": frame, "total_reward_ma": returns[-1] if returns else None,
-               "checkpoint": True, "t_emit": time.time()}
+        end = TimedInterrupted if key in self.stopped else TimedDone
+        yield end(frame=frame, total_reward_ma=returns[-1] if returns else None, checkpoint=True, t_emit=time.time())
 
 
 class SimActor:
@@ -158,16 +186,16 @@ class SimTrial(trial_mod.Trial):
     def end_actor(self, actor: Any) -> None:
         """Nothing to end: the host processes are shared and end with the cluster."""
 
-    def handle(self, plan: trial_mod.SessionPlan, event: dict[str, Any]) -> None:
+    def handle(self, plan: trial_mod.SessionPlan, event: ev.Event) -> None:
         """Handle an event as the driver does; record its latency (s) from emission and each session's start and end."""
         seen = time.time()
         super().handle(plan, event)
         now = time.monotonic()
-        if event["kind"] in ("log", "checkpoint"):
-            self.latency.append((now, seen - event["t_emit"]))
-        elif event["kind"] == "started":
+        if event.kind in ("log", "checkpoint"):
+            self.latency.append((now, seen - event.t_emit))
+        elif event.kind == "started":
             self.started_at[plan.key] = now
-        elif event["kind"] in ("done", "interrupted"):
+        elif event.kind in ("done", "interrupted"):
             self.done_at[plan.key] = now
 
 

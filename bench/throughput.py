@@ -161,7 +161,7 @@ def run_ours_tracked(algo: str, frames: int, seed: int) -> dict[str, Any]:
         assert spec["meta"].get("tensorboard", True), "TensorBoard is off in the spec"
         runner = SessionRunner(spec, f"{tmp}/{spec['name']}_2026_01_01_000000", 0, 0, seed, resume=False)
         w0, c0 = time.perf_counter(), time.process_time()  # built before the timer, as ours and SB3
-        kinds = [event["kind"] for event in runner.events()]
+        kinds = [event.kind for event in runner.events()]
         wall, cpu = time.perf_counter() - w0, time.process_time() - c0
         clock = runner.session.clock
         events = list(Path(tmp).rglob("events.out.tfevents.*"))

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
+from orchestrator.spec.meta import MetaSpec
 from orchestrator.store import storage
 from orchestrator.store.checkpoint import CheckpointStore
 
@@ -49,7 +50,7 @@ EXACT_REASON = ("meta.distributed: the sessions train one global net asynchronou
 
 def distributed(spec: dict[str, Any]) -> bool:
     """True when ``meta.distributed`` is ``"synced"`` or ``"shared"``."""
-    return spec["meta"].get("distributed") in ("synced", "shared")
+    return MetaSpec.of(spec).distributed in ("synced", "shared")
 
 
 def global_dir(predir: str, trial: int) -> str:
@@ -93,7 +94,7 @@ class GlobalParams:
         self.params = optim_params(self.algorithm, tuple(self.algorithm.optims))
         self.step = 0  # global optimizer steps (one per push)
         self.pushes: dict[str, int] = {}  # session key -> pushes
-        self.store = CheckpointStore(global_dir(predir, trial), keep=int(spec["meta"]["keep_checkpoints"]))
+        self.store = CheckpointStore(global_dir(predir, trial), keep=MetaSpec.of(spec).keep_checkpoints)
         self.committed: int | None = None
         if resume:
             self.restore()

@@ -2,25 +2,13 @@
 checkpoint after each chunk, streams progress events to the driver, and on SIGTERM commits a
 final checkpoint and reports ``interrupted``.
 
-Events (dicts yielded by ``run``; ``kind`` is one of):
-  ``started``     {pid, device, restored_frame (None when fresh), set_aside (checkpoints found corrupt
-                  by this actor: [{frame, reason, moved_to}]), exact, tracking (W&B/MLflow run or None);
-                  from ``SessionActor`` also node_id (the Ray node, hex) and hostname}
-  ``log``         {row}: a train_df row (frame, fps, total_reward_ma, ...)
-  ``checkpoint``  {frame, seconds}: a committed checkpoint and the seconds training waited for it
-  ``checkpoint_failed`` {frame}: every write attempt of that checkpoint failed (training goes on)
-  ``done``        {frame, total_reward_ma}
-  ``interrupted`` {frame, checkpoint: bool}
-  ``storage_fault`` {uri, error, hint, frame (of the newest committed checkpoint, 0 if none)}: a persistent
-                  storage fault (``orchestrator.store.faults``) stopped the session; its uncommitted checkpoint
-                  was removed; the stream ends after it
-  ``storage_retry`` {lines}: transient object-store errors this process retried since the previous such event
-  ``batch``       {events}: from ``SessionActor.run`` only, the events of one checkpoint (its commit and the
-                  chunk's log rows) as one Ray object (the driver's cost is per object: docs/SCALING.md)
+Events (yielded by ``run``): the records of ``orchestrator.session.events`` (``Started``, ``Log``, ``Checkpoint``,
+``CheckpointFailed``, ``Done``, ``Interrupted``, ``StorageFault``, ``StorageRetry``, ``Batch``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
@@ -32,9 +20,12 @@ from typing import Any, Callable, Iterator
 import ray
 
 from orchestrator.global_params import EXACT_REASON, GlobalExchange
+from orchestrator.report.rows import format_row
 from orchestrator.report.tracking import SessionTracker
 from orchestrator.runtime import pyarrow_probe as pyarrow_probe_mod
 from orchestrator.runtime.console import install_warning_format
+from orchestrator.session import events as ev
+from orchestrator.spec.meta import MetaSpec
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
 from orchestrator.store.checkpoint import DEFAULT_CHECKPOINT_INTERVAL_S, CheckpointError, CheckpointStore
@@ -44,12 +35,12 @@ CHECKPOINT_TIME_SHARE = 0.005  # without checkpoint_frequency: the share of trai
 # (half the < 1% goal: the first checkpoint, after the interval alone, and the last one, forced, come on top)
 
 
-def checkpoint_frequency(meta: dict[str, Any]) -> int:
+def checkpoint_frequency(meta: MetaSpec) -> int:
     """Frames between checkpoint opportunities: ``meta.checkpoint_frequency`` or ``meta.log_frequency``."""
-    return int(meta.get("checkpoint_frequency") or meta["log_frequency"])
+    return int(meta.checkpoint_frequency or meta.log_frequency)
 
 
-def checkpoint_gap_s(meta: dict[str, Any], cost_s: float = 0.0) -> float:
+def checkpoint_gap_s(meta: MetaSpec, cost_s: float = 0.0) -> float:
     """Least training seconds from the end of a checkpoint to the next one (taken at the first chunk end after it).
 
     With ``meta.checkpoint_frequency`` set: 0 (frames alone decide: a checkpoint at every boundary). Otherwise the
@@ -58,9 +49,9 @@ def checkpoint_gap_s(meta: dict[str, Any], cost_s: float = 0.0) -> float:
     previous one (``cost_s``: seconds the training thread spent on it) takes at most ``CHECKPOINT_TIME_SHARE`` of
     training time, however slow the machine or large the checkpoint.
     """
-    if meta.get("checkpoint_frequency"):
+    if meta.checkpoint_frequency:
         return 0.0
-    value = meta.get("checkpoint_interval_s")
+    value = meta.checkpoint_interval_s
     interval = float(DEFAULT_CHECKPOINT_INTERVAL_S if value is None else value)
     return max(interval, cost_s * (1 - CHECKPOINT_TIME_SHARE) / CHECKPOINT_TIME_SHARE)
 
@@ -97,7 +88,7 @@ class SessionRunner:
         self.reseed = reseed
         self.keep_live = False  # a ``done`` session keeps its envs open to continue (``extend``)
         self.session_dir = predir_mod.session_dir(predir, trial, session)
-        self.store = CheckpointStore(self.session_dir, keep=int(spec["meta"]["keep_checkpoints"]))
+        self.store = CheckpointStore(self.session_dir, keep=MetaSpec.of(spec).keep_checkpoints)
         self.session = Session(spec, seed, trial, session, fresh=not resume)
         self.resume = resume
         self.timer = timer
@@ -222,8 +213,7 @@ class SessionRunner:
             storage.StorageError: the write failed.
         """
         lines = [f"storage retry: {line}" for line in self.retry_lines[self.retries_sent:]]
-        lines += [" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())
-                  for row in rows]
+        lines += [format_row(row) for row in rows]
         if lines:
             storage.append_text(storage.join(self.session_dir, "log.txt"), "\n".join(lines) + "\n")
             self.retries_sent = len(self.retry_lines)
@@ -235,7 +225,7 @@ class SessionRunner:
         self.retries_sent = 0
         return lines
 
-    def fault_event(self, err: BaseException, hint: str) -> dict[str, Any]:
+    def fault_event(self, err: BaseException, hint: str) -> ev.StorageFault:
         """The ``storage_fault`` event of a persistent fault, after removing uncommitted checkpoint debris (best
         effort: the store is failing; ``collect_garbage`` runs again at the resume)."""
         try:
@@ -244,10 +234,9 @@ class SessionRunner:
             pass
         self.log_line(f"storage fault: {err}")
         uri = getattr(err, "uri", "") or getattr(err.__cause__, "uri", "") or self.session_dir
-        return {"kind": "storage_fault", "uri": uri, "error": str(err), "hint": hint,
-                "frame": getattr(self, "committed", None) or 0}
+        return ev.StorageFault(uri=uri, error=str(err), hint=hint, frame=getattr(self, "committed", None) or 0)
 
-    def events(self) -> Iterator[dict[str, Any]]:
+    def events(self) -> Iterator[ev.Event]:
         """Run to ``max_frame`` (or until ``stop_requested``), yielding progress events.
 
         Cadence: the session trains in chunks up to the next multiple of ``checkpoint_frequency`` frames (by default
@@ -271,10 +260,10 @@ class SessionRunner:
         if self.exchange is not None:
             self.exchange.sync()
         self.tracker.start(session, self.restored_frame)
-        yield {"kind": "started", "pid": os.getpid(), "restored_frame": self.restored_frame,
-               "set_aside": self.set_aside, "tracking": self.tracker.record(),
-               "device": str(session.algorithm.device), "exact": session.exact}
-        freq, gap = checkpoint_frequency(self.spec["meta"]), checkpoint_gap_s(self.spec["meta"])
+        yield ev.Started(pid=os.getpid(), device=str(session.algorithm.device), restored_frame=self.restored_frame,
+                         set_aside=self.set_aside, exact=session.exact, tracking=self.tracker.record())
+        spec_meta = MetaSpec.of(self.spec)
+        freq, gap = checkpoint_frequency(spec_meta), checkpoint_gap_s(spec_meta)
         rows: list[dict[str, Any]] = []
         self.committed = self.restored_frame
         last_end = self.timer()  # when the previous checkpoint's work on this thread ended
@@ -291,13 +280,13 @@ class SessionRunner:
                     snapshot_s = time.perf_counter() - start  # this one's wait for its write is added when it ends
                     self.burst_open = bool(rows)  # the rows follow the commit event (SessionActor.run batches)
                     yield from self.finish_write(pending)  # adds the wait to the previous checkpoint's seconds
-                    gap = checkpoint_gap_s(self.spec["meta"], self.timer() - timer_start)
+                    gap = checkpoint_gap_s(spec_meta, self.timer() - timer_start)
                     self.tracker.log(session, self.committed)  # before this frame's write is submitted
                     pending = (frame, writer.submit(self.write, frame, files, meta), snapshot_s)
                     self.append_log(rows)
                     for i, row in enumerate(rows):
                         self.burst_open = i < len(rows) - 1
-                        yield {"kind": "log", "row": row}
+                        yield ev.Log(row)
                     self.burst_open = False
                     rows.clear()
                     last_end = self.timer()
@@ -306,14 +295,13 @@ class SessionRunner:
             yield from self.finish_write(pending)
         self.tracker.close(session, self.committed)
         last = session.train_rows[-1]["total_reward_ma"] if session.train_rows else None
-        kind = "interrupted" if session.stop_requested and not session.clock.done() else "done"
-        if not (kind == "done" and self.keep_live and self.committed == session.clock.frame):
+        end = ev.Interrupted if session.stop_requested and not session.clock.done() else ev.Done
+        if not (end is ev.Done and self.keep_live and self.committed == session.clock.frame):
             session.close()
             self.keep_live = False
-        yield {"kind": kind, "frame": session.clock.frame, "total_reward_ma": last,
-               "checkpoint": self.committed == session.clock.frame}
+        yield end(frame=session.clock.frame, total_reward_ma=last, checkpoint=self.committed == session.clock.frame)
 
-    def finish_write(self, pending: tuple[int, Future, float] | None) -> Iterator[dict[str, Any]]:
+    def finish_write(self, pending: tuple[int, Future, float] | None) -> Iterator[ev.Event]:
         """Wait for the in-flight write (if any) and yield its ``checkpoint``/``checkpoint_failed`` event."""
         if pending is None:
             return
@@ -323,33 +311,33 @@ class SessionRunner:
         blocked_s += time.perf_counter() - start
         if ok:
             self.committed = frame
-            yield {"kind": "checkpoint", "frame": frame, "seconds": blocked_s}
+            yield ev.Checkpoint(frame=frame, seconds=blocked_s)
         else:
-            yield {"kind": "checkpoint_failed", "frame": frame}
+            yield ev.CheckpointFailed(frame=frame)
 
 
-def checkpoint_batches(runner: SessionRunner) -> Iterator[dict[str, Any]]:
+def checkpoint_batches(runner: SessionRunner) -> Iterator[ev.Event]:
     """``runner.events()`` with the events of one checkpoint (its commit event and the chunk's log rows, which
-    ``events`` yields back to back) grouped as one ``{"kind": "batch", "events": [...]}``; a lone event as is.
+    ``events`` yields back to back) grouped as one ``Batch``; a lone event as is.
 
     The driver pays per Ray object, so a checkpoint of N log rows costs it one object, not N + 1.
     A persistent storage fault (``storage.fault_of``) ends the stream with a ``storage_fault`` event instead of
     an error; transient object-store retries come as ``storage_retry`` events after the batch they happened in.
     """
-    batch: list[dict[str, Any]] = []
+    batch: list[ev.Event] = []
     try:
         for event in runner.events():
             batch.append(event)
             if not runner.burst_open:
-                yield batch[0] if len(batch) == 1 else {"kind": "batch", "events": batch}
+                yield batch[0] if len(batch) == 1 else ev.Batch(batch)
                 batch = []
                 if runner.retries_sent:
-                    yield {"kind": "storage_retry", "lines": runner.take_retries()}
+                    yield ev.StorageRetry(runner.take_retries())
     except (storage.StorageError, CheckpointError, OSError) as err:
         hint = storage.fault_of(err)
         if hint is None:
             raise
-        yield {"kind": "batch", "events": [*batch, runner.fault_event(err, hint)]}
+        yield ev.Batch([*batch, runner.fault_event(err, hint)])
 
 
 def _best_of(store: CheckpointStore) -> tuple[float, int] | None:
@@ -474,7 +462,7 @@ class SessionActor:
             self.runner.session.stop_requested = True
 
     def run(self, session: dict[str, Any] | None = None, extend: dict[str, Any] | None = None,
-            keep_live: bool = False) -> Iterator[dict[str, Any]]:
+            keep_live: bool = False) -> Iterator[ev.Event]:
         """Generator method: streams the session's events (see module docstring); the ``started``
         event also names the Ray node (``node_id``, hex) and ``hostname`` the actor runs on. The events of
         one checkpoint (its commit, the chunk's log rows) come as one ``batch`` event.
@@ -492,6 +480,7 @@ class SessionActor:
             self.runner.extend(extend["spec"])
         self.runner.keep_live = keep_live
         for event in checkpoint_batches(self.runner):
-            if event["kind"] == "started":
-                event.update(node_id=ray.get_runtime_context().get_node_id(), hostname=socket.gethostname())
+            if isinstance(event, ev.Started):
+                event = dataclasses.replace(event, node_id=ray.get_runtime_context().get_node_id(),
+                                            hostname=socket.gethostname())
             yield event

@@ -8,6 +8,7 @@ from typing import Any
 import ray
 
 from orchestrator.session_actor import SessionActor
+from orchestrator.spec.meta import MetaSpec
 
 
 class SessionHosts:
@@ -113,9 +114,9 @@ def capacity(key: tuple[float, float]) -> int:
     return max(1, min(fits, default=1))
 
 
-def host_key(meta: dict[str, Any]) -> tuple[float, float]:
+def host_key(meta: MetaSpec) -> tuple[float, float]:
     """What a session actor is created with besides its session: (num_cpus, num_gpus) of ``meta.resources``."""
-    res = meta["resources"]
+    res = meta.resources
     return float(res.get("num_cpus", 1) or 0), float(res.get("num_gpus", 0) or 0)
 
 

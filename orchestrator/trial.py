@@ -44,7 +44,9 @@ from orchestrator.global_params import GlobalParamsActor, distributed
 from orchestrator.report.progress import SessionProgress
 from orchestrator.runtime import ray_drain
 from orchestrator.runtime.signals import STOP, pause_point
+from orchestrator.session import events as ev
 from orchestrator.session_hosts import SessionHosts, empty_session_actor, host_key
+from orchestrator.spec.meta import MetaSpec
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
 from orchestrator.store.checkpoint import CheckpointError
@@ -56,28 +58,6 @@ from orchestrator.verify import check_session
 # No torch in the driver of a ``train`` or ``train@``: both check their spec (``train@`` also its merge into
 # the saved spec) in orchestrator.modes.spec_check's child process; the cli imports orchestrator.spec for dev, search
 # and enjoy only.
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 ANALYSIS_MODULES = ("pandas", "matplotlib.backends.backend_agg", "matplotlib.figure", "plotly.io",
@@ -161,7 +141,7 @@ class Trial:
         self.specs, self.resume_mode = specs or {}, resume_mode
         self.lease, self.hosts = lease, hosts
         self.on_log, self.analyze = on_log, analyze
-        self.meta = spec["meta"]
+        self.meta = MetaSpec.of(spec)
         self.actors: dict[str, Any] = {}
         self.streams: dict[str, Any] = {}
         self.pending_restart: dict[str, float] = {}  # key -> monotonic time to restart at
@@ -188,7 +168,7 @@ class Trial:
             return
         for t in sorted({p.trial for p in self.plans} - set(self.globals)):
             self.globals[t] = GlobalParamsActor.options(num_cpus=0).remote(
-                self.spec, self.predir, t, session_seed(self.meta["random_seed"], t, 0), True)
+                self.spec, self.predir, t, session_seed(self.meta.random_seed, t, 0), True)
 
     def stop_globals(self) -> None:
         """End the global actors (their state is in the global checkpoints the sessions triggered)."""
@@ -282,7 +262,7 @@ class Trial:
         self.stop_requested = True
         if self.finishing:
             return "the sessions have ended; finishing the analysis (Ctrl-C twice leaves at once)"
-        return (f"committing final checkpoints (up to {self.meta['shutdown_grace_s']} s; Ctrl-C twice leaves at "
+        return (f"committing final checkpoints (up to {self.meta.shutdown_grace_s} s; Ctrl-C twice leaves at "
                 "once)")
 
     def run_sessions(self) -> int:
@@ -322,7 +302,7 @@ class Trial:
             self.start_queued()
             self.leave_draining_nodes()
             if self.stopping_since is not None and \
-                    time.monotonic() - self.stopping_since > float(self.meta["shutdown_grace_s"]):
+                    time.monotonic() - self.stopping_since > self.meta.shutdown_grace_s:
                 break
             if not self.streams:
                 time.sleep(0.2)
@@ -424,53 +404,51 @@ class Trial:
         self.handle(plan, event)
         return True
 
-    def handle(self, plan: SessionPlan, event: dict[str, Any]) -> None:
-        """Update progress and run.json from one session event."""
-        kind = event["kind"]
-        if kind == "batch":  # one checkpoint's events (SessionActor.run)
-            for inner in event["events"]:
+    def handle(self, plan: SessionPlan, event: ev.Event) -> None:
+        """Update progress and run.json from one session event (``orchestrator.session.events``)."""
+        if isinstance(event, ev.Batch):  # one checkpoint's events (SessionActor.run)
+            for inner in event.events:
                 self.handle(plan, inner)
-        elif kind == "log":
-            self.on_log_row(plan, event["row"])
-        elif kind in ("storage_fault", "storage_retry"):
+        elif isinstance(event, ev.Log):
+            self.on_log_row(plan, event.row)
+        elif isinstance(event, (ev.StorageFault, ev.StorageRetry)):
             self.on_storage_event(plan, event)
-        elif kind == "checkpoint_failed":
-            self.progress.status(plan.key, f"checkpoint failed at {event['frame']}")
-        elif kind == "checkpoint":
-            plan.frame = int(event["frame"])
+        elif isinstance(event, ev.CheckpointFailed):
+            self.progress.status(plan.key, f"checkpoint failed at {event.frame}")
+        elif isinstance(event, ev.Checkpoint):
+            plan.frame = event.frame
             self.record.update(plan, checkpoint=plan.frame, defer=True)
-        elif kind == "started":
+        elif isinstance(event, ev.Started):
             self.on_started(plan, event)
-        elif kind in ("done", "interrupted"):
+        elif isinstance(event, ev.Done):  # Interrupted too
             self.on_end(plan, event)
 
-    def on_end(self, plan: SessionPlan, event: dict[str, Any]) -> None:
-        """A session's ``done`` or ``interrupted`` event: recorded, or (interrupted without the driver asking: its
+    def on_end(self, plan: SessionPlan, event: ev.Done) -> None:
+        """A session's ``Done`` or ``Interrupted`` event: recorded, or (interrupted without the driver asking: its
         node drains, ``leave_draining_nodes``, or its process got SIGTERM) restarted from its checkpoint."""
-        kind = event["kind"]
-        if kind == "interrupted" and self.stopping_since is None and not self.stop_requested:
-            plan.frame = int(event["frame"])
+        if isinstance(event, ev.Interrupted) and self.stopping_since is None and not self.stop_requested:
+            plan.frame = event.frame
             self.release(plan)
             self.schedule_restart(plan, "node draining" if plan.key in self.preempting else "SIGTERM", True)
             return
         self.preempting.pop(plan.key, None)
-        plan.status, plan.frame = kind, int(event["frame"])
-        if not event["checkpoint"]:
+        plan.status, plan.frame = event.kind, event.frame
+        if not event.checkpoint:
             plan.error = f"no checkpoint could be committed at frame {plan.frame} (see log.txt)"
-        self.progress.status(plan.key, kind)
-        self.record.update(plan, checkpoint=plan.frame if event["checkpoint"] else None)
+        self.progress.status(plan.key, event.kind)
+        self.record.update(plan, checkpoint=plan.frame if event.checkpoint else None)
 
-    def on_storage_event(self, plan: SessionPlan, event: dict[str, Any]) -> None:
-        """A session's ``storage_fault`` (it stopped at its committed checkpoint: the trial stops) or
-        ``storage_retry`` (one warning line per retried object-store call)."""
-        if event["kind"] == "storage_retry":
-            for line in event["lines"]:
+    def on_storage_event(self, plan: SessionPlan, event: ev.StorageFault | ev.StorageRetry) -> None:
+        """A session's ``StorageFault`` (it stopped at its committed checkpoint: the trial stops) or
+        ``StorageRetry`` (one warning line per retried object-store call)."""
+        if isinstance(event, ev.StorageRetry):
+            for line in event.lines:
                 print(f"warning: session {plan.key}: storage retry: {line}", file=sys.stderr)
             return
-        plan.status, plan.frame, plan.error = "interrupted", int(event["frame"]), f"storage fault: {event['error']}"
+        plan.status, plan.frame, plan.error = "interrupted", event.frame, f"storage fault: {event.error}"
         self.progress.status(plan.key, "storage fault")
         self.record.update(plan, checkpoint=plan.frame or None)
-        self.on_fault(event["uri"], event["error"], event["hint"])
+        self.on_fault(event.uri, event.error, event.hint)
 
     def on_log_row(self, plan: SessionPlan, row: dict[str, Any]) -> None:
         """A session's train_df row: progress, the ``on_log`` callback; the first row of a trial that analyzes
@@ -483,24 +461,24 @@ class Trial:
         if self.on_log is not None:
             self.on_log(plan, row)
 
-    def on_started(self, plan: SessionPlan, event: dict[str, Any]) -> None:
+    def on_started(self, plan: SessionPlan, event: ev.Started) -> None:
         """Record the actor's pid and the frame it actually restored; warn about checkpoints the
         actor itself had to set aside (damaged after the driver verified them)."""
         entry = self.record.data["sessions"][plan.key]
-        entry["pid"] = event["pid"]
+        entry["pid"] = event.pid
         for key in ("node_id", "hostname"):  # where the actor runs (a restart records where it died)
-            if event.get(key):
-                entry[key] = event[key]
-        if event.get("node_id"):
-            self.node_of[plan.key] = event["node_id"]
-        if event.get("tracking"):  # the session's W&B/MLflow run (also in t{T}/s{S}/tracking.json)
-            entry["tracking"] = event["tracking"]
-        restored = event.get("restored_frame")
+            if getattr(event, key):
+                entry[key] = getattr(event, key)
+        if event.node_id:
+            self.node_of[plan.key] = event.node_id
+        if event.tracking:  # the session's W&B/MLflow run (also in t{T}/s{S}/tracking.json)
+            entry["tracking"] = event.tracking
+        restored = event.restored_frame
         entry["restored_frame"] = restored
-        if event.get("set_aside"):
-            plan.set_aside += event["set_aside"]
-            entry["set_aside"] = entry.get("set_aside", []) + event["set_aside"]
-            names = ", ".join(f"{r['moved_to']} ({r['reason']})" for r in event["set_aside"])
+        if event.set_aside:
+            plan.set_aside += event.set_aside
+            entry["set_aside"] = entry.get("set_aside", []) + event.set_aside
+            names = ", ".join(f"{r['moved_to']} ({r['reason']})" for r in event.set_aside)
             print(f"warning: session {plan.key}: set aside {names}; resumed from frame {restored}", file=sys.stderr)
         if plan.resume and restored is not None and restored != plan.frame:
             if plan.restarts:
@@ -533,7 +511,7 @@ class Trial:
         """Schedule a replacement actor with back-off, or mark the session failed (died more than
         ``meta.max_restarts`` times, not counting deaths of a preempted node: Ray's ``preempted``, or a drain
         noticed by ``leave_draining_nodes``)."""
-        max_restarts = int(self.meta["max_restarts"])
+        max_restarts = self.meta.max_restarts
         preempted = bool(getattr(err, "preempted", False)) or plan.key in self.preempting
         crashes = sum(1 for r in plan.restarts if r.get("cause") != "preempted")
         if self.stopping_since is not None or (not preempted and crashes >= max_restarts):
@@ -683,7 +661,7 @@ class Trial:
             else:
                 what = f"{plan.status}, no committed checkpoint"
             if plan.error == GRACE_PASSED:
-                what += f" (no final checkpoint within shutdown_grace_s={self.meta['shutdown_grace_s']} s)"
+                what += f" (no final checkpoint within shutdown_grace_s={self.meta.shutdown_grace_s} s)"
             lines.append(f"  {plan.key}: {what}")
         spec_file = predir_mod.spec_file(self.predir, self.spec["name"])
         extra = ("--allow-fresh",) if fresh and self.resume_mode == "train" else ()
@@ -698,7 +676,7 @@ def aggregate_trial(predir: str, spec: dict[str, Any], trials: list[int]) -> Non
 
     frames = []
     for t in trials:
-        for s in range(int(spec["meta"]["max_session"])):
+        for s in range(MetaSpec.of(spec).max_session):
             uri = storage.join(predir_mod.session_dir(predir, t, s), "train_df.parquet")
             if storage.exists(uri):
                 df = storage.read_parquet(uri)[["frame", "total_reward", "total_reward_ma"]]
@@ -709,33 +687,3 @@ def aggregate_trial(predir: str, spec: dict[str, Any], trials: list[int]) -> Non
     agg = df.groupby(["trial", "frame"])[["total_reward", "total_reward_ma"]].agg(["mean", "std"])
     agg.columns = [f"{a}_{b}" for a, b in agg.columns]
     storage.write_parquet(storage.join(predir, "info", "trial_df.parquet"), agg.reset_index())
-
-
-
-
-
-
-
-
-
-
-
-
-# ---------------------------------------------------------------- planning train / train@
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-

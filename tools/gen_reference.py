@@ -102,10 +102,18 @@ def show(value: Any) -> str:
 
 
 def checks(metadata: Any) -> str:
-    """The validated range or choices of a field, from its metadata."""
+    """The validated range or choices of a field, and what PBT may perturb of it (``perturbable``: the key, the keys
+    inside it, or ``"*"``: every key inside it but ``name``; ``orchestrator.spec.pbt``), from its metadata."""
     parts = [f"{op} {metadata[key]}" for key, op in (("gt", ">"), ("ge", ">="), ("le", "<=")) if key in metadata]
     if "choices" in metadata:
         parts.append("one of " + ", ".join(show(choice) for choice in metadata["choices"]))
+    mark = metadata.get("perturbable")
+    if mark is True:
+        parts.append("PBT may perturb")
+    elif mark == "*":
+        parts.append("PBT may perturb every key but `name`")
+    elif mark:
+        parts.append("PBT may perturb " + ", ".join(f"`{key}`" for key in mark))
     return "; ".join(parts)
 
 
@@ -179,8 +187,9 @@ def search_section() -> list[str]:
             + ", ".join(f"`{t}`" for t in search_space.SPACE_TYPES) + ". `meta.search_scheduler.name`: "
             "`ASHA` (keys " + ", ".join(f"`{k}`" for k in search_space.SCHEDULER_KEYS) + "), `PBT` (keys "
             + ", ".join(f"`{k}`" for k in pbt.PBT_KEYS) + ") or `PB2` (keys "
-            + ", ".join(f"`{k}`" for k in pbt.PB2_KEYS) + "); both may perturb the keys matching "
-            + ", ".join(f"`{p}`" for p in pbt.PERTURBABLE) + ". See [Search](../search.md).", ""]
+            + ", ".join(f"`{k}`" for k in pbt.PB2_KEYS) + "); both may perturb the keys whose checks above say "
+            "\"PBT may perturb\" (in a dict-valued key, the keys inside it named there). See [Search](../search.md).",
+            ""]
 
 
 def names_section() -> list[str]:

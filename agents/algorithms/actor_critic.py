@@ -60,10 +60,10 @@ class ActorCriticSpec(AlgorithmSpec):
             ``OnPolicyReplay``.
     """
 
-    lam: float | None = field(default=0.95, metadata={"ge": 0, "le": 1})
+    lam: float | None = field(default=0.95, metadata={"ge": 0, "le": 1, "perturbable": True})
     num_step_returns: int | None = field(default=None, metadata={"gt": 0})
-    policy_loss_coef: float = field(default=1.0, metadata={"ge": 0})
-    val_loss_coef: float = field(default=1.0, metadata={"ge": 0})
+    policy_loss_coef: float = field(default=1.0, metadata={"ge": 0, "perturbable": True})
+    val_loss_coef: float = field(default=1.0, metadata={"ge": 0, "perturbable": True})
     # SLM-Lab v5.3 standardizes A2C's advantages in every policy loss
     normalize_advantages: str = field(default="standardize", metadata={"choices": ADV_NORMS, "origin": "lab"})
     normalize_v_targets: bool = False

@@ -52,7 +52,7 @@ from torch import nn
 from agents import policy, torch_optim
 from agents.memory import MEMORIES, MemorySpec
 from agents.nets import ConvNet, NetSpec, make_net, make_optim
-from agents.schedules import FrameLR, VarSchedule, make_lr_scheduler
+from agents.schedules import SCHEDULE_PERTURBABLE, FrameLR, VarSchedule, make_lr_scheduler
 from envs.clock import Clock
 
 # optimizer spec keys that live in torch param groups and are re-applied from the spec after a restore (lr is the
@@ -89,9 +89,9 @@ class AlgorithmSpec:
                                metadata={"choices": ("default", "Categorical", "Argmax", "Normal")})
     action_policy: str = field(default="default",
                                metadata={"choices": ("default", "epsilon_greedy", "boltzmann")})
-    gamma: float = field(default=0.99, metadata={"ge": 0, "le": 1})
-    explore_var_spec: dict | None = None
-    entropy_coef_spec: dict | None = None
+    gamma: float = field(default=0.99, metadata={"ge": 0, "le": 1, "perturbable": True})
+    explore_var_spec: dict | None = field(default=None, metadata={"perturbable": SCHEDULE_PERTURBABLE})
+    entropy_coef_spec: dict | None = field(default=None, metadata={"perturbable": SCHEDULE_PERTURBABLE})
     training_frequency: int = field(default=1, metadata={"gt": 0})
 
 

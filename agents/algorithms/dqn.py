@@ -36,6 +36,7 @@ from agents import policy
 from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats, ReplayCadence
 from agents.memory import PrioritizedReplay, Replay, make_replay
 from agents.nets import make_loss, polyak_update, target_updates_due
+from agents.schedules import SCHEDULE_PERTURBABLE
 from envs.clock import Clock
 
 
@@ -55,9 +56,10 @@ class DQNSpec(AlgorithmSpec):
     action_policy: str = field(default="epsilon_greedy",
                                metadata={"choices": ("epsilon_greedy", "boltzmann")})
     explore_var_spec: dict = field(default_factory=lambda: {
-        "name": "linear_decay", "start_val": 1.0, "end_val": 0.05, "start_step": 0, "end_step": 10000})
+        "name": "linear_decay", "start_val": 1.0, "end_val": 0.05, "start_step": 0, "end_step": 10000},
+        metadata={"perturbable": SCHEDULE_PERTURBABLE})
     training_start_step: int = field(default=32, metadata={"gt": 0})
-    training_iter: int = field(default=1, metadata={"gt": 0})
+    training_iter: int = field(default=1, metadata={"gt": 0, "perturbable": True})
     training_batch_iter: int = field(default=1, metadata={"gt": 0})
 
 

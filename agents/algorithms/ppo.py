@@ -28,7 +28,7 @@ from agents.algorithms.actor_critic import ActorCritic, ActorCriticSpec
 from agents.algorithms.base import LossStats, mean_metrics, take_rows
 from agents.memory import EPISODIC, OnPolicyBatchReplay, OnPolicyReplay, episodic_memory
 from agents.returns import ADV_NORMS, PercentileNormalizer, symlog
-from agents.schedules import VarSchedule
+from agents.schedules import SCHEDULE_PERTURBABLE, VarSchedule
 from envs.clock import Clock
 
 
@@ -54,13 +54,14 @@ class PPOSpec(ActorCriticSpec):
         symlog: value loss on ``symlog`` of predictions and targets (SLM-Lab v5.3).
     """
 
-    lam: float = field(default=0.95, metadata={"ge": 0, "le": 1})
+    lam: float = field(default=0.95, metadata={"ge": 0, "le": 1, "perturbable": True})
     num_step_returns: int | None = field(default=None, metadata={"choices": (None,)})
-    clip_eps_spec: dict = field(default_factory=lambda: {"name": "no_decay", "start_val": 0.2})
-    val_loss_coef: float = field(default=0.5, metadata={"ge": 0})
+    clip_eps_spec: dict = field(default_factory=lambda: {"name": "no_decay", "start_val": 0.2},
+                                metadata={"perturbable": SCHEDULE_PERTURBABLE})
+    val_loss_coef: float = field(default=0.5, metadata={"ge": 0, "perturbable": True})
     time_horizon: int = field(default=128, metadata={"gt": 0})
     minibatch_size: int = field(default=64, metadata={"gt": 0})
-    training_epoch: int = field(default=4, metadata={"gt": 0})
+    training_epoch: int = field(default=4, metadata={"gt": 0, "perturbable": True})
     normalize_advantages: str = field(default="standardize", metadata={"choices": (*ADV_NORMS, "percentile")})
     clip_vloss: bool = False
     symlog: bool = False

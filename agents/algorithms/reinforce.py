@@ -43,7 +43,7 @@ class ReinforceSpec(AlgorithmSpec):
     """
 
     center_return: bool = False
-    policy_loss_coef: float = field(default=1.0, metadata={"ge": 0})
+    policy_loss_coef: float = field(default=1.0, metadata={"ge": 0, "perturbable": True})
     normalize_advantages: str = field(default="standardize", metadata={"choices": ADV_NORMS, "origin": "lab"})
 
 

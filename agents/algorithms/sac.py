@@ -66,6 +66,7 @@ from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats, ReplayCa
 from agents.algorithms.dqn import sample_batch
 from agents.memory import PrioritizedReplay, Replay, make_replay
 from agents.nets import POLICY_GAIN, NetSpec, StackedMLP, make_loss, polyak_update, stackable, target_updates_due
+from agents.nets.spec import OPTIM_PERTURBABLE
 from envs.clock import Clock
 
 LOG_ALPHA_MIN, LOG_ALPHA_MAX = -5.0, 2.0
@@ -104,15 +105,15 @@ class SoftActorCriticSpec(AlgorithmSpec):
 
     action_pdtype: str = field(default="default",
                                metadata={"choices": ("default", "Normal", "Categorical", "GumbelSoftmax")})
-    training_iter: int | None = field(default=None, metadata={"gt": 0})
+    training_iter: int | None = field(default=None, metadata={"gt": 0, "perturbable": True})
     training_frequency: int = field(default=1, metadata={"gt": 0})
     training_start_step: int = field(default=1000, metadata={"gt": 0})
-    target_entropy: float | None = field(default=None, metadata={"origin": "lab"})
-    alpha_optim_spec: dict | None = field(default=None, metadata={"origin": "lab"})
+    target_entropy: float | None = field(default=None, metadata={"origin": "lab", "perturbable": True})
+    alpha_optim_spec: dict | None = field(default=None, metadata={"origin": "lab", "perturbable": OPTIM_PERTURBABLE})
     policy_delay: int = field(default=1, metadata={"gt": 0})
     log_alpha_min: float = field(default=LOG_ALPHA_MIN, metadata={"origin": "lab"})
     log_alpha_max: float = field(default=LOG_ALPHA_MAX, metadata={"origin": "lab"})
-    alpha_lr: float | None = field(default=None, metadata={"gt": 0, "le": 10})
+    alpha_lr: float | None = field(default=None, metadata={"gt": 0, "le": 10, "perturbable": True})
 
 
 class SoftActorCritic(ReplayCadence, Algorithm):

@@ -30,6 +30,7 @@ from agents import policy
 from agents.algorithms.base import Algorithm, AlgorithmSpec, LossStats
 from agents.memory import EPISODIC, OnPolicyBatchReplay, OnPolicyReplay, episodic_memory
 from agents.nets import make_loss
+from agents.schedules import SCHEDULE_PERTURBABLE
 from envs.clock import Clock
 
 
@@ -46,7 +47,8 @@ class SARSASpec(AlgorithmSpec):
 
     action_policy: str = field(default="epsilon_greedy", metadata={"choices": ("epsilon_greedy", "boltzmann")})
     explore_var_spec: dict = field(default_factory=lambda: {
-        "name": "linear_decay", "start_val": 1.0, "end_val": 0.05, "start_step": 0, "end_step": 10000})
+        "name": "linear_decay", "start_val": 1.0, "end_val": 0.05, "start_step": 0, "end_step": 10000},
+        metadata={"perturbable": SCHEDULE_PERTURBABLE})
 
 
 class SARSA(Algorithm):

@@ -83,9 +83,9 @@ class SILFields:
             whatever its replay holds (default 1).
     """
 
-    sil_policy_loss_coef: float = field(default=1.0, metadata={"ge": 0})
-    sil_val_loss_coef: float = field(default=0.01, metadata={"ge": 0})
-    training_iter: int = field(default=4, metadata={"gt": 0})
+    sil_policy_loss_coef: float = field(default=1.0, metadata={"ge": 0, "perturbable": True})
+    sil_val_loss_coef: float = field(default=0.01, metadata={"ge": 0, "perturbable": True})
+    training_iter: int = field(default=4, metadata={"gt": 0, "perturbable": True})
     training_batch_iter: int = field(default=4, metadata={"gt": 0})
     training_start_step: int = field(default=1, metadata={"origin": "lab", "gt": 0})
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+# optimizer arguments PBT may change mid-run: they are re-applied to the optimizers' param groups after every
+# restore (field metadata ``perturbable``, orchestrator.spec.pbt)
+OPTIM_PERTURBABLE = ("lr", "weight_decay", "eps", "momentum")
 # Mnih et al. 2015 ("Human-level control through deep reinforcement learning"), Methods: 32 8x8 filters stride 4,
 # 64 4x4 stride 2, 64 3x3 stride 1, then 512 units; as SLM-Lab's Atari specs write it.
 NATURE_CNN = ((32, 8, 4, 0, 1), (64, 4, 2, 0, 1), (64, 3, 1, 0, 1))
@@ -80,12 +83,13 @@ class NetSpec:
     hid_layers_activation: str = "relu"
     out_layer_activation: str | None = None
     init_fn: str | None = None
-    clip_grad_val: float | None = None
+    clip_grad_val: float | None = field(default=None, metadata={"perturbable": True})
     loss_spec: dict = field(default_factory=lambda: {"name": "MSELoss"})
-    optim_spec: dict = field(default_factory=lambda: {"name": "Adam", "lr": 1e-3})
-    actor_optim_spec: dict | None = None
-    critic_optim_spec: dict | None = None
-    lr_scheduler_spec: dict | None = None
+    optim_spec: dict = field(default_factory=lambda: {"name": "Adam", "lr": 1e-3},
+                             metadata={"perturbable": OPTIM_PERTURBABLE})
+    actor_optim_spec: dict | None = field(default=None, metadata={"perturbable": OPTIM_PERTURBABLE})
+    critic_optim_spec: dict | None = field(default=None, metadata={"perturbable": OPTIM_PERTURBABLE})
+    lr_scheduler_spec: dict | None = field(default=None, metadata={"perturbable": "*"})
     update_type: str = field(default="replace", metadata={"choices": ("replace", "polyak")})
     update_frequency: float = field(default=1, metadata={"gt": 0})
     polyak_coef: float = field(default=0.0, metadata={"ge": 0, "le": 1})

@@ -11,6 +11,7 @@ generation's start, changing where a decision perturbed, resampled or copied it)
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,10 +59,10 @@ class Lineage:
         return []
 
 
-def lineage_of(records: list[dict[str, Any]], initial: dict[int, dict[str, Any]], finals: dict[int, float | None],
+def lineage_of(records: Sequence[Any], initial: dict[int, dict[str, Any]], finals: dict[int, float | None],
                final_frame: int, log_keys: frozenset[str] = frozenset()) -> Lineage | None:
-    """The lineage of the decisions ``records`` (``pbt.jsonl``, as written: ``generation``, ``frame``, ``trial``,
-    ``donor``, ``score``, ``config``).
+    """The lineage of the decisions ``records`` (``pbt.jsonl``, read as ``orchestrator.search.decision.Decision``:
+    their ``generation``, ``frame``, ``trial``, ``donor``, ``score`` and ``config`` fields).
 
     Args:
         initial: trial -> its initial values (``orchestrator.search.pbt_policy.initial_config``).
@@ -74,9 +75,8 @@ def lineage_of(records: list[dict[str, Any]], initial: dict[int, dict[str, Any]]
     """
     if not records:
         return None
-    points = {(int(r["generation"]), int(r["trial"])): (int(r["frame"]), r["score"]) for r in records}
-    parents = {(int(r["generation"]) + 1, int(r["trial"])): (int(r["donor"]) if r["donor"] is not None
-                                                              else int(r["trial"]), r["donor"] is not None)
+    points = {(r.generation, r.trial): (r.frame, r.score) for r in records}
+    parents = {(r.generation + 1, r.trial): (r.trial if r.donor is None else r.donor, r.donor is not None)
                for r in records}
     last = max(g for g, _ in points) + 1
     for t, score in finals.items():
@@ -90,9 +90,9 @@ def lineage_of(records: list[dict[str, Any]], initial: dict[int, dict[str, Any]]
         g, t = path[-1]
         path.append((g - 1, parents[(g, t)][0]))
     schedule = {t: [(0, dict(values))] for t, values in initial.items()}
-    for r in sorted(records, key=lambda r: (int(r["frame"]), int(r["trial"]))):
-        schedule.setdefault(int(r["trial"]), []).append((int(r["frame"]), dict(r["config"])))
-    end = final_frame if finals else max(int(r["frame"]) for r in records)
+    for r in sorted(records, key=lambda r: (r.frame, r.trial)):
+        schedule.setdefault(r.trial, []).append((r.frame, dict(r.config)))
+    end = final_frame if finals else max(r.frame for r in records)
     return Lineage(points, parents, path[::-1], schedule, end, frozenset(log_keys))
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.report.rundata import no_episode_note, session_keys
+from orchestrator.spec.meta import MetaSpec
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
 from orchestrator.store.checkpoint import CheckpointError, CheckpointStore
@@ -114,7 +115,7 @@ def run_info(predir: str) -> RunInfo | None:
                                     "status from the checkpoints only (train@ rebuilds it)")
     run = run if isinstance(run, dict) else {}
     keys = set(run.get("sessions", {}))
-    keys |= {f"t0_s{s}" for s in range(int(spec["meta"].get("max_session", 1)))}
+    keys |= {f"t0_s{s}" for s in range(int(MetaSpec.of(spec).max_session))}
     keys |= {f"t{t}_s{s}" for t, s in session_keys(predir)}
     max_frame = int(spec["env"]["max_frame"])
     sessions = [session_info(predir, key, run, max_frame) for key in sorted(keys, key=_key_order)]

@@ -56,6 +56,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
+from orchestrator.spec.meta import MetaSpec
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
 
@@ -338,10 +339,10 @@ class SessionTracker:
 
     def __init__(self, spec: dict[str, Any], predir: str, trial: int, session: int,
                  log_line: Callable[[str], None] = print) -> None:
-        meta = spec["meta"]
+        meta = MetaSpec.of(spec)
         self.spec, self.log_line = spec, log_line
-        self.backend, self.options = meta.get("tracking", "none"), dict(meta.get("tracking_options") or {})
-        self.enabled_tb = bool(meta.get("tensorboard", True))
+        self.backend, self.options = meta.tracking, dict(meta.tracking_options or {})
+        self.enabled_tb = bool(meta.tensorboard)
         self.session_dir = predir_mod.session_dir(predir, trial, session)
         self.group = storage.basename(predir)
         self.name = f"{self.group}/t{trial}_s{session}"

@@ -19,6 +19,7 @@ from typing import Any, Iterator
 from ray import tune
 
 from orchestrator.report.progress import SessionProgress
+from orchestrator.report.rows import format_value
 
 # Tune's settings while a search's fit runs (Ray's documented environment variables): the legacy output engine, which
 # prints nothing at verbose=0 (the newer one still prints a results path and a TensorBoard path under Ray's temp
@@ -40,11 +41,6 @@ def quiet_tune() -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-def format_value(value: Any) -> str:
-    """A sampled value as the console shows it (floats to 4 significant digits)."""
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def format_metric(value: Any) -> str:

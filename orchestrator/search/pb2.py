@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.search.decision import Decision
 from orchestrator.spec.search_space import INT_TYPES, SearchVar
 
 LENGTHSCALES = tuple(float(v) for v in np.geomspace(0.1, 2.0, 10))
@@ -156,22 +157,22 @@ def select(variables: list[SearchVar], data: list[tuple[float, dict[str, Any], f
     return out
 
 
-def observations(history: list[dict[str, Any]], scores: dict[int, float | None], generation: int,
+def observations(history: list[Decision], scores: dict[int, float | None], generation: int,
                  generations: int) -> list[tuple[float, dict[str, Any], float]]:
     """PB2's data from the decisions so far (``history``: records of generations before ``generation``) and the
     scores at the end of ``generation``: (time, values during generation k, score change over k) for k >= 2 (a
     change that is missing or not finite is left out)."""
-    by_gen: dict[int, dict[int, dict[str, Any]]] = {}
+    by_gen: dict[int, dict[int, Decision]] = {}
     for r in history:
-        by_gen.setdefault(int(r["generation"]), {})[int(r["trial"])] = r
-    ends = {g: {t: r["score"] for t, r in recs.items()} for g, recs in by_gen.items()}
+        by_gen.setdefault(r.generation, {})[r.trial] = r
+    ends = {g: {t: r.score for t, r in recs.items()} for g, recs in by_gen.items()}
     ends[generation] = scores
     out = []
     for k in range(2, generation + 1):
         for t, before in by_gen.get(k - 1, {}).items():
-            start = before["donor_score"] if before["donor"] is not None else before["score"]
+            start = before.donor_score if before.exploited else before.score
             end = ends.get(k, {}).get(t)
             if start is None or end is None or not math.isfinite(float(end) - float(start)):
                 continue
-            out.append((k / generations, before["config"], float(end) - float(start)))
+            out.append((k / generations, before.config, float(end) - float(start)))
     return out

@@ -51,9 +51,11 @@ from typing import Any, Callable
 import numpy as np
 
 from orchestrator.errors import EXIT_RESUMABLE, SpecError
+from orchestrator.search.decision import Decision
 from orchestrator.search.pbt_policy import decide, format_exploit, initial_config
 from orchestrator.search.trials import trial_json, write_spec_files
 from orchestrator.session_hosts import SessionHosts, capacity, host_key
+from orchestrator.spec.meta import MetaSpec
 from orchestrator.spec.pbt import PBTSettings, key_range
 from orchestrator.spec.search_space import SearchVar, apply_values, parse_search
 from orchestrator.store import predir as predir_mod
@@ -68,12 +70,17 @@ from orchestrator.verify import session_done
 RECORDS, STATE = "pbt.jsonl", "pbt.json"
 
 
-def read_records(predir: str) -> list[dict[str, Any]]:
+def read_records(predir: str) -> list[Decision]:
     """The decisions in ``{predir}/pbt.jsonl`` (empty when there are none yet)."""
     uri = storage.join(predir, RECORDS)
     if not storage.exists(uri):
         return []
-    return [json.loads(line) for line in storage.read_text(uri).splitlines() if line.strip()]
+    return [Decision.from_json(json.loads(line)) for line in storage.read_text(uri).splitlines() if line.strip()]
+
+
+def write_records(predir: str, records: list[Decision]) -> None:
+    """``{predir}/pbt.jsonl``, written whole (atomically) with one line per decision (``Decision.to_json``)."""
+    storage.write_text(storage.join(predir, RECORDS), "".join(json.dumps(r.to_json()) + "\n" for r in records))
 
 
 class Population:
@@ -90,12 +97,12 @@ class Population:
     def __init__(self, predir: str, spec: dict[str, Any], lease: Lease | None, quiet: bool,
                  check: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
         self.predir, self.spec, self.lease, self.quiet, self.check = predir, spec, lease, quiet, check
-        self.name, self.meta = spec["name"], spec["meta"]
+        self.name, self.meta = spec["name"], MetaSpec.of(spec)
         self.settings = PBTSettings.from_spec(spec)
         self.variables: list[SearchVar] = parse_search(spec)[0]
-        self.seed = int(self.meta["random_seed"])
-        self.trials = list(range(int(self.meta["max_trial"])))
-        self.sessions = int(self.meta["max_session"])
+        self.seed = int(self.meta.random_seed)
+        self.trials = list(range(self.meta.max_trial))
+        self.sessions = self.meta.max_session
         self.boundaries = self.settings.boundaries(int(spec["env"]["max_frame"]))
         self.hosts = SessionHosts()
         self.current: Trial | None = None  # the generation's Trial while it runs (signals stop it)
@@ -105,12 +112,12 @@ class Population:
                         for t in self.trials}
 
     # ---------------------------------------------------------------- configs and specs
-    def configs_after(self, records: list[dict[str, Any]], generation: int) -> dict[int, dict[str, Any]]:
+    def configs_after(self, records: list[Decision], generation: int) -> dict[int, dict[str, Any]]:
         """Trial -> its values for generation ``generation + 1`` (after decision ``generation``; 0: initial)."""
         configs = {t: dict(c) for t, c in self.initial.items()}
         for r in records:
-            if int(r["generation"]) <= generation:
-                configs[int(r["trial"])] = r["config"]
+            if r.generation <= generation:
+                configs[r.trial] = r.config
         return configs
 
     def trial_spec(self, config: dict[str, Any]) -> dict[str, Any]:
@@ -138,14 +145,14 @@ class Population:
 
     # ---------------------------------------------------------------- one generation
     def run_generation(self, frame: int, specs: dict[int, dict[str, Any]], seeds: dict[int, list[int]],
-                       live: set[int] = frozenset(), reseeds: dict[int, dict[str, Any]] | None = None
+                       live: set[int] = frozenset(), reseeds: dict[int, Decision] | None = None
                        ) -> tuple[int, set[int]]:
         """Train every session of ``specs``'s trials to ``frame`` (skipping those already there).
 
         Args:
             live: trials whose sessions continue in memory in the actors that hold them (kept at the last decision).
-            reseeds: trial -> ``{"frame", "reseed"}`` of its exploit: its sessions restored from that frame restart
-                their acting RNG streams (``session_reseed``).
+            reseeds: trial -> the ``Decision`` of its exploit (with a ``reseed``): its sessions restored from its
+                frame restart their acting RNG streams (``session_reseed``).
 
         Returns:
             (exit code of the generation's ``Trial``: 0 when every session reached ``frame``; the trials with a
@@ -168,8 +175,8 @@ class Population:
                       hosts=self.hosts, specs=at_frame, resume_mode="search",
                       max_running=capacity(host_key(self.meta)), keep_live=True,
                       continue_live={p.key for p in plans if p.trial in live},
-                      reseeds={p.key: {"frame": int(reseeds[p.trial]["frame"]),
-                                       "seed": session_reseed(int(reseeds[p.trial]["reseed"]), p.session)}
+                      reseeds={p.key: {"frame": reseeds[p.trial].frame,
+                                       "seed": session_reseed(reseeds[p.trial].reseed, p.session)}
                                for p in plans if p.trial in reseeds})
         self.current = trial
         if self.stop_requested:
@@ -187,7 +194,7 @@ class Population:
     def scores(self, frame: int, trials: list[int], since: int = 0) -> dict[int, float | None]:
         """Trial -> mean over its sessions of ``generation_score`` of the checkpoints at ``frame`` for the frames
         ``(since, frame]`` (None when no session has one)."""
-        rigorous = bool(self.meta.get("rigorous_eval"))
+        rigorous = bool(self.meta.rigorous_eval)
         out: dict[int, float | None] = {}
         for t in trials:
             values = []
@@ -202,20 +209,20 @@ class Population:
         return out
 
     # ---------------------------------------------------------------- exploit
-    def exploit(self, record: dict[str, Any]) -> None:
-        """Replace trial ``record["trial"]``'s session state by its donor's, session for session (idempotent): the
+    def exploit(self, record: Decision) -> None:
+        """Replace trial ``record.trial``'s session state by its donor's, session for session (idempotent): the
         recipient's checkpoints are deleted manifest first, then the donor's up to the decision's frame copied."""
-        t, donor, frame = int(record["trial"]), int(record["donor"]), int(record["frame"])
+        t, donor, frame = record.trial, record.donor, record.frame
         self.hosts.forget_live({f"t{t}_s{s}" for s in range(self.sessions)})
         for s in range(self.sessions):
             src = predir_mod.session_dir(self.predir, donor, s)
             dst = predir_mod.session_dir(self.predir, t, s)
             CheckpointStore(src).copy_to(CheckpointStore(dst), frame)  # the donor's state at the decision's frame
-            reseeded = "" if record.get("reseed") is None else \
-                f"; acting RNG streams reseeded with {session_reseed(int(record['reseed']), s)}"
+            reseeded = "" if record.reseed is None else \
+                f"; acting RNG streams reseeded with {session_reseed(record.reseed, s)}"
             storage.append_text(storage.join(dst, "log.txt"),
-                                f"[{now_iso()}] PBT generation {record['generation']}: continues from t{donor}_s{s}'s "
-                                f"checkpoint at frame {frame}; values {json.dumps(record['config'])}{reseeded}\n")
+                                f"[{now_iso()}] PBT generation {record.generation}: continues from t{donor}_s{s}'s "
+                                f"checkpoint at frame {frame}; values {json.dumps(record.config)}{reseeded}\n")
 
     # ---------------------------------------------------------------- the search
     def read_state(self) -> dict[str, Any]:
@@ -245,7 +252,7 @@ class Population:
                 configs = self.configs_after(records, g - 1)
                 # decisions recorded but not all applied (killed mid-exploit): a recipient's ckpt/ may be half
                 # copied, so nothing trains before the exploits are applied again
-                if sum(int(r["generation"]) == g for r in records) != len(self.trials):
+                if sum(r.generation == g for r in records) != len(self.trials):
                     code = self.train_generation(g, records, configs, failures)
                     if code != 0 or self.stop_requested:
                         return code or EXIT_RESUMABLE
@@ -263,19 +270,19 @@ class Population:
             self.write_trial(t, config, "done", frame=self.boundaries[-1], finished=now_iso())
         return 0
 
-    def train_generation(self, g: int, records: list[dict[str, Any]], configs: dict[int, dict[str, Any]],
+    def train_generation(self, g: int, records: list[Decision], configs: dict[int, dict[str, Any]],
                          failures: dict[int, set[int]]) -> int:
         """Train generation ``g``: the trials kept at decision ``g - 1`` continue live, its recipients restore their
         donor's state reseeded, trials that failed in it already (``failures[g]``, from ``pbt.json``) do not train
         again; new failures are added to ``failures`` and recorded in ``pbt.json``. Returns ``run_generation``'s
         exit code."""
-        before = [r for r in records if int(r["generation"]) == g - 1]
+        before = [r for r in records if r.generation == g - 1]
         failed = failures.get(g, set())
         seeds = {t: [session_seed(self.seed, t, s) for s in range(self.sessions)] for t in self.trials}
         code, new = self.run_generation(
             self.boundaries[g - 1], {t: self.trial_spec(configs[t]) for t in self.trials if t not in failed}, seeds,
-            live={int(r["trial"]) for r in before if r["donor"] is None},
-            reseeds={int(r["trial"]): r for r in before if r["donor"] is not None and r.get("reseed") is not None})
+            live={r.trial for r in before if not r.exploited},
+            reseeds={r.trial: r for r in before if r.exploited and r.reseed is not None})
         if new:
             failures[g] = failed | new
             storage.write_json(storage.join(self.predir, STATE),
@@ -293,8 +300,8 @@ class Population:
               f"its t{{T}}/s{{S}}/log.txt and run.json", file=sys.stderr)
         return 1
 
-    def decide_and_apply(self, records: list[dict[str, Any]], g: int, frame: int,
-                         configs: dict[int, dict[str, Any]], failed: set[int] = frozenset()) -> list[dict[str, Any]]:
+    def decide_and_apply(self, records: list[Decision], g: int, frame: int,
+                         configs: dict[int, dict[str, Any]], failed: set[int] = frozenset()) -> list[Decision]:
         """Decision ``g`` at ``frame``: the recorded one, or a new one recorded first (``pbt.jsonl`` rewritten whole);
         then its exploits and explored values applied and ``pbt.json`` marking it applied.
 
@@ -304,7 +311,7 @@ class Population:
         Returns:
             Every record so far.
         """
-        decided = [r for r in records if int(r["generation"]) == g]
+        decided = [r for r in records if r.generation == g]
         if len(decided) != len(self.trials):
             if self.lease is not None:  # a driver that lost the run's lease records nothing (LeaseLostError: 75)
                 self.lease.check()
@@ -313,14 +320,14 @@ class Population:
             scores.update({t: None for t in failed})
             decided = decide(g, frame, scores, configs, self.variables, self.settings, self.seed, records,
                              len(self.boundaries), failed=failed, ranges=self.ranges, problems=self.config_problems)
-            records = [r for r in records if int(r["generation"]) < g] + decided
-            storage.write_text(storage.join(self.predir, RECORDS), "".join(json.dumps(r) + "\n" for r in records))
+            records = [r for r in records if r.generation < g] + decided
+            write_records(self.predir, records)
         for r in decided:
-            if r["donor"] is not None:
+            if r.exploited:
                 if self.lease is not None:  # a driver that lost the run's lease copies nothing (LeaseLostError: 75)
                     self.lease.check()
                 self.exploit(r)
-            self.write_trial(int(r["trial"]), r["config"], "running")
+            self.write_trial(r.trial, r.config, "running")
         state = self.read_state()
         storage.write_json(storage.join(self.predir, STATE),
                            {**state, "applied": g, "frame": frame,
@@ -328,10 +335,10 @@ class Population:
         self.print_generation(decided)
         return records
 
-    def print_generation(self, decided: list[dict[str, Any]]) -> None:
+    def print_generation(self, decided: list[Decision]) -> None:
         """One line per exploit of a generation."""
         for r in decided:
-            if r["donor"] is not None:
+            if r.exploited:
                 print(format_exploit(r, self.settings.method), flush=True)
 
     def on_stop_signal(self, signum: int) -> str:
@@ -400,7 +407,7 @@ def lineage_of(predir: str, spec: dict[str, Any]) -> Any:
     if not records:
         return None
     pop = Population(predir, spec, None, True, lambda s: s)
-    last = max(int(r["generation"]) for r in records) + 1
+    last = max(r.generation for r in records) + 1
     try:
         finals = pop.scores(pop.boundaries[-1], pop.trials, pop.boundaries[-2]) if last == len(pop.boundaries) else {}
     except (CheckpointError, storage.StorageError, KeyError):  # a session not at max_frame (yet, or failed)
@@ -418,8 +425,8 @@ def lineage_graph(predir: str, spec: dict[str, Any]) -> list[str]:
     if lin is None:
         return []
     settings = PBTSettings.from_spec(spec)
-    title = f"{spec['name']}: {settings.method} lineage ({spec['meta']['max_trial']} trials x " \
-            f"{spec['meta']['max_session']} sessions)"
+    meta = MetaSpec.of(spec)
+    title = f"{spec['name']}: {settings.method} lineage ({meta.max_trial} trials x {meta.max_session} sessions)"
     try:
         return write_lineage(storage.join(predir, "graph"), spec["name"], lin, title)
     except Exception as err:  # noqa: BLE001 - a graph never fails the run; `lab analyze` does not redo it

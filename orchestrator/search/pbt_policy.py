@@ -34,12 +34,13 @@ from typing import Any, Callable, Collection
 import numpy as np
 
 from orchestrator.errors import SpecError
+from orchestrator.report.rows import format_value
 from orchestrator.search import pb2
+from orchestrator.search.decision import VERSION, Decision
 from orchestrator.spec.pbt import KeyRange, PBTSettings, space_box
 from orchestrator.spec.search_space import INT_TYPES, NORMAL_TYPES, SearchVar, plain
 
 SEED_INITIAL, SEED_DECIDE, SEED_EXPLORE, SEED_RESEED, SEED_PB2 = 0, 1, 2, 3, 4  # stream tags of the kinds of draws
-VERSION = 2  # pbt.jsonl records with ``version``, ``rank``, ``failed``, ``explore``, ``redraws``, ``reseed``
 MAX_REDRAWS = 16
 OPEN_MARGIN = 1e-9  # a float clamped to an open bound (a schema ``gt``) lands this far inside it (relative, or absolute
 # below 1); not the next float: a subnormal is flushed to 0 where torch set the CPU's flush-to-zero mode
@@ -256,10 +257,10 @@ def reseed(seed: int, trial: int, generation: int) -> int:
 
 
 def decide(generation: int, frame: int, scores: dict[int, float | None], configs: dict[int, dict[str, Any]],
-           variables: list[SearchVar], settings: PBTSettings, seed: int, history: list[dict[str, Any]] = (),
+           variables: list[SearchVar], settings: PBTSettings, seed: int, history: list[Decision] = (),
            generations: int = 1, failed: Collection[int] = (), ranges: dict[str, KeyRange] | None = None,
-           problems: Problems | None = None) -> list[dict[str, Any]]:
-    """The decisions of one generation: one record per trial, in trial order (module docstring).
+           problems: Problems | None = None) -> list[Decision]:
+    """The decisions of one generation: one ``Decision`` per trial, in trial order (module docstring).
 
     Args:
         generation: 1 for the first decision.
@@ -272,10 +273,7 @@ def decide(generation: int, frame: int, scores: dict[int, float | None], configs
         problems: the full spec check of a config: its problems (empty when it is valid).
 
     Returns:
-        ``[{"version", "generation", "frame", "trial", "rank" (1: best), "failed", "donor" (None when kept), "score",
-        "donor_score", "config" (the values after the decision), "explore" (recipients: per key the ``explore_key``
-        record; op ``redraw`` for a value drawn again after the check refused one, ``kept`` for the donor's value
-        kept), "redraws" (the refused configs' problems), "reseed" (recipients: ``reseed``)}]``.
+        The ``Decision``s of version ``VERSION`` (recipients with ``explore``, ``redraws`` and ``reseed``).
 
     Raises:
         PopulationFailed: every trial failed.
@@ -302,11 +300,9 @@ def decide(generation: int, frame: int, scores: dict[int, float | None], configs
             record = {"explore": explore, "redraws": redraws, "reseed": reseed(seed, t, generation)}
         else:
             config = dict(configs[t])
-        records.append({"version": VERSION, "generation": generation, "frame": frame, "trial": t,
-                        "rank": ranked.index(t) + 1, "failed": t in failed, "donor": donor,
-                        "score": _json_score(scores.get(t)),
-                        "donor_score": _json_score(scores.get(donor)) if donor is not None else None,
-                        "config": config, **record})
+        records.append(Decision(generation, frame, t, donor, _json_score(scores.get(t)),
+                                _json_score(scores.get(donor)) if donor is not None else None, config,
+                                version=VERSION, rank=ranked.index(t) + 1, failed=t in failed, **record))
     return records
 
 
@@ -349,34 +345,30 @@ def _json_score(score: float | None) -> float | None:
     return float(score) if finite(score) else None
 
 
-def _fmt_value(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
 def _fmt_score(score: float | None) -> str:
     return "n/a" if score is None else f"{score:.4g}"
 
 
-def format_exploit(record: dict[str, Any], method: str = "PBT") -> str:
-    """The console line of one exploit record: who continues from whom, and per key the explore operation with its
-    value before and after (records without ``explore``, written before it existed: the values after)."""
-    explore = record.get("explore")
+def format_exploit(record: Decision, method: str = "PBT") -> str:
+    """The console line of one exploit: who continues from whom, and per key the explore operation with its value
+    before and after (records without ``explore``, written before it existed: the values after)."""
+    explore = record.explore
     if explore:
         parts = []
         for path, e in explore.items():
             name, op = path.rsplit(".", 1)[-1], e["op"]
             how = f"x{e['factor']:g}" if op == "perturb" else op
             clamp = ", clamped" if e.get("clamped") else ""
-            parts.append(f"{name} {_fmt_value(e['before'])} -> {_fmt_value(e['after'])} ({how}{clamp})")
+            parts.append(f"{name} {format_value(e['before'])} -> {format_value(e['after'])} ({how}{clamp})")
         values = ", ".join(parts)
     else:
-        values = ", ".join(f"{k.rsplit('.', 1)[-1]}={_fmt_value(v)}" for k, v in record["config"].items())
-    who = f"t{record['trial']} ({'failed' if record.get('failed') else 'score ' + _fmt_score(record['score'])})"
-    return (f"{method} generation {record['generation']} (frame {record['frame']}): {who} continues from "
-            f"t{record['donor']} (score {_fmt_score(record['donor_score'])}) with {values}")
+        values = ", ".join(f"{k.rsplit('.', 1)[-1]}={format_value(v)}" for k, v in record.config.items())
+    who = f"t{record.trial} ({'failed' if record.failed else 'score ' + _fmt_score(record.score)})"
+    return (f"{method} generation {record.generation} (frame {record.frame}): {who} continues from "
+            f"t{record.donor} (score {_fmt_score(record.donor_score)}) with {values}")
 
 
-def lineage(records: list[dict[str, Any]], trial: int, initial: dict[int, dict[str, Any]],
+def lineage(records: list[Decision], trial: int, initial: dict[int, dict[str, Any]],
             generations: int) -> list[dict[str, Any]]:
     """The schedule that produced trial ``trial``'s final state: per generation ``g`` (1..``generations``), the
     trial whose sessions trained frames ``(F_{g-1}, F_g]`` of that state, the config they trained with, and the
@@ -389,17 +381,17 @@ def lineage(records: list[dict[str, Any]], trial: int, initial: dict[int, dict[s
     Returns:
         ``[{"generation": g, "trial": A_g, "config": ..., "reseed": ...}]`` in generation order.
     """
-    by_gen: dict[int, dict[int, dict[str, Any]]] = {}
+    by_gen: dict[int, dict[int, Decision]] = {}
     for r in records:
-        by_gen.setdefault(int(r["generation"]), {})[int(r["trial"])] = r
+        by_gen.setdefault(r.generation, {})[r.trial] = r
     owners = [trial]
     for g in range(generations - 1, 0, -1):  # decision g happened at the end of generation g
         rec = by_gen[g][owners[-1]]
-        owners.append(rec["donor"] if rec["donor"] is not None else owners[-1])
+        owners.append(rec.donor if rec.exploited else owners[-1])
     owners.reverse()  # owners[g - 1]: who trained generation g
     out = []
     for g, owner in enumerate(owners, start=1):
-        rec = by_gen[g - 1][owner] if g > 1 else {}
-        out.append({"generation": g, "trial": owner, "config": initial[owner] if g == 1 else rec["config"],
-                    "reseed": rec.get("reseed")})
+        rec = by_gen[g - 1][owner] if g > 1 else None
+        out.append({"generation": g, "trial": owner, "config": initial[owner] if rec is None else rec.config,
+                    "reseed": None if rec is None else rec.reseed})
     return out

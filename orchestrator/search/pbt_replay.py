@@ -40,7 +40,7 @@ def replay(source: str, trial: int, spec: dict[str, Any], predir: str, quiet: bo
                          f"({state.get('applied', 0)} of {len(pop.boundaries) - 1}); finish it with search@ first")
     records = read_records(source)
     schedule = lineage(records, trial, pop.initial, len(pop.boundaries))
-    decisions = {(int(r["generation"]), int(r["trial"])): r for r in records}
+    decisions = {(r.generation, r.trial): r for r in records}
     runner = Population(predir, spec, None, quiet, check)
     runner.trials = [0]
     storage.write_json(storage.join(predir, "pbt_replay.json"),
@@ -52,10 +52,10 @@ def replay(source: str, trial: int, spec: dict[str, Any], predir: str, quiet: bo
             write_spec_files(predir, {**trial_spec, "search": {}}, 0)
             seeds = {0: [session_seed(pop.seed, owner, s) for s in range(pop.sessions)]}
             decision = decisions.get((g - 1, owner))  # how the owner of generation g started it
-            exploited = decision is not None and decision["donor"] is not None
+            exploited = decision is not None and decision.exploited
             code, failed = runner.run_generation(
                 frame, {0: trial_spec}, seeds, live={0} if g > 1 and not exploited else set(),
-                reseeds={0: decision} if exploited and decision.get("reseed") is not None else {})
+                reseeds={0: decision} if exploited and decision.reseed is not None else {})
             if code != 0 or failed:
                 return code or 1, schedule
     finally:

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from orchestrator.search.trials import METRIC, final_metrics, lab_trials
+from orchestrator.spec.meta import MetaSpec, with_meta
 from orchestrator.spec.pbt import is_pbt
 from orchestrator.spec.search_space import parse_search
 from orchestrator.store import predir as predir_mod
@@ -104,7 +105,7 @@ def analyze(predir: str, spec: dict[str, Any], merge: bool = True) -> Any:
     name = spec["name"]
     storage.write_parquet(storage.join(predir, "info", "experiment_df.parquet"), df)
     aggregate_trial(predir, spec, sorted(df["trial"].tolist()))
-    title = f"{name}: {len(df)} trials x {spec['meta']['max_session']} sessions"
+    title = f"{name}: {len(df)} trials x {MetaSpec.of(spec).max_session} sessions"
     lineage = None
     if is_pbt(spec):  # a PBT search's values changed along the run: its graph shows the lineage instead
         from orchestrator.search.pbt import lineage_of
@@ -113,9 +114,8 @@ def analyze(predir: str, spec: dict[str, Any], merge: bool = True) -> Any:
     storage.write_bytes(storage.join(predir, "graph", f"{name}_experiment_graph.png"), graph)
     best_t = int(df["trial"].iloc[0])
     best = storage.read_json(predir_mod.spec_file(predir, name, best_t))
-    best["meta"] = {k: v for k, v in best["meta"].items() if k != "trial"}
     # seeds of `train` on this spec = the trial's session seeds (base + 1000 T + s)
-    best["meta"]["random_seed"] = session_seed(best["meta"]["random_seed"], best_t, 0)
+    best = with_meta(best, drop=("trial",), random_seed=session_seed(MetaSpec.of(best).random_seed, best_t, 0))
     storage.write_json(storage.join(predir, f"{name}_best_spec.json"), {name: best})
     return df
 

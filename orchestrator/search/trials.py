@@ -15,6 +15,7 @@ from ray.exceptions import RayTaskError
 
 from orchestrator.errors import EXIT_RESUMABLE, SpecError
 from orchestrator.session_hosts import HOSTS, host_key
+from orchestrator.spec.meta import MetaSpec, with_meta
 from orchestrator.spec.search_space import apply_values, parse_search, plain
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
@@ -33,9 +34,10 @@ def trial_json(predir: str, t: int) -> str:
 def write_spec_files(predir: str, spec: dict[str, Any], t: int) -> None:
     """Trial and session spec files of trial ``t`` (sampled values applied)."""
     name = spec["name"]
-    storage.write_json(predir_mod.spec_file(predir, name, t), {**spec, "meta": {**spec["meta"], "trial": t}})
-    for s in range(int(spec["meta"]["max_session"])):
-        seed = session_seed(spec["meta"]["random_seed"], t, s)
+    meta = MetaSpec.of(spec)
+    storage.write_json(predir_mod.spec_file(predir, name, t), with_meta(spec, trial=t))
+    for s in range(meta.max_session):
+        seed = session_seed(meta.random_seed, t, s)
         session_spec = predir_mod.session_spec(spec, t, s, seed)
         storage.write_json(predir_mod.spec_file(predir, name, t, s), session_spec)
 
@@ -69,8 +71,9 @@ def plan_sessions(predir: str, spec: dict[str, Any], t: int) -> tuple[list[Sessi
         UsageError: a session's checkpoints cannot be read.
     """
     plans, done = [], []
-    for s in range(int(spec["meta"]["max_session"])):
-        plan = SessionPlan(t, s, session_seed(spec["meta"]["random_seed"], t, s), resume=False)
+    meta = MetaSpec.of(spec)
+    for s in range(meta.max_session):
+        plan = SessionPlan(t, s, session_seed(meta.random_seed, t, s), resume=False)
         is_done, selection = session_done(predir, plan, int(spec["env"]["max_frame"]))
         if is_done:
             export_committed(predir, plan, selection)
@@ -139,7 +142,7 @@ def final_metrics(predir: str, spec: dict[str, Any], t: int) -> dict[str, Any]:
     import numpy as np
 
     finals, frames = [], []
-    for s in range(int(spec["meta"]["max_session"])):
+    for s in range(MetaSpec.of(spec).max_session):
         uri = storage.join(predir_mod.session_dir(predir, t, s), "train_df.parquet")
         if not storage.exists(uri):
             continue
@@ -173,7 +176,8 @@ def search_trial(config: dict[str, Any], spec: dict[str, Any], predir: str) -> N
     values = {k: plain(v) for k, v in config.items()}
     # the session actors start now (their processes import torch while this one waits), and one of them checks the
     # spec: this process imports no torch (docs/search.md "Scheduling and sampling")
-    hosts = HOSTS.warm_up(host_key(spec["meta"]), int(spec["meta"]["max_session"]))
+    meta = MetaSpec.of(spec)
+    hosts = HOSTS.warm_up(host_key(meta), meta.max_session)
     try:
         trial_spec = ray.get(hosts[0].check_spec.remote(apply_values(spec, values)))
     except RayTaskError as err:  # a bad variant: its SpecError as the trial's error, without the remote frames
@@ -255,7 +259,7 @@ def search_complete(predir: str, spec: dict[str, Any]) -> bool:
     grid's combinations."""
     grid = math.prod(len(v.arg) for v in parse_search(spec)[0] if v.kind == "grid_search")
     trials = lab_trials(predir)
-    return len(trials) == int(spec["meta"]["max_trial"]) * grid and all(is_final(i, spec) for i in trials.values())
+    return len(trials) == MetaSpec.of(spec).max_trial * grid and all(is_final(i, spec) for i in trials.values())
 
 
 def run_lab_trial(predir: str, spec: dict[str, Any], t: int) -> dict[str, dict[str, Any]]:
@@ -281,7 +285,7 @@ def run_lab_trial(predir: str, spec: dict[str, Any], t: int) -> dict[str, dict[s
         if set_aside:
             entry["set_aside"] = set_aside
         record.data["resumes"].append(entry)
-    history = {s: session_history(predir, t, s) for s in range(int(spec["meta"]["max_session"]))}
+    history = {s: session_history(predir, t, s) for s in range(MetaSpec.of(spec).max_session)}
     for plan in plans:  # rows past a resumed session's checkpoint come again; fresh ones have none
         kept = history[plan.session].items() if plan.resume else ()
         history[plan.session] = {f: v for f, v in kept if f <= plan.frame}
@@ -355,7 +359,7 @@ def rebuild_trial_info(predir: str, t: int, why: str) -> dict[str, Any] | None:
         spec = storage.read_json(predir_mod.spec_file(predir, name))
         trial_spec = storage.read_json(predir_mod.spec_file(predir, name, t))
         values = {v.path: lookup(trial_spec, v.path) for v in parse_search(spec)[0]}
-        max_frame, sessions = int(trial_spec["env"]["max_frame"]), int(trial_spec["meta"]["max_session"])
+        max_frame, sessions = int(trial_spec["env"]["max_frame"]), MetaSpec.of(trial_spec).max_session
     except (FileNotFoundError, ValueError, KeyError, TypeError) as err:
         storage.delete(uri)
         print(f"warning: {uri} is damaged ({why}); kept as {kept}; it cannot be rebuilt ({err}) and is "
@@ -396,8 +400,6 @@ def mark_ended(predir: str, spec: dict[str, Any], results: Any,
             storage.write_json(trial_json(predir, t), {**info, "status": status, "frame": frame,
                                                        "error": errored.get(t)})
     return errored, interrupted
-
-
 
 
 METRIC = "total_reward_ma"

@@ -14,6 +14,7 @@ from orchestrator.errors import SpecError, UsageError
 from orchestrator.runtime.signals import STOP
 from orchestrator.search.console import ConsoleRelay
 from orchestrator.search.trials import ANALYZER, METRIC, search_trial
+from orchestrator.spec.meta import MetaSpec
 from orchestrator.spec.search_space import SearchVar, parse_search
 from orchestrator.store import storage
 
@@ -102,7 +103,7 @@ def make_scheduler(spec: dict[str, Any]) -> Any:
     ``max_t`` is one frame past ``max_frame``, so ASHA never stops a trial at its end: the trial
     finishes by itself and records ``done``.
     """
-    sched = spec["meta"].get("search_scheduler")
+    sched = MetaSpec.of(spec).search_scheduler
     if not sched:
         return AnalyzingFIFO()
     max_t = int(spec["env"]["max_frame"]) + 1
@@ -151,14 +152,12 @@ class TrialNamer:
         return f"t{int(str(trial.experiment_tag).split('_', 1)[0]) - self.offset}"
 
 
-
-
-def placement(meta: dict[str, Any]) -> Any:
+def placement(meta: MetaSpec) -> Any:
     """``PlacementGroupFactory([{}] + [session bundle] * max_session)``: resources of every session."""
-    res = meta["resources"]
+    res = meta.resources
     bundle = {k: float(res.get(key, 0) or 0) for k, key in (("CPU", "num_cpus"), ("GPU", "num_gpus"))}
     bundle = {k: v for k, v in bundle.items() if v > 0} or {"CPU": 0.01}
-    return tune.PlacementGroupFactory([{}] + [bundle] * int(meta["max_session"]), strategy="PACK")
+    return tune.PlacementGroupFactory([{}] + [bundle] * meta.max_session, strategy="PACK")
 
 
 def tune_storage(predir: str) -> tuple[str, Any]:
@@ -227,15 +226,14 @@ def make_tuner(spec: dict[str, Any], predir: str, settings: dict[str, Any]) -> t
     """A new Tuner for the search of ``spec`` (settings from ``search.json``), with Tune's own output off
     (``verbose=0``; ``console.quiet_tune`` while it runs): the console shows the lab's (``ConsoleRelay``)."""
     storage_path, fs = tune_storage(predir)
-    meta = spec["meta"]
+    meta = MetaSpec.of(spec)
     namer = TrialNamer(1 if settings["search_alg"] == "optuna" else 0)
-    search_alg = make_search_alg(settings["search_alg"], int(meta["random_seed"]),
-                                 settings["max_concurrent_trials"])
+    search_alg = make_search_alg(settings["search_alg"], int(meta.random_seed), settings["max_concurrent_trials"])
     tune_config = tune.TuneConfig(
-        metric=METRIC, mode="max", num_samples=int(meta["max_trial"]), scheduler=make_scheduler(spec),
+        metric=METRIC, mode="max", num_samples=meta.max_trial, scheduler=make_scheduler(spec),
         search_alg=search_alg, trial_name_creator=namer, trial_dirname_creator=namer, reuse_actors=True)
     run_config = tune.RunConfig(name=settings["tune_name"], storage_path=storage_path, storage_filesystem=fs,
-                                failure_config=tune.FailureConfig(max_failures=int(meta["max_restarts"])),
+                                failure_config=tune.FailureConfig(max_failures=meta.max_restarts),
                                 verbose=0, callbacks=[StopSignalRelay(), ConsoleRelay()])
     return tune.Tuner(trainable(spec, predir), param_space=param_space(spec), tune_config=tune_config,
                       run_config=run_config)
@@ -244,7 +242,7 @@ def make_tuner(spec: dict[str, Any], predir: str, settings: dict[str, Any]) -> t
 def trainable(spec: dict[str, Any], predir: str) -> Any:
     """``search_trial`` bound to the spec and predir, with the placement group of its sessions."""
     bound = tune.with_parameters(search_trial, spec=spec, predir=predir)
-    return tune.with_resources(bound, placement(spec["meta"]))
+    return tune.with_resources(bound, placement(MetaSpec.of(spec)))
 
 
 def restore_or_new_tuner(spec: dict[str, Any], predir: str, settings: dict[str, Any],

@@ -90,3 +90,10 @@ def set_meta(spec: dict, **values: Any) -> None:
     if unknown:
         raise KeyError(f"not meta keys: {sorted(unknown)}")
     spec.setdefault("meta", {}).update(values)
+
+
+def with_meta(spec: dict[str, Any], drop: tuple[str, ...] = (), **values: Any) -> dict[str, Any]:
+    """A copy of ``spec`` whose ``meta`` section has ``values`` set and the keys ``drop`` removed (``spec`` itself
+    is left as it is)."""
+    meta = {k: v for k, v in spec.get("meta", {}).items() if k not in drop}
+    return {**spec, "meta": {**meta, **values}}

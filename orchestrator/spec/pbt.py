@@ -12,11 +12,14 @@ checkpoints (exploit) with perturbed values of the searched keys (explore). Keys
 ``{"name": "PB2", "perturbation_interval": N, "quantile_fraction": 0.25}`` explores with a GP bandit instead
 (Parker-Holder et al. 2020): its searched keys need bounded numeric types (``PB2_SPACE_TYPES``).
 
-Only keys whose change mid-run is consistent may be searched (``PERTURBABLE``): learning rates and other optimizer
+Only keys whose change mid-run is consistent may be searched (``perturbable``): learning rates and other optimizer
 hyperparameters (re-applied to the optimizers' param groups after every restore), loss coefficients, the discount,
 GAE's lambda, the start/end values and frames of frame-driven schedules (pure functions of the frame), gradient
-clipping and the LR scheduler's arguments. A key outside them (a net's layers, a batch size, the memory) is an exit 2
-naming it: its change would contradict the checkpointed state.
+clipping and the LR scheduler's arguments. Each says so next to its key, in the field metadata of its section's
+dataclass (``"perturbable"``, beside ``ge``/``le``/``origin``): ``True`` for the key itself; for a dict-valued key
+the keys inside it that may change (``agents.nets.spec.OPTIM_PERTURBABLE``, ``agents.schedules.SCHEDULE_PERTURBABLE``),
+or ``"*"`` for every key inside it but ``name``. A key outside them (a net's layers, a batch size, the memory) is an
+exit 2 naming it: its change would contradict the checkpointed state.
 
 The interval must fall on a log row and a checkpoint (a multiple of ``meta.log_frequency``,
 ``meta.checkpoint_frequency`` and ``env.num_envs``; the message names the nearest valid values) and below
@@ -27,7 +30,8 @@ the explore step also clamps to); a resume keeps the population's ``env.max_fram
 
 from __future__ import annotations
 
-import fnmatch
+import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -36,16 +40,6 @@ PBT_KEYS = ("name", "perturbation_interval", "quantile_fraction", "resample_prob
 PB2_KEYS = ("name", "perturbation_interval", "quantile_fraction")
 METHODS = ("PBT", "PB2")
 
-# spec paths (fnmatch patterns; ``*`` also matches dots) that PBT may change between generations
-PERTURBABLE = (
-    "agent.*optim_spec.lr", "agent.*optim_spec.weight_decay", "agent.*optim_spec.eps", "agent.*optim_spec.momentum",
-    "agent.algorithm.alpha_lr", "agent.algorithm.gamma", "agent.algorithm.lam", "agent.algorithm.*_coef",
-    "agent.algorithm.*_spec.start_val", "agent.algorithm.*_spec.end_val",
-    "agent.algorithm.*_spec.start_step", "agent.algorithm.*_spec.end_step",
-    "agent.algorithm.training_epoch", "agent.algorithm.training_iter", "agent.algorithm.target_entropy",
-    "agent.*net.clip_grad_val", "agent.*lr_scheduler_spec.*",
-)
-UNPERTURBABLE = ("agent.*lr_scheduler_spec.name", "agent.*optim_spec.name", "agent.algorithm.*_spec.name")
 # space types PBT can perturb and resample; a grid has no distribution to resample from
 PBT_SPACE_TYPES = ("choice", "uniform", "quniform", "loguniform", "qloguniform", "randint", "qrandint", "lograndint",
                    "qlograndint", "normal", "randn", "qrandn")
@@ -126,10 +120,32 @@ def is_pbt(spec: dict[str, Any]) -> bool:
     return isinstance(sched, dict) and sched.get("name") in METHODS
 
 
+@functools.cache
+def perturbable_keys() -> dict[str, dict[str, Any]]:
+    """Section prefix -> ``{key: its "perturbable" field metadata}`` for the keys that have one, over every dataclass
+    that may define the section (every registered algorithm's spec class for ``agent.algorithm``)."""
+    from orchestrator.spec.schema import ALGORITHMS, AlgorithmSpec, EnvSpec, MemorySpec, MetaSpec, NetSpec
+
+    sections = {"agent.algorithm": [AlgorithmSpec, *(a.spec_cls for a in ALGORITHMS.values())],
+                "agent.net": [NetSpec], "agent.critic_net": [NetSpec], "agent.memory": [MemorySpec],
+                "env": [EnvSpec], "meta": [MetaSpec]}
+    return {prefix: {f.name: f.metadata["perturbable"] for cls in classes for f in dataclasses.fields(cls)
+                     if f.metadata.get("perturbable")}
+            for prefix, classes in sections.items()}
+
+
 def perturbable(path: str) -> bool:
-    """Whether PBT may change spec key ``path`` between generations (``PERTURBABLE``)."""
-    return any(fnmatch.fnmatchcase(path, p) for p in PERTURBABLE) and \
-        not any(fnmatch.fnmatchcase(path, p) for p in UNPERTURBABLE)
+    """Whether PBT may change spec key ``path`` between generations: its field's ``perturbable`` metadata
+    (``perturbable_keys``; module docstring) says so for the key, or for the key inside a dict-valued field."""
+    for prefix, marks in perturbable_keys().items():
+        if not path.startswith(prefix + "."):
+            continue
+        key, _, sub = path[len(prefix) + 1:].partition(".")
+        mark = marks.get(key)
+        if not sub:
+            return mark is True
+        return (mark == "*" and sub != "name") or (isinstance(mark, tuple) and sub in mark)
+    return False
 
 
 def key_range(spec: dict[str, Any], path: str) -> KeyRange:

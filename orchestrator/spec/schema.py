@@ -12,9 +12,9 @@ one place: the typed section dataclasses (``AlgorithmSpec`` subclasses, ``NetSpe
 path before raising one ``SpecError``.
 
 Each section dataclass documents its keys in a ``Fields:`` list of its docstring (``name: meaning``); a field's
-metadata holds its checks (``gt``, ``ge``, ``le``, ``choices``) and, for a key SLM-Lab does not have, its
-``origin`` (``"lab"``, or the library whose name it borrows). ``tools/gen_reference.py`` writes the spec-key
-reference (docs/reference/spec-keys.md) from them.
+metadata holds its checks (``gt``, ``ge``, ``le``, ``choices``), whether PBT may perturb it (``perturbable``:
+``orchestrator.spec.pbt``) and, for a key SLM-Lab does not have, its ``origin`` (``"lab"``, or the library whose
+name it borrows). ``tools/gen_reference.py`` writes the spec-key reference (docs/reference/spec-keys.md) from them.
 """
 
 from __future__ import annotations

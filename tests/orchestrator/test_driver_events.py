@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from lab_helpers import SPECS
 
+from orchestrator.session import events as ev
 from orchestrator.session_actor import SessionRunner, checkpoint_batches
 from orchestrator.spec.load import load_spec
 from orchestrator.store import storage
@@ -16,6 +17,7 @@ from orchestrator.store.record import RunRecord, SessionPlan
 from orchestrator.trial import Trial
 
 REPO = Path(__file__).resolve().parents[2]
+RAISE = "raise"  # in a fake stream's events: its code raises there
 
 
 def test_checkpoint_batches_group_a_checkpoints_commit_and_its_rows(tmp_path):
@@ -25,8 +27,8 @@ def test_checkpoint_batches_group_a_checkpoints_commit_and_its_rows(tmp_path):
                                              "meta.tensorboard=false"])
     runner = SessionRunner(spec, str(tmp_path / "ppo_cartpole_2026_01_01_000000"), 0, 0, 3, resume=False)
     out = list(checkpoint_batches(runner))
-    shape = [[(e["kind"], e.get("frame", e.get("row", {}).get("frame"))) for e in x["events"]]
-             if x["kind"] == "batch" else (x["kind"], x.get("frame")) for x in out]
+    shape = [[(e.kind, e.row["frame"] if isinstance(e, ev.Log) else getattr(e, "frame", None)) for e in x.events]
+             if x.kind == "batch" else (x.kind, getattr(x, "frame", None)) for x in out]
     rows = [("log", f) for f in (128, 256, 384, 512)]
     assert shape == [("started", None), rows,  # frame 512: no earlier write to report, the chunk's 4 rows
                      [("checkpoint", 512), *[("log", f + 512) for _, f in rows]],  # 512 committed, rows to 1024
@@ -35,10 +37,10 @@ def test_checkpoint_batches_group_a_checkpoints_commit_and_its_rows(tmp_path):
 
 def test_trial_handles_a_batch_as_its_events_one_by_one(tmp_path):
     spec = load_spec(SPECS, "ppo_cartpole", ["meta.max_session=1", "meta.random_seed=1"])
-    events = [{"kind": "checkpoint", "frame": 800, "seconds": 0.01},
-              *({"kind": "log", "row": {"frame": f, "fps": 1.0, "total_reward_ma": 9.0}} for f in (1000, 1200))]
+    events = [ev.Checkpoint(frame=800, seconds=0.01),
+              *(ev.Log({"frame": f, "fps": 1.0, "total_reward_ma": 9.0}) for f in (1000, 1200))]
     results = []
-    for stream in (events, [{"kind": "batch", "events": events}]):
+    for stream in (events, [ev.Batch(events)]):
         plan = SessionPlan(0, 0, 1, False, status="running")
         record = RunRecord(str(tmp_path), {"sessions": {}, "resumes": []})
         logged = []
@@ -58,14 +60,14 @@ def test_trial_starts_the_analysis_preload_once_at_its_first_log_row(tmp_path, m
     spec = load_spec(SPECS, "ppo_cartpole", ["meta.max_session=1", "meta.random_seed=1"])
     plan = SessionPlan(0, 0, 1, False, status="running")
     trial = Trial(spec, str(tmp_path), [plan], RunRecord(str(tmp_path), {"sessions": {}, "resumes": []}), quiet=True)
-    trial.handle(plan, {"kind": "checkpoint", "frame": 800, "seconds": 0.01})
+    trial.handle(plan, ev.Checkpoint(frame=800, seconds=0.01))
     assert started == [] and trial.preload is None  # not while the actors start
     for f in (1000, 1200):
-        trial.handle(plan, {"kind": "log", "row": {"frame": f, "fps": 1.0, "total_reward_ma": 9.0}})
+        trial.handle(plan, ev.Log({"frame": f, "fps": 1.0, "total_reward_ma": 9.0}))
     assert started == [0] and trial.preload == "thread1"  # once, at the first row
     search_trial = Trial(spec, str(tmp_path), [plan], RunRecord(str(tmp_path), {"sessions": {}, "resumes": []}),
                          quiet=True, analyze=False)  # a search's trial: the driver analyzes it
-    search_trial.handle(plan, {"kind": "log", "row": {"frame": 1400, "fps": 1.0, "total_reward_ma": 9.0}})
+    search_trial.handle(plan, ev.Log({"frame": 1400, "fps": 1.0, "total_reward_ma": 9.0}))
     assert started == [0] and search_trial.preload is None
 
 
@@ -99,11 +101,11 @@ def test_run_json_text_is_json_with_one_line_per_session():
 
 @pytest.fixture
 def streams(ray_local):
-    """A remote generator standing in for ``SessionActor.run``: yields ``events`` (a dict raising marks an error)."""
+    """A remote generator standing in for ``SessionActor.run``: yields ``events`` (``RAISE`` marks an error)."""
     @ray_local.remote(num_cpus=0)
     def stream(events):
         for event in events:
-            if event.get("raise"):
+            if event == RAISE:
                 raise ValueError("injected session bug")
             yield event
     return stream
@@ -118,10 +120,10 @@ def test_watch_takes_every_ready_event_of_many_streams_in_order(streams, tmp_pat
 
     def events_of(s):
         if s == 8:
-            return [{"kind": "log", "row": {"frame": 1}}, {"raise": True}]
-        rows = [{"kind": "log", "row": {"frame": f}} for f in range(1, 11)]
-        return [rows[0], {"kind": "batch", "events": rows[1:6]}, *rows[6:],
-                {"kind": "checkpoint", "frame": 10}, {"kind": "done", "frame": 10, "checkpoint": True}]
+            return [ev.Log({"frame": 1}), RAISE]
+        rows = [ev.Log({"frame": f}) for f in range(1, 11)]
+        return [rows[0], ev.Batch(rows[1:6]), *rows[6:],
+                ev.Checkpoint(frame=10, seconds=0.0), ev.Done(frame=10, checkpoint=True)]
 
     class Handle:
         def __init__(self, s):
@@ -137,8 +139,8 @@ def test_watch_takes_every_ready_event_of_many_streams_in_order(streams, tmp_pat
             pass
 
         def handle(self, plan, event):
-            if event["kind"] == "log":
-                seen[plan.key].append(event["row"]["frame"])
+            if event.kind == "log":
+                seen[plan.key].append(event.row["frame"])
             super().handle(plan, event)
 
         def log_error(self, plan, text):

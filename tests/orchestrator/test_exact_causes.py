@@ -128,7 +128,7 @@ def commit(predir, spec, session_index, frames):
 
     runner = SessionRunner(spec, str(predir), 0, session_index, 3 + session_index, resume=False)
     for event in runner.events():
-        if event["kind"] == "started":
+        if event.kind == "started":
             runner.session.run_rl(until_frame=frames)
             runner.session.stop_requested = True
 

@@ -239,7 +239,7 @@ def test_failed_checkpoint_writes_are_retried_and_training_continues(tmp_path, m
     monkeypatch.setattr(checkpoint.CheckpointStore, "commit", flaky_commit)
     runner = SessionRunner(spec, str(tmp_path / "ppo_cartpole_2026_01_01_000000"), 0, 0, 1, resume=False)
     events = list(runner.events())
-    kinds = [(e["kind"], e.get("frame")) for e in events if e["kind"] != "log"]
+    kinds = [(e.kind, e.get("frame")) for e in events if e.kind != "log"]
     assert ("checkpoint_failed", 2000) in kinds and ("checkpoint", 3000) in kinds and kinds[-1] == ("done", 4000)
     assert calls.count(2000) == 3  # first try + 2 retries
     store = checkpoint.CheckpointStore(runner.session_dir)
@@ -271,12 +271,12 @@ def test_sigterm_to_a_session_actor_commits_a_final_checkpoint_and_ends_an_empty
         for ref in stream:
             event = ray.get(ref)
             events.append(event)
-            if event["kind"] == "batch" and not sent:  # it trains: a checkpoint was committed
+            if event.kind == "batch" and not sent:  # it trains: a checkpoint was committed
                 os.kill(pid, signal.SIGTERM)
                 sent = True
         last = events[-1]
-        assert last["kind"] == "interrupted" and last["checkpoint"] and 0 < last["frame"] < 300000
-        assert checkpoint.CheckpointStore(str(predir / "t0/s0")).frames()[-1] == last["frame"]
+        assert last.kind == "interrupted" and last.checkpoint and 0 < last.frame < 300000
+        assert checkpoint.CheckpointStore(str(predir / "t0/s0")).frames()[-1] == last.frame
         assert psutil.pid_exists(pid)  # the actor stays, for another session
         os.kill(empty_pid, signal.SIGTERM)
         wait_for(lambda: not psutil.pid_exists(empty_pid) or psutil.Process(empty_pid).status() == "zombie",

@@ -10,6 +10,7 @@ import pytest
 from test_stats import fake_run
 
 from orchestrator.report import compare, experiment_graph, graphs, pbt_graph
+from orchestrator.search.decision import Decision
 from orchestrator.spec.search_space import SearchVar
 
 LR, GAMMA = "agent.net.optim_spec.lr", "agent.algorithm.gamma"
@@ -17,7 +18,7 @@ INITIAL = {0: {LR: 1e-3, GAMMA: 0.99}, 1: {LR: 3e-4, GAMMA: 0.95}, 2: {LR: 5e-3,
            3: {LR: 2e-4, GAMMA: 0.97}}
 
 
-def pbt_records() -> list[dict]:
+def pbt_records() -> list[Decision]:
     """Three decisions of 4 trials at frames 200, 400, 600 (as ``pbt_policy.decide`` writes them): t3 continues from
     t0 at generation 1, t1 from t2 at generation 2, t3 from t2 at generation 3."""
     configs = {t: dict(c) for t, c in INITIAL.items()}
@@ -32,7 +33,7 @@ def pbt_records() -> list[dict]:
             records.append({"version": 2, "generation": g, "frame": 200 * g, "trial": t, "rank": 1, "failed": False,
                             "donor": donor, "score": scores[t], "donor_score": None if donor is None else
                             scores[donor], "config": dict(configs[t])})
-    return records
+    return [Decision.from_json(r) for r in records]
 
 
 def lineage() -> pbt_graph.Lineage:
@@ -51,7 +52,7 @@ def test_the_lineage_has_a_panel_per_key_with_each_trials_values_in_frame_order(
         lines = [line for line in ax.get_lines() if line.get_drawstyle() == "steps-post"]
         assert len(lines) == 4
         for t, line in enumerate(lines):
-            want = [INITIAL[t][key]] + [r["config"][key] for r in records if r["trial"] == t]
+            want = [INITIAL[t][key]] + [r.config[key] for r in records if r.trial == t]
             assert list(line.get_xdata()) == [0, 200, 400, 600, 800]
             np.testing.assert_allclose(line.get_ydata(), want + want[-1:])
             assert line.get_color() == colors[t]

@@ -33,6 +33,7 @@ from lab_helpers import (
 
 from orchestrator.modes import search
 from orchestrator.search import trials as trials_mod
+from orchestrator.session.events import Started
 from orchestrator.spec.load import load_spec
 from orchestrator.store import lease as lease_mod
 from orchestrator.store import storage
@@ -203,7 +204,7 @@ def test_actor_side_fallback_is_logged_and_recorded_by_the_driver(run_copy, caps
     record.data["resumes"].append({"at": "now", "spec_edits": [], "from_frames": {"t0_s0": 3000}})
     record.update(plan)
     trial = Trial(spec, str(run_copy), [plan], record, quiet=True)
-    trial.on_started(plan, {"kind": "started", "pid": 1, "restored_frame": 2000, "set_aside": runner.set_aside})
+    trial.on_started(plan, Started(pid=1, device="cpu", restored_frame=2000, set_aside=runner.set_aside))
     run = json.loads((run_copy / "run.json").read_text())
     assert run["resumes"][-1]["from_frames"] == {"t0_s0": 2000}
     entry = run["sessions"]["t0_s0"]

@@ -28,10 +28,10 @@ from orchestrator.session_actor import SessionRunner
 tracking.LEAN_PROCESS["tensorboard"] = True  # as SessionActor.__init__ (the session actor's process)
 spec, predir = json.loads(sys.argv[1]), sys.argv[2]
 runner = SessionRunner(spec, predir, 0, 0, 1, resume=False)
-events = [e["kind"] for e in runner.events()]
+events = [e.kind for e in runner.events()]
 spec["env"]["max_frame"] += 256  # and a resume from its last checkpoint (optimizer state loaded, more steps)
 resumed = SessionRunner(spec, predir, 0, 0, 1, resume=True)
-resumed_events = [e["kind"] for e in resumed.events()]
+resumed_events = [e.kind for e in resumed.events()]
 modules = sorted(sys.modules)
 # pandas, once imported (train_df), works with pyarrow as usual after storage.skip_pandas_probe
 from orchestrator.store import storage
@@ -168,7 +168,7 @@ def test_a_session_actor_keeps_pydantic_out_of_rays_serializer_and_still_builds_
         session = {"spec": check(arc_spec), "predir": str(tmp_path / "ppo_cartpole_2026_01_01_000000"), "trial": 0,
                    "session": 0, "seed": 1, "resume": False, "num_threads": 1}
         events = [ray.get(ref) for ref in actor.run.remote(session)]
-        assert events[0]["kind"] == "started" and events[-1]["kind"] == "done" and events[-1]["frame"] == 256
+        assert events[0].kind == "started" and events[-1].kind == "done" and events[-1].frame == 256
         assert "pydantic_core" in Path(f"/proc/{pid}/maps").read_text()  # torcharc imported it for real
     finally:
         ray.kill(actor)

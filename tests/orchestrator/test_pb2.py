@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from orchestrator.search import pb2
+from orchestrator.search.decision import Decision
 from orchestrator.spec.search_space import SearchVar
 
 
@@ -100,5 +101,5 @@ def test_pb2_equal_or_non_finite_score_changes_give_valid_distinct_picks():
     with_inf = [*finite, (0.3, {"a": 0.6}, math.inf), (0.3, {"a": 0.7}, math.nan)]
     assert (pb2.select(var, with_inf, 0.4, [{"a": 0.1}], np.random.default_rng(0))
             == pb2.select(var, finite, 0.4, [{"a": 0.1}], np.random.default_rng(0)))
-    history = [{"generation": 1, "trial": 0, "donor": None, "score": math.nan, "donor_score": None, "config": {}}]
+    history = [Decision(generation=1, frame=400, trial=0, donor=None, score=math.nan, donor_score=None, config={})]
     assert pb2.observations(history, {0: 5.0}, 2, 4) == []

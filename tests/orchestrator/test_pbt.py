@@ -170,9 +170,10 @@ def test_pb2_picks_the_region_where_the_score_improved_most():
 
 def test_pb2_observations_are_score_changes_from_the_state_each_trial_started_from():
     from orchestrator.search import pb2
+    from orchestrator.search.decision import Decision
 
-    history = [{"generation": 1, "trial": 0, "donor": None, "score": 10.0, "donor_score": None, "config": {"x": 1}},
-               {"generation": 1, "trial": 1, "donor": 0, "score": 2.0, "donor_score": 10.0, "config": {"x": 3}}]
+    history = [Decision(generation=1, frame=400, trial=0, donor=None, score=10.0, donor_score=None, config={"x": 1}),
+               Decision(generation=1, frame=400, trial=1, donor=0, score=2.0, donor_score=10.0, config={"x": 3})]
     got = pb2.observations(history, {0: 15.0, 1: 11.0}, 2, 4)
     assert got == [(0.5, {"x": 1}, 5.0), (0.5, {"x": 3}, 1.0)]
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from orchestrator.errors import SpecError
+from orchestrator.search.decision import Decision
 from orchestrator.search.pbt_policy import (
     MAX_REDRAWS,
     RESEED_RANGE,
@@ -69,22 +70,22 @@ def test_decisions_are_seeded_ranked_by_score_and_exploit_the_top_quantile():
     a = decide(3, 1200, scores, configs, [lr, gamma], settings, seed=7)
     assert a == decide(3, 1200, scores, configs, [lr, gamma], settings, seed=7)
     assert quantile_size(8, 0.25) == 2 and quantile_size(3, 0.5) == 1
-    exploited = {r["trial"]: r for r in a if r["donor"] is not None}
+    exploited = {r.trial: r for r in a if r.donor is not None}
     assert set(exploited) == {0, 6}  # the two lowest scores; the NaN one (no score) is neither donor nor recipient
     for r in exploited.values():
-        assert r["donor"] in (1, 7) and r["donor_score"] == scores[r["donor"]]
-        donor_lr = configs[r["donor"]][LR]
-        assert r["config"][LR] in (pytest.approx(donor_lr * 0.8), pytest.approx(donor_lr * 1.2))
-        assert r["config"][GAMMA] in (0.9, 0.99)  # a neighbour of 0.95
-        assert r["explore"][LR]["op"] == "perturb" and r["explore"][LR]["before"] == donor_lr
-        assert r["explore"][LR]["after"] == r["config"][LR] == donor_lr * r["explore"][LR]["factor"]
-        assert r["explore"][GAMMA] == {"op": "shift", "before": 0.95, "after": r["config"][GAMMA], "clamped": False}
-        assert r["reseed"] == reseed(7, r["trial"], 3) and r["redraws"] == []
-    kept = [r for r in a if r["donor"] is None]
-    assert all(r["config"] == configs[r["trial"]] and r["explore"] is None and r["reseed"] is None for r in kept)
-    assert [r["trial"] for r in a] == list(range(8)) and all(r["generation"] == 3 and r["frame"] == 1200 for r in a)
-    assert {r["version"] for r in a} == {VERSION} and [r["rank"] for r in a] == [7, 1, 3, 8, 4, 5, 6, 2]
-    assert a[3]["score"] is None  # NaN recorded as null
+        assert r.donor in (1, 7) and r.donor_score == scores[r.donor]
+        donor_lr = configs[r.donor][LR]
+        assert r.config[LR] in (pytest.approx(donor_lr * 0.8), pytest.approx(donor_lr * 1.2))
+        assert r.config[GAMMA] in (0.9, 0.99)  # a neighbour of 0.95
+        assert r.explore[LR]["op"] == "perturb" and r.explore[LR]["before"] == donor_lr
+        assert r.explore[LR]["after"] == r.config[LR] == donor_lr * r.explore[LR]["factor"]
+        assert r.explore[GAMMA] == {"op": "shift", "before": 0.95, "after": r.config[GAMMA], "clamped": False}
+        assert r.reseed == reseed(7, r.trial, 3) and r.redraws == []
+    kept = [r for r in a if r.donor is None]
+    assert all(r.config == configs[r.trial] and r.explore is None and r.reseed is None for r in kept)
+    assert [r.trial for r in a] == list(range(8)) and all(r.generation == 3 and r.frame == 1200 for r in a)
+    assert {r.version for r in a} == {VERSION} and [r.rank for r in a] == [7, 1, 3, 8, 4, 5, 6, 2]
+    assert a[3].score is None  # NaN recorded as null
     other = [decide(3, 1200, scores, configs, [lr, gamma], settings, seed=s) for s in range(8, 20)]
     assert any(o != a for o in other), "the seed does not reach the decisions"
 
@@ -94,27 +95,27 @@ def test_no_score_is_no_donor_and_no_recipient():
     configs = {t: {LR: 1e-3 * (t + 1)} for t in range(4)}
     for seed in range(10):  # no episode ended yet: no information, no exploit
         records = decide(1, 400, {t: None for t in range(4)}, configs, [lr], STAY, seed)
-        assert all(r["donor"] is None for r in records)
+        assert all(r.donor is None for r in records)
         records = decide(1, 400, {0: None, 1: 10.0, 2: 5.0, 3: math.nan}, configs, [lr], STAY, seed)
-        assert [(r["trial"], r["donor"]) for r in records if r["donor"] is not None] == [(2, 1)]
+        assert [(r.trial, r.donor) for r in records if r.donor is not None] == [(2, 1)]
 
 
 def test_ties_are_drawn_not_taken_by_index_and_equal_scores_never_exploit():
     lr = SearchVar(LR, "loguniform", [1e-4, 1e-2])
     configs = {t: {LR: 1e-3} for t in range(4)}
     for seed in range(10):  # CartPole at 500 everywhere: nobody is better
-        assert all(r["donor"] is None for r in decide(1, 400, {t: 500.0 for t in range(4)}, configs, [lr], STAY, seed))
-    pairs = {(r["trial"], r["donor"]) for seed in range(40)
+        assert all(r.donor is None for r in decide(1, 400, {t: 500.0 for t in range(4)}, configs, [lr], STAY, seed))
+    pairs = {(r.trial, r.donor) for seed in range(40)
              for r in decide(2, 800, {0: 500.0, 1: 500.0, 2: 100.0, 3: 100.0}, configs, [lr], STAY, seed)
-             if r["donor"] is not None}
+             if r.donor is not None}
     assert pairs == {(2, 0), (2, 1), (3, 0), (3, 1)}  # each tied top trial donates, each tied bottom one receives
     orders = {tuple(rank({t: 1.0 for t in range(5)}, range(5), (), np.random.default_rng(s))) for s in range(20)}
     assert len(orders) > 5
     # exactly one exploit per generation at quantile 0.25 of 4, never of a tie
     for seed in range(20):
         (r,) = [r for r in decide(1, 400, {0: 9.0, 1: 9.0, 2: 9.0, 3: 1.0}, configs, [lr], STAY, seed)
-                if r["donor"] is not None]
-        assert r["trial"] == 3 and r["donor"] in (0, 1, 2)
+                if r.donor is not None]
+        assert r.trial == 3 and r.donor in (0, 1, 2)
 
 
 def test_a_failed_trial_ranks_last_and_is_replaced_first():
@@ -122,16 +123,16 @@ def test_a_failed_trial_ranks_last_and_is_replaced_first():
     configs = {t: {LR: 1e-3 * (t + 1)} for t in range(8)}
     scores = {t: float(10 * t) for t in range(8)}  # t7 best; t0, t1 lowest
     records = decide(2, 800, scores, configs, [lr], STAY, 3, failed={5})
-    got = {r["trial"]: r for r in records if r["donor"] is not None}
+    got = {r.trial: r for r in records if r.donor is not None}
     assert set(got) == {5, 0}  # the failed trial, then the lowest of quantile 2
-    assert got[5]["failed"] and got[5]["rank"] == 8 and got[5]["donor"] in (7, 6)
+    assert got[5].failed and got[5].rank == 8 and got[5].donor in (7, 6)
     # more failed trials than the quantile: all replaced, none by a failed trial
     records = decide(2, 800, scores, configs, [lr], STAY, 3, failed={1, 5, 6})
-    got = {r["trial"]: r["donor"] for r in records if r["donor"] is not None}
+    got = {r.trial: r.donor for r in records if r.donor is not None}
     assert set(got) == {1, 5, 6} and set(got.values()) <= {7, 4}
     # no score anywhere yet: a healthy trial's state replaces a failed one
     records = decide(1, 400, {t: None for t in range(8)}, configs, [lr], STAY, 3, failed={2})
-    assert [(r["trial"], r["donor"] is not None and r["donor"] != 2) for r in records if r["donor"] is not None] == \
+    assert [(r.trial, r.donor is not None and r.donor != 2) for r in records if r.donor is not None] == \
         [(2, True)]
     with pytest.raises(PopulationFailed, match=r"every trial of the population failed \(t0, t1, t2, t3, t4"):
         decide(1, 400, scores, configs, [lr], STAY, 3, failed=set(range(8)))
@@ -165,9 +166,9 @@ def test_a_normal_key_perturbed_out_of_the_schema_is_clamped_and_passes_the_spec
     for seed in range(5):
         records = decide(1, 8192, {0: 1.0, 1: 2.0, 2: 3.0, 3: 4.0}, configs, [var], settings, seed,
                          ranges=ranges, problems=problems)
-        (r,) = [r for r in records if r["donor"] is not None]
-        assert r["trial"] == 0 and r["config"] == {GAMMA: 1.0} and r["explore"][GAMMA]["clamped"]
-        assert all(problems(x["config"]) == [] for x in records)  # every recorded decision applies
+        (r,) = [r for r in records if r.donor is not None]
+        assert r.trial == 0 and r.config == {GAMMA: 1.0} and r.explore[GAMMA]["clamped"]
+        assert all(problems(x.config) == [] for x in records)  # every recorded decision applies
     # the initial samples too: N(0.99, 0.1) gives values above 1 for some trials
     initial = [initial_config([var], s, t, ranges, problems)[GAMMA] for s in range(4) for t in range(4)]
     assert max(initial) == 1.0 and all(0 <= g <= 1 for g in initial)
@@ -183,19 +184,19 @@ def test_a_config_the_spec_check_refuses_is_drawn_again_or_the_donor_values_kept
         return [f"{LR}: above 1e-3 with gamma {config[GAMMA]}"] if config[LR] > 1e-3 else []
 
     settings = PBTSettings(400, 0.5, 0.0, (1.2,))
-    (r,) = [r for r in decide(1, 400, scores, configs, [lr, gamma], settings, 4, problems=small_lr) if r["donor"]]
-    assert r["redraws"][0] == [f"{LR}: above 1e-3 with gamma {0.8 * 1.2}"]  # 2.4e-3 refused
-    assert r["explore"][LR]["op"] == "redraw" and r["config"][LR] <= 1e-3 and small_lr(r["config"]) == []
-    assert r["explore"][GAMMA] == {"op": "perturb", "factor": 1.2, "before": 0.8, "after": 0.96, "clamped": False}
+    (r,) = [r for r in decide(1, 400, scores, configs, [lr, gamma], settings, 4, problems=small_lr) if r.donor]
+    assert r.redraws[0] == [f"{LR}: above 1e-3 with gamma {0.8 * 1.2}"]  # 2.4e-3 refused
+    assert r.explore[LR]["op"] == "redraw" and r.config[LR] <= 1e-3 and small_lr(r.config) == []
+    assert r.explore[GAMMA] == {"op": "perturb", "factor": 1.2, "before": 0.8, "after": 0.96, "clamped": False}
     assert r == [x for x in decide(1, 400, scores, configs, [lr, gamma], settings, 4, problems=small_lr)
-                 if x["donor"]][0]  # the redraws come from the seeded stream
+                 if x.donor][0]  # the redraws come from the seeded stream
 
     def never(config):
         return [f"{LR}: refused"] if config != configs[1] else []
 
-    (r,) = [r for r in decide(1, 400, scores, configs, [lr, gamma], settings, 4, problems=never) if r["donor"]]
-    assert r["config"] == configs[1] and len(r["redraws"]) == MAX_REDRAWS + 1
-    assert {e["op"] for e in r["explore"].values()} == {"kept"}
+    (r,) = [r for r in decide(1, 400, scores, configs, [lr, gamma], settings, 4, problems=never) if r.donor]
+    assert r.config == configs[1] and len(r.redraws) == MAX_REDRAWS + 1
+    assert {e["op"] for e in r.explore.values()} == {"kept"}
 
 
 def test_integer_perturbations_move_at_least_one_step_and_exclusive_bounds_hold():
@@ -208,9 +209,9 @@ def test_integer_perturbations_move_at_least_one_step_and_exclusive_bounds_hold(
     assert max(sample(ints, rng) for _ in range(300)) == 4
     assert max(perturb(ints, 4, PBTSettings(400, 0.25, 1.0), rng) for _ in range(300)) == 4  # resampled
     pb2 = PBTSettings(400, 0.5, method="PB2")  # PB2's picks are fitted too: never randint's high
-    picks = [r["config"]["agent.algorithm.training_epoch"] for seed in range(30)
+    picks = [r.config["agent.algorithm.training_epoch"] for seed in range(30)
              for r in decide(1, 400, {0: 1.0, 1: 2.0}, {0: {ints.path: 1}, 1: {ints.path: 2}}, [ints], pb2, seed)
-             if r["donor"] is not None]
+             if r.donor is not None]
     assert set(picks) == {1, 2, 3, 4}
     log = SearchVar("agent.algorithm.training_epoch", "lograndint", [1, 8])
     assert perturb(log, 7, up, rng) == 7 and perturb(log, 1, up, rng) == 2
@@ -234,13 +235,14 @@ def test_reseed_and_records_of_older_versions():
     assert reseed(1, 2, 3) == reseed(1, 2, 3) != reseed(2, 2, 3)
     old = {"generation": 2, "frame": 800, "trial": 1, "donor": 0, "score": 3.0, "donor_score": 9.5,
            "config": {LR: 0.0012, GAMMA: 0.95}}  # a pbt.jsonl line written before version 2
-    assert format_exploit(old) == ("PBT generation 2 (frame 800): t1 (score 3) continues from t0 (score 9.5) with "
-                                   "lr=0.0012, gamma=0.95")
+    assert format_exploit(Decision.from_json(old)) == (
+        "PBT generation 2 (frame 800): t1 (score 3) continues from t0 (score 9.5) with lr=0.0012, gamma=0.95")
     new = {**old, "failed": True, "explore": {
         GAMMA: {"op": "perturb", "factor": 1.2, "before": 0.95, "after": 1.0, "clamped": True},
         LR: {"op": "resample", "before": 0.001, "after": 0.0012, "clamped": False}}}
-    assert format_exploit(new, "PB2") == ("PB2 generation 2 (frame 800): t1 (failed) continues from t0 (score 9.5) "
-                                          "with gamma 0.95 -> 1 (x1.2, clamped), lr 0.001 -> 0.0012 (resample)")
+    assert format_exploit(Decision.from_json(new), "PB2") == (
+        "PB2 generation 2 (frame 800): t1 (failed) continues from t0 (score 9.5) "
+        "with gamma 0.95 -> 1 (x1.2, clamped), lr 0.001 -> 0.0012 (resample)")
 
 
 def test_lineage_follows_donors_backwards():
@@ -253,6 +255,8 @@ def test_lineage_follows_donors_backwards():
         {"generation": 2, "trial": 1, "donor": 2, "config": {"x": 21}},
         {"generation": 2, "trial": 2, "donor": None, "config": {"x": 20}},
     ]
+    records = [Decision.from_json({"frame": 400 * r["generation"], "score": None, "donor_score": None, **r})
+               for r in records]
     assert lineage(records, 1, initial, 3) == [{"generation": 1, "trial": 0, "config": {"x": 0}, "reseed": None},
                                                {"generation": 2, "trial": 2, "config": {"x": 20}, "reseed": 77},
                                                {"generation": 3, "trial": 1, "config": {"x": 21}, "reseed": None}]
@@ -341,3 +345,20 @@ def test_the_population_samples_and_checks_within_the_schema(tmp_path):
     assert max(gammas) == 1.0 and min(gammas) < 1.0
     assert pop.config_problems({GAMMA: 1.2}) == ["agent.algorithm.gamma: must be <= 1, got 1.2"]
     assert all(pop.config_problems(c) == [] for c in pop.initial.values())
+
+
+def test_a_decision_line_reads_and_writes_back_as_it_was_in_either_version():
+    """``Decision.from_json`` then ``to_json`` gives every ``pbt.jsonl`` line back key for key, in its order: a
+    version-2 line of ``decide`` and a line written before versions (no version key, none added)."""
+    lr = SearchVar(LR, "loguniform", [1e-4, 1e-2])
+    records = decide(1, 400, {0: 1.0, 1: 2.0, 2: None, 3: 4.0}, {t: {LR: 1e-3} for t in range(4)}, [lr], STAY, 5)
+    lines = [json.dumps(r.to_json()) for r in records]
+    assert [json.dumps(Decision.from_json(json.loads(line)).to_json()) for line in lines] == lines
+    assert list(json.loads(lines[0])) == ["version", "generation", "frame", "trial", "rank", "failed", "donor",
+                                          "score", "donor_score", "config", "explore", "redraws", "reseed"]
+    exploit = next(r for r in records if r.exploited)
+    assert exploit.reseed == reseed(5, exploit.trial, 1) and exploit.explore[LR]["op"] == "perturb"
+    old = '{"generation": 2, "frame": 800, "trial": 1, "donor": 0, "score": 3.0, "donor_score": 9.5, "config": {}}'
+    decision = Decision.from_json(json.loads(old))
+    assert decision.version is None and decision.reseed is None and decision.explore is None and decision.exploited
+    assert json.dumps(decision.to_json()) == old

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from envs.state import STATE_FILES
+from orchestrator.session.events import Interrupted
 from orchestrator.session.loop import Session
 from orchestrator.session_actor import SessionRunner
 from orchestrator.spec.load import load_spec
@@ -37,12 +38,12 @@ def interrupted_then_resumed(spec, seed, stop_frame, predir):
     first = SessionRunner(spec, predir, 0, 0, seed, resume=False)
     events = first.events()
     for event in events:
-        if event["kind"] == "started":
+        if event.kind == "started":
             first.session.run_rl(until_frame=stop_frame)  # reach an arbitrary mid-chunk frame
             first.session.stop_requested = True
-    assert event["kind"] == "interrupted" and event["frame"] == stop_frame
+    assert event.kind == "interrupted" and event.frame == stop_frame
     second = SessionRunner(spec, predir, 0, 0, seed, resume=True)
-    kinds = [e["kind"] for e in second.events()]
+    kinds = [e.kind for e in second.events()]
     assert kinds[-1] == "done"
     assert second.restored_frame == stop_frame
     return second.session
@@ -234,10 +235,10 @@ def test_time_gate_picks_log_rows(tmp_path, overrides, frames):
     spec = load_spec(SPECS, "reinforce_cartpole", GATED + overrides)
     runner = gated_runner(spec, str(tmp_path / "reinforce_cartpole_2026_01_01_000000"))
     events = list(runner.events())
-    assert [e["frame"] for e in events if e["kind"] == "checkpoint"] == frames
+    assert [e.frame for e in events if e.kind == "checkpoint"] == frames
     assert runner.store.frames() == frames[-3:]  # keep_checkpoints=3
-    rows = [e["row"]["frame"] for e in events if e["kind"] == "log"]
-    assert rows == list(range(200, 2001, 200)) and events[-1]["kind"] == "done"
+    rows = [e.row["frame"] for e in events if e.kind == "log"]
+    assert rows == list(range(200, 2001, 200)) and events[-1].kind == "done"
 
 
 def test_time_gate_waits_199x_the_previous_checkpoints_cost(tmp_path):
@@ -259,7 +260,7 @@ def test_time_gate_waits_199x_the_previous_checkpoints_cost(tmp_path):
             return snapshot()
 
         runner.snapshot = costly_snapshot
-        assert [e["frame"] for e in runner.events() if e["kind"] == "checkpoint"] == frames, cost
+        assert [e.frame for e in runner.events() if e.kind == "checkpoint"] == frames, cost
 
 
 def test_time_gate_stop_checkpoints_and_default_interval(tmp_path):
@@ -276,10 +277,9 @@ def test_time_gate_stop_checkpoints_and_default_interval(tmp_path):
 
     runner.session.run_rl = run_until_sigterm
     events = list(runner.events())
-    assert [e["frame"] for e in events if e["kind"] == "checkpoint"] == [800, 1100]
+    assert [e.frame for e in events if e.kind == "checkpoint"] == [800, 1100]
     assert runner.store.frames() == [800, 1100]
-    assert events[-1] == {"kind": "interrupted", "frame": 1100, "total_reward_ma": events[-1]["total_reward_ma"],
-                          "checkpoint": True}
+    assert events[-1] == Interrupted(frame=1100, total_reward_ma=events[-1].total_reward_ma, checkpoint=True)
 
 
 def test_resume_from_time_gated_checkpoint_is_exact(tmp_path):
@@ -291,12 +291,12 @@ def test_resume_from_time_gated_checkpoint_is_exact(tmp_path):
     first = gated_runner(spec, predir)
     events = first.events()
     for event in events:
-        if event["kind"] == "checkpoint" and event["frame"] == 1200:
+        if event.kind == "checkpoint" and event.frame == 1200:
             break
     events.close()  # as a SIGKILL: the snapshot of 1800 taken since is never written
     assert first.store.frames() == [600, 1200]
     second = gated_runner(spec, predir, resume=True)
-    assert [e["frame"] for e in second.events() if e["kind"] == "checkpoint"] == [1800, 2000]
+    assert [e.frame for e in second.events() if e.kind == "checkpoint"] == [1800, 2000]
     assert second.restored_frame == 1200
     pd.testing.assert_frame_equal(COMPARED(straight.train_df), COMPARED(second.session.train_df))
     assert straight.weights_sha256() == second.session.weights_sha256()

@@ -31,7 +31,7 @@ def one_thread():
 
 def run(spec, predir, resume=False):
     runner = SessionRunner(spec, predir, 0, 0, 7, resume=resume)
-    kinds = [e["kind"] for e in runner.events()]
+    kinds = [e.kind for e in runner.events()]
     assert kinds[-1] == "done"
     return runner
 
@@ -192,7 +192,7 @@ def test_mlflow_resume_logs_the_rows_a_killed_process_had_not_sent(tmp_path, mon
     first = SessionRunner(spec, predir, 0, 0, 7, resume=False)
     events = first.events()
     for event in events:
-        if event["kind"] == "checkpoint" and event["frame"] == 800:
+        if event.kind == "checkpoint" and event.frame == 800:
             break
     events.close()  # the process dies here: no tracker.close
     run_id = json.loads((tmp_path / PREDIR / "t0/s0/tracking.json").read_text())["run_id"]

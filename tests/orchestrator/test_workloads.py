@@ -84,13 +84,13 @@ def test_older_replay_checkpoint_resumes_into_frame_stack_replay(tmp_path, monke
         m.setattr(factory, "FrameStackReplay", lambda *args, num_envs: older(*args))  # the replay before this class
         first = SessionRunner(spec, predir, 0, 0, 3, resume=False)
         for event in first.events():
-            if event["kind"] == "started":
+            if event.kind == "started":
                 first.session.run_rl(until_frame=98)
                 first.session.stop_requested = True
-        assert event["kind"] == "interrupted" and type(first.session.algorithm.memory) is older
+        assert event.kind == "interrupted" and type(first.session.algorithm.memory) is older
         assert len(first.session.algorithm.memory) == 64  # the ring has wrapped
     second = SessionRunner(spec, predir, 0, 0, 3, resume=True)
-    assert [e["kind"] for e in second.events()][-1] == "done" and second.restored_frame == 98
+    assert [e.kind for e in second.events()][-1] == "done" and second.restored_frame == 98
     assert type(second.session.algorithm.memory) is memory.FrameStackReplay
     pd.testing.assert_frame_equal(COMPARED(straight.train_df), COMPARED(second.session.train_df))
     assert straight.weights_sha256() == second.session.weights_sha256()

@@ -92,7 +92,7 @@ def stop_then_resume(spec: dict, predir: str, stop_frame: int, seed: int = 5) ->
 
     first = SessionRunner(spec, predir, 0, 0, seed, resume=False)
     for event in first.events():
-        if event["kind"] == "started":
+        if event.kind == "started":
             first.session.run_rl(until_frame=stop_frame)
             first.session.stop_requested = True
     second = SessionRunner(spec, predir, 0, 0, seed, resume=True)
