@@ -7,6 +7,7 @@ from typing import Any
 from orchestrator.commandline import Command
 from orchestrator.errors import SpecError, UsageError
 from orchestrator.modes.common import draw_seed
+from orchestrator.report.rows import format_row
 from orchestrator.spec.meta import MetaSpec, set_meta
 from orchestrator.store import storage
 from orchestrator.store.predir import session_seed
@@ -69,7 +70,7 @@ def run_session(spec: dict[str, Any], data_dir: str, quiet: bool) -> int:
                          f"({type(err).__name__}: {cause})") from None
 
     def on_log(sess: Session, row: dict[str, Any]) -> None:
-        log_lines.append(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
+        log_lines.append(format_row(row))
         progress.update("t0_s0", row, sess.clock.max_frame)
         tracker.log(sess, sess.clock.frame)
 
