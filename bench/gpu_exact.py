@@ -2,7 +2,7 @@
 
 For each case (a spec with small budgets, ``agent.net.gpu: true``): two uninterrupted runs A and B of the same
 seed, and a run stopped at a mid-chunk frame, checkpointed through the store and resumed (R), as
-``tests/orchestrator/test_resume_exact.py`` does on CPU. Compared: train_df (every column but ``wall_t``/``fps``)
+``tests/orchestrator/session/test_resume_exact.py`` does on CPU. Compared: train_df (every column but ``wall_t``/``fps``)
 and ``weights_sha256``; ``repeat_equal`` (A == B) says whether the device itself repeats, ``resume_equal``
 (A == R) whether the resume is exact, ``max_loss_diff`` the largest |loss A - loss R| over the log rows, and
 ``manifest_exact`` what R's checkpoint manifest claims. ``--deterministic`` runs everything with
@@ -48,7 +48,7 @@ CASES: list[tuple[str, str, str, list[str], int]] = [
 
 def compare(a: Any, b: Any) -> tuple[bool, float]:
     """(train_df and weights equal, max |loss difference|) of two finished sessions."""
-    from tests.orchestrator.test_resume_exact import COMPARED
+    from tests.orchestrator.session.test_resume_exact import COMPARED
 
     da, db = COMPARED(a.train_df), COMPARED(b.train_df)
     equal = da.equals(db) and a.weights_sha256() == b.weights_sha256()
@@ -67,7 +67,7 @@ def run_case(label: str, spec_file: str, name: str, items: list[str], stop: int)
         AssertionError: R did not stop at ``stop`` or did not finish (``interrupted_then_resumed``'s checks).
     """
     from orchestrator.spec.load import load_spec
-    from tests.orchestrator.test_resume_exact import interrupted_then_resumed, uninterrupted
+    from tests.orchestrator.session.test_resume_exact import interrupted_then_resumed, uninterrupted
 
     spec = load_spec(spec_file, name, [*items, "agent.net.gpu=true", "meta.random_seed=3"])
     start = time.perf_counter()

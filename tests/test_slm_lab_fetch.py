@@ -141,7 +141,7 @@ def test_without_network_or_variable_the_session_ends_in_one_line_naming_slm_lab
     env = {k: v for k, v in os.environ.items() if k != "SLM_LAB_SPECS"}
     env.update(XDG_CACHE_HOME=str(tmp_path / "cache"), SLM_LAB_SPECS_URL=f"http://127.0.0.1:{port}/{{commit}}")
     run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
-                          "tests/orchestrator/test_slm_lab_specs.py::test_slm_lab_spec_files_are_there"],
+                          "tests/orchestrator/spec/test_slm_lab_specs.py::test_slm_lab_spec_files_are_there"],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     output = run.stdout + run.stderr
     assert run.returncode == 1, output

@@ -4,7 +4,7 @@
   each seed to its own norm, as ``nn.utils.clip_grad_norm_`` of that seed's separate net (``Algorithm.clip_grads``).
 * Elementwise optimizers (Adam, AdamW, RMSprop, SGD: every state tensor has the parameter's shape and every update
   is elementwise) stepped over the stacks are K separate optimizers, one per slice, since all K take the same
-  number of steps at the same learning rate (``tests/agents/test_batched.py`` checks Adam value by value).
+  number of steps at the same learning rate (``tests/agents/batched/test_batched.py`` checks Adam value by value).
   ``seed_optim_state`` / ``load_seed_optim_state`` move one seed's slice of such an optimizer's state to and from
   the ``state_dict`` of that seed's own optimizer, so a seed's checkpoint is a separate session's.
 """

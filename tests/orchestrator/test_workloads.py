@@ -15,7 +15,7 @@ from orchestrator.session.loop import Session
 from orchestrator.session_actor import SessionRunner
 from orchestrator.spec.load import load_spec
 from tests.orchestrator.lab_helpers import REPO, only_predir, overrides, run_cli
-from tests.orchestrator.test_resume_exact import COMPARED, interrupted_then_resumed, uninterrupted
+from tests.orchestrator.session.test_resume_exact import COMPARED, interrupted_then_resumed, uninterrupted
 
 ATARI, BOX2D, MUJOCO = (str(REPO / f"specs/benchmark/{f}.json") for f in ("atari", "box2d", "mujoco"))
 TINY_CONV = ["agent.net.conv_hid_layers=[[8,8,4],[16,4,2]]", "agent.net.fc_hid_layers=[32]"]

@@ -56,7 +56,7 @@ def assert_resume_exact(tmp_path: Path, name: str, overrides: list[str], stop_fr
                         spec_file: str = SPECS) -> Session:
     """Run spec ``name`` straight and stopped at ``stop_frame`` + restored: equal train_df (all columns
     but wall_t, fps), weights_sha256 and clock. Returns the straight session."""
-    from tests.orchestrator.test_resume_exact import COMPARED, interrupted_then_resumed, uninterrupted
+    from tests.orchestrator.session.test_resume_exact import COMPARED, interrupted_then_resumed, uninterrupted
 
     spec = load_spec(spec_file, name, overrides)
     straight = uninterrupted(spec, seed)

@@ -9,7 +9,7 @@ import torch
 from agents.memory import PrioritizedReplay, SumTree
 from envs.clock import Clock
 from tests.agents.algorithms.helpers import assert_resume_exact, make_algo, run_slm_dev, stop_then_resume
-from tests.orchestrator.test_resume_exact import load_spec
+from tests.orchestrator.session.test_resume_exact import load_spec
 
 SPECS = "specs/benchmark/cartpole.json"
 

@@ -16,7 +16,7 @@ from agents import policy
 from agents.algorithms import sac
 from envs.clock import Clock
 from tests.agents.algorithms.helpers import assert_resume_exact, drive, make_algo, run_slm_dev, stop_then_resume
-from tests.orchestrator.test_resume_exact import load_spec
+from tests.orchestrator.session.test_resume_exact import load_spec
 
 PENDULUM = str(Path(__file__).resolve().parents[3] / "specs" / "benchmark" / "pendulum.json")
 PEND_OBS = gym.spaces.Box(-8.0, 8.0, (3,), np.float32)

@@ -14,7 +14,7 @@ from agents.memory import OnPolicyBatchReplay, PrioritizedReplay, Replay, SILRep
 from envs.clock import Clock
 from orchestrator.session.loop import load_state
 from tests.agents.algorithms.helpers import assert_resume_exact, drive, make_algo, run_slm_dev, stop_then_resume
-from tests.orchestrator.test_resume_exact import load_spec
+from tests.orchestrator.session.test_resume_exact import load_spec
 
 SIL_SPECS = "specs/sil.json"
 TINY = ["agent.net.hid_layers=[8]"]

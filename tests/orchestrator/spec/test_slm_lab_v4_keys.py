@@ -18,7 +18,7 @@ from envs.make import EnvSpec, make_sub_env
 from orchestrator.errors import SpecError
 from orchestrator.spec.load import load_spec
 from tests.agents.algorithms.helpers import SLM_SPECS, drive, make_algo, run_slm_dev
-from tests.orchestrator.test_slm_lab_compat import PPO, problems, with_, write
+from tests.orchestrator.spec.test_slm_lab_compat import PPO, problems, with_, write
 
 READERS = ['ActorCritic', 'PPO', 'PPOSIL', 'SIL']
 PLAYGROUND = SLM_SPECS / "benchmark_arc" / "ppo" / "ppo_playground.yaml"

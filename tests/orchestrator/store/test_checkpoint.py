@@ -30,7 +30,7 @@ from orchestrator.store.checkpoint import (
     Manifest,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(params=["local", "s3"])

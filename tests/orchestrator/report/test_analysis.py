@@ -19,7 +19,7 @@ from orchestrator.spec.load import load_spec
 from orchestrator.store import predir as predir_mod
 from orchestrator.store.checkpoint import CheckpointStore
 
-SPECS = str(Path(__file__).resolve().parents[2] / "specs/benchmark/cartpole.json")
+SPECS = str(Path(__file__).resolve().parents[3] / "specs/benchmark/cartpole.json")
 TINY = ["meta.max_session=1", "meta.log_frequency=400", "meta.random_seed=3"]
 
 

@@ -15,7 +15,7 @@ from orchestrator.session.loop import Session
 from orchestrator.spec.load import load_spec
 from orchestrator.store.checkpoint import CheckpointStore
 
-SPECS = str(Path(__file__).resolve().parents[2] / "specs/benchmark/cartpole.json")
+SPECS = str(Path(__file__).resolve().parents[3] / "specs/benchmark/cartpole.json")
 # eval at frame 128, before the first PPO update (8 envs x time_horizon 32 = 256 frames): the
 # evaluated policy is exactly the transferred one
 FIRST_EVAL = ["meta.max_session=1", "env.max_frame=256", "meta.log_frequency=256", "meta.rigorous_eval=8",

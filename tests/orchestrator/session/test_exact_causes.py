@@ -23,7 +23,7 @@ from orchestrator.session.loop import (
 )
 from orchestrator.spec.load import load_spec
 from orchestrator.store import storage
-from tests.orchestrator.test_resume_exact import COMPARED, interrupted_then_resumed, uninterrupted
+from tests.orchestrator.session.test_resume_exact import COMPARED, interrupted_then_resumed, uninterrupted
 
 CARTPOLE = "specs/benchmark/cartpole.json"
 PENDULUM = "specs/benchmark/pendulum.json"

@@ -109,7 +109,7 @@ def test_group_killed_by_sigkill_resumes_from_its_common_checkpoint_bit_for_bit(
     spec = load_spec(SPECS, "ppo_cartpole", KILL_OVERRIDES)
     predir = str(tmp_path / "ppo_cartpole_2026_01_01_000000")
     stores = [CheckpointStore(f"{predir}/t0/s{s}") for s in range(3)]
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     child = subprocess.Popen([sys.executable, "-c", CHILD, predir, *KILL_OVERRIDES], cwd=root,
                              env={**os.environ, "PYTHONPATH": str(root)})
     try:

@@ -135,11 +135,11 @@ def test_dev_writes_metrics_graphs_and_summary_and_cannot_be_resumed(tmp_path, c
 def test_readme_demo_reaches_the_reward_threshold(tmp_path, capsys):
     """README command 1 (its spec and name, the saved seed) ends at CartPole's 500, above the threshold 475,
     and shows the threshold in its summary (about 10 s on one core)."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
     command = next(line for line in readme.splitlines() if "python run_lab.py" in line and line.startswith("pip"))
     spec_file, spec_name, mode = command.split("python run_lab.py ")[1].split()
     assert (spec_file, mode) == ("specs/demo.json", "dev")
-    path = str(Path(__file__).resolve().parents[2] / spec_file)
+    path = str(Path(__file__).resolve().parents[3] / spec_file)
     assert run_cli(path, spec_name, mode, "--data-dir", str(tmp_path)) == 0
     out = capsys.readouterr().out
     metrics = json.loads((only_predir(tmp_path) / "t0/s0/session_metrics.json").read_text())

@@ -17,7 +17,7 @@ from agents.memory import (
     make_replay,
     transition_bytes,
 )
-from tests.agents.test_replay_pixels import assert_same_samples as same_samples
+from tests.agents.memory.test_replay_pixels import assert_same_samples as same_samples
 
 K, HW = 4, (3, 2)  # small stacks: 4 frames of 3x2
 

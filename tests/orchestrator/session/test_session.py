@@ -12,7 +12,7 @@ from orchestrator.session.loop import EVAL_COLUMNS, TRAIN_COLUMNS, Session
 from orchestrator.spec.load import load_spec
 from orchestrator.store.predir import session_seed
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SPECS = str(REPO / "specs" / "benchmark" / "cartpole.json")
 DESIGN_COLUMNS = ["frame", "epi", "t", "opt_step", "wall_t", "fps", "total_reward", "total_reward_ma", "loss",
                   "lr", "explore_var", "entropy_coef", "entropy", "grad_norm"]

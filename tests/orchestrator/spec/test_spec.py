@@ -15,7 +15,7 @@ from orchestrator.spec.load import apply_overrides, build, check, load_spec, par
 from orchestrator.spec.meta import MetaSpec
 from orchestrator.store.predir import session_seed
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CARTPOLE = str(REPO / "specs" / "benchmark" / "cartpole.json")
 
 FLAT = {

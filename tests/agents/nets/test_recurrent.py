@@ -155,7 +155,7 @@ def test_preflight_counts_replay_of_windows():
     from pathlib import Path
 
     from orchestrator.spec.preflight import check_env, memory_needs, replay_bytes
-    specs = str(Path(__file__).resolve().parents[2] / "specs" / "recurrent.json")
+    specs = str(Path(__file__).resolve().parents[3] / "specs" / "recurrent.json")
     spec = load_spec(specs, "drqn_cartpole")
     shape = check_env(spec["env"])
     needs = {key: size for key, size, _ in memory_needs(spec, shape)}

@@ -36,7 +36,7 @@ from orchestrator.spec.resume import resume_spec
 from orchestrator.spec.search_space import SearchVar, apply_values, parse_search
 from orchestrator.store.predir import spec_file
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SPECS = str(REPO / "specs/benchmark/cartpole.json")
 LR, GAMMA = "agent.net.optim_spec.lr", "agent.algorithm.gamma"
 STAY = PBTSettings(400, resample_probability=0.0)  # always perturb

@@ -16,9 +16,9 @@ import torch
 from envs.state import STATE_FILES
 from orchestrator.session_actor import SessionRunner
 from orchestrator.store.checkpoint import CheckpointError
-from tests.orchestrator.test_resume_exact import COMPARED
+from tests.orchestrator.session.test_resume_exact import COMPARED
 
-RUN = Path(__file__).resolve().parents[1] / "fixtures" / "legacy_env" / "ppo_cartpole_run.tgz"
+RUN = Path(__file__).resolve().parents[2] / "fixtures" / "legacy_env" / "ppo_cartpole_run.tgz"
 NAME = "ppo_cartpole_2026_01_01_000000"
 
 
@@ -57,7 +57,7 @@ class Creates:
 
 def resume(spec, predir):
     runner = SessionRunner(spec, predir, 0, 0, 7, resume=True)
-    kinds = [e["kind"] for e in runner.events()]
+    kinds = [e.kind for e in runner.events()]
     assert kinds[-1] == "done", kinds
     return runner
 

@@ -21,7 +21,7 @@ from orchestrator.spec.meta import MetaSpec
 from orchestrator.spec.pbt import perturbable, perturbable_keys, population_problems
 from orchestrator.spec.search_space import SearchVar
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 # the keys the PBT docs (docs/search.md "Population-based training") name, as fnmatch patterns (``*`` matches dots)
 DOCUMENTED = (
     "agent.*optim_spec.lr", "agent.*optim_spec.weight_decay", "agent.*optim_spec.eps", "agent.*optim_spec.momentum",
