@@ -211,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "schedule and check it against the original (with --trial)")
     replay.add_argument("--trial", type=int, default=None, metavar="T", help="the PBT trial to replay")
     enjoy = parser.add_argument_group("enjoy@ options")
-    enjoy.add_argument("--episodes", type=int, default=10, help="evaluation episodes (default 10)")
+    enjoy.add_argument("--episodes", type=int, default=None, help="evaluation episodes (default 10)")
     enjoy.add_argument("--seed", type=int, default=None,
                        help="env and action seed (default: the session seed)")
     enjoy.add_argument("--ckpt", choices=("best", "latest"), default=None,
@@ -245,6 +245,31 @@ def mode_hint(cmd: Command) -> str:
     return f"; did you mean '{close[0]}{at}'?" if close else ""
 
 
+# options that only one mode reads: (flag, Command field, the mode, what the option sets there); given to another mode
+# they are refused rather than silently ignored
+MODE_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
+    ("--episodes", "episodes", "enjoy", "the number of evaluation episodes of a trained session"),
+    ("--seed", "seed", "enjoy", "the env and action seed of the evaluation"),
+    ("--ckpt", "ckpt", "enjoy", "the checkpoint evaluated"),
+    ("--render", "render", "enjoy", "whether the evaluation is shown"),
+    ("--record", "record", "enjoy", "whether the evaluation is recorded"),
+)
+
+
+def check_mode_options(cmd: Command) -> None:
+    """Refuse an option of ``MODE_OPTIONS`` given to a mode that does not read it (``dev --episodes 3``).
+
+    Raises:
+        UsageError: names the option, the mode it belongs to, and for ``dev``/``train``/``search`` what sets the
+            length of a run instead (``env.max_frame``).
+    """
+    for flag, field, mode, what in MODE_OPTIONS:
+        if cmd.mode != mode and getattr(cmd, field) not in (None, False):
+            length = ("; the length of a dev, train or search run is set by the spec: -s env.max_frame=N (frames)"
+                      if field == "episodes" else "")
+            raise UsageError(f"{flag} applies to {mode}@ only ({what}), not to '{cmd.word}'; remove it{length}")
+
+
 def dispatch(cmd: Command) -> int:
     """Run the mode of ``cmd`` (its row of ``MODES``), after its preflight check.
 
@@ -266,6 +291,7 @@ def dispatch(cmd: Command) -> int:
             raise UsageError(f"--name applies to the modes {named}, not '{cmd.word}'")
         from orchestrator.store.predir import named_predir
         named_predir(cmd.data_dir, cmd.name)  # a bad name exits 2 before anything starts
+    check_mode_options(cmd)
     if row.preflight:  # train, train@: in orchestrator.modes.spec_check, while Ray starts
         from orchestrator.modes.common import preflight
         preflight(cmd)  # env dependencies and memory sizes, before any run dir or actor exists

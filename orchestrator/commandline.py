@@ -20,6 +20,9 @@ def split_mode(word: str) -> tuple[str, str | None]:
     return mode, target if at else None
 
 
+DEFAULT_EPISODES = 10  # enjoy@'s evaluation episodes without --episodes
+
+
 @dataclass(frozen=True)
 class Command:
     """One ``lab SPEC_FILE SPEC_NAME MODE [options]`` command, parsed once (``orchestrator.cli.parse``).
@@ -42,7 +45,7 @@ class Command:
         quiet: no live progress display.
         pbt_replay: ``train --pbt-replay PREDIR``: the PBT search whose trial ``trial`` is replayed.
         trial: ``--trial T`` of ``--pbt-replay``.
-        episodes: ``enjoy@``: evaluation episodes.
+        episodes: ``enjoy@``: evaluation episodes (None: 10, ``DEFAULT_EPISODES``).
         seed: ``enjoy@``: env and action seed (None: the session seed).
         ckpt: ``enjoy@``: ``best`` or ``latest`` (None: the target's suffix, else best).
         render: ``enjoy@``: show the env.
@@ -65,7 +68,7 @@ class Command:
     quiet: bool = False
     pbt_replay: str | None = None
     trial: int | None = None
-    episodes: int = 10
+    episodes: int | None = None
     seed: int | None = None
     ckpt: str | None = None
     render: bool = False

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.commandline import Command
+from orchestrator.commandline import DEFAULT_EPISODES, Command
 from orchestrator.errors import SpecError, UsageError
 from orchestrator.spec.session_spec import parse_target, read_session_spec
 from orchestrator.store import storage
@@ -169,8 +169,9 @@ def run_enjoy(cmd: Command) -> int:
 
     from orchestrator.session.loop import Session
 
-    if cmd.episodes < 1:
-        raise UsageError(f"--episodes must be >= 1, got {cmd.episodes}")
+    episodes = DEFAULT_EPISODES if cmd.episodes is None else cmd.episodes
+    if episodes < 1:
+        raise UsageError(f"--episodes must be >= 1, got {episodes}")
     uri, which = parse_target(cmd.target, cmd.ckpt)
     spec, smeta = read_session_spec(uri, cmd.spec_name)
     predir = storage.dirname(uri)
@@ -187,7 +188,7 @@ def run_enjoy(cmd: Command) -> int:
     try:
         env = make_eval_env(session, check_display(cmd.render), video_dir)
         try:
-            rows = run_episodes(session, env, cmd.episodes, seed)
+            rows = run_episodes(session, env, episodes, seed)
         finally:
             env.close()  # RecordVideo writes the last video on close
         stats = summarize(rows)
