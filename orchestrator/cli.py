@@ -34,7 +34,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, NoReturn
 
-from orchestrator.commandline import Command, split_mode, typed_options
+from orchestrator.commandline import Command, check_mode_options, split_mode, typed_options
 from orchestrator.errors import EXIT_RESUMABLE, SpecError, UsageError
 from orchestrator.runtime.console import install_warning_format
 from orchestrator.runtime.signals import STOP, Stopped, signal_name
@@ -243,31 +243,6 @@ def mode_hint(cmd: Command) -> str:
     close = difflib.get_close_matches(cmd.mode, [row.name for row in MODES], n=1)
     at = "" if cmd.target is None else f"@{cmd.target}"
     return f"; did you mean '{close[0]}{at}'?" if close else ""
-
-
-# options that only one mode reads: (flag, Command field, the mode, what the option sets there); given to another mode
-# they are refused rather than silently ignored
-MODE_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
-    ("--episodes", "episodes", "enjoy", "the number of evaluation episodes of a trained session"),
-    ("--seed", "seed", "enjoy", "the env and action seed of the evaluation"),
-    ("--ckpt", "ckpt", "enjoy", "the checkpoint evaluated"),
-    ("--render", "render", "enjoy", "whether the evaluation is shown"),
-    ("--record", "record", "enjoy", "whether the evaluation is recorded"),
-)
-
-
-def check_mode_options(cmd: Command) -> None:
-    """Refuse an option of ``MODE_OPTIONS`` given to a mode that does not read it (``dev --episodes 3``).
-
-    Raises:
-        UsageError: names the option, the mode it belongs to, and for ``dev``/``train``/``search`` what sets the
-            length of a run instead (``env.max_frame``).
-    """
-    for flag, field, mode, what in MODE_OPTIONS:
-        if cmd.mode != mode and getattr(cmd, field) not in (None, False):
-            length = ("; the length of a dev, train or search run is set by the spec: -s env.max_frame=N (frames)"
-                      if field == "episodes" else "")
-            raise UsageError(f"{flag} applies to {mode}@ only ({what}), not to '{cmd.word}'; remove it{length}")
 
 
 def dispatch(cmd: Command) -> int:
