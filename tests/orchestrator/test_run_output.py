@@ -180,6 +180,30 @@ def test_train_summary_resume_header_and_nothing_to_resume(ray_local, tmp_path, 
     assert [r["from_frames"] for r in json.loads((predir / "run.json").read_text())["resumes"]] == [{"t0_s2": 0}]
 
 
+def test_a_complete_named_run_again_names_its_max_frame_and_answers_before_ray(ray_local, tmp_path, capsys,
+                                                                               monkeypatch):
+    data = str(tmp_path / "data")
+    items = ["meta.max_session=1", "env.max_frame=400", "meta.log_frequency=200", "meta.random_seed=7"]
+    assert run_cli(SPECS, "ppo_cartpole", "train", "--name", "tour", "--data-dir", data, *overrides(items)) == 0
+    predir = tmp_path / "data" / "tour"
+    before = files_digest(predir)
+    from orchestrator.modes import train as train_mod
+    started = []
+    monkeypatch.setattr(train_mod, "init_ray", lambda *args, **kwargs: started.append(args))
+    capsys.readouterr()
+    assert run_cli(SPECS, "ppo_cartpole", "train", "--name", "tour", "--data-dir", data) == 0  # no -s this time
+    out = capsys.readouterr().out
+    assert out == (f"train --name tour: the run {predir} is already complete at its max_frame 400 (the -s overrides "
+                   f"it was started with apply again: -s {' -s '.join(items)}); nothing to do. To train it longer, "
+                   "run the same command with -s env.max_frame=N (N > 400)\n"), out
+    assert started == [] and files_digest(predir) == before
+    # a longer max_frame is an edit: Ray starts and the run trains on
+    monkeypatch.undo()
+    assert run_cli(SPECS, "ppo_cartpole", "train", "--name", "tour", "--data-dir", data,
+                   "-s", "env.max_frame=600") == 0
+    assert pd.read_parquet(predir / "t0/s0/train_df.parquet")["frame"].tolist() == [200, 400, 600]
+
+
 # ---------------------------------------------------------------- search: analysis when a trial ends
 
 def test_search_trial_is_analyzed_by_the_driver_when_it_ends_and_search_at_leaves_it(ray_local, tmp_path,
