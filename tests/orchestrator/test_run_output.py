@@ -255,6 +255,24 @@ def test_progress_off_a_terminal_prints_plain_lines_and_no_bars(capsys):
                                                     "t0_s0 frame 100/1000 fps 50.0 total_reward_ma 9.5 done"]
 
 
+def test_a_session_ending_before_max_frame_is_paused_not_done(tmp_path, capsys):
+    """A PBT generation's Trial runs its sessions to the generation's frame: off a terminal their line says
+    ``paused`` there, and ``done`` only at the run's max_frame."""
+    spec = load_spec(SPECS, "ppo_cartpole", ["meta.max_session=1", "env.max_frame=1200"])
+    plan = SessionPlan(0, 0, 1, resume=False)
+    predir = str(tmp_path / "ppo_cartpole_2026_01_02_030405")
+    trial = Trial(spec, predir, [plan], RunRecord(predir, {"sessions": {}, "resumes": []}), quiet=True,
+                  analyze=False)
+    with SessionProgress() as trial.progress:
+        for frame in (400, 1200):
+            trial.progress.update("t0_s0", {"frame": frame, "fps": 50.0, "total_reward_ma": 9.5}, 1200, line=True)
+            trial.on_end(plan, {"kind": "done", "frame": frame, "checkpoint": True})
+    assert capsys.readouterr().out.splitlines() == ["t0_s0 frame 400/1200 fps 50.0 total_reward_ma 9.5",
+                                                    "t0_s0 frame 400/1200 fps 50.0 total_reward_ma 9.5 paused",
+                                                    "t0_s0 frame 1200/1200 fps 50.0 total_reward_ma 9.5",
+                                                    "t0_s0 frame 1200/1200 fps 50.0 total_reward_ma 9.5 done"]
+
+
 def test_version_help_and_argument_order_hint(capsys):
     assert run_cli("--version") == 0
     assert capsys.readouterr().out.strip() == f"lab (rl-trial-lab) {cli.package_version()}"
