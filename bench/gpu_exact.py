@@ -2,8 +2,8 @@
 
 For each case (a spec with small budgets, ``agent.net.gpu: true``): two uninterrupted runs A and B of the same
 seed, and a run stopped at a mid-chunk frame, checkpointed through the store and resumed (R), as
-``tests/orchestrator/session/test_resume_exact.py`` does on CPU. Compared: train_df (every column but ``wall_t``/``fps``)
-and ``weights_sha256``; ``repeat_equal`` (A == B) says whether the device itself repeats, ``resume_equal``
+``tests/orchestrator/session/test_resume_exact.py`` does on CPU. Compared: train_df (every column but ``wall_t`` /
+``fps``) and ``weights_sha256``; ``repeat_equal`` (A == B) says whether the device itself repeats, ``resume_equal``
 (A == R) whether the resume is exact, ``max_loss_diff`` the largest |loss A - loss R| over the log rows, and
 ``manifest_exact`` what R's checkpoint manifest claims. ``--deterministic`` runs everything with
 ``torch.use_deterministic_algorithms(True)`` (and cuDNN's deterministic flag, ``CUBLAS_WORKSPACE_CONFIG``

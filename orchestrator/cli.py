@@ -34,7 +34,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, NoReturn
 
-from orchestrator.commandline import Command, split_mode, typed_options
+from orchestrator.commandline import Command, check_mode_options, split_mode, typed_options
 from orchestrator.errors import EXIT_RESUMABLE, SpecError, UsageError
 from orchestrator.runtime.console import install_warning_format
 from orchestrator.runtime.signals import STOP, Stopped, signal_name
@@ -211,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "schedule and check it against the original (with --trial)")
     replay.add_argument("--trial", type=int, default=None, metavar="T", help="the PBT trial to replay")
     enjoy = parser.add_argument_group("enjoy@ options")
-    enjoy.add_argument("--episodes", type=int, default=10, help="evaluation episodes (default 10)")
+    enjoy.add_argument("--episodes", type=int, default=None, help="evaluation episodes (default 10)")
     enjoy.add_argument("--seed", type=int, default=None,
                        help="env and action seed (default: the session seed)")
     enjoy.add_argument("--ckpt", choices=("best", "latest"), default=None,
@@ -266,6 +266,7 @@ def dispatch(cmd: Command) -> int:
             raise UsageError(f"--name applies to the modes {named}, not '{cmd.word}'")
         from orchestrator.store.predir import named_predir
         named_predir(cmd.data_dir, cmd.name)  # a bad name exits 2 before anything starts
+    check_mode_options(cmd)
     if row.preflight:  # train, train@: in orchestrator.modes.spec_check, while Ray starts
         from orchestrator.modes.common import preflight
         preflight(cmd)  # env dependencies and memory sizes, before any run dir or actor exists

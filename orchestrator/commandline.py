@@ -1,6 +1,6 @@
 """The command line: the parsed command (``Command``, built once by ``orchestrator.cli`` and passed to the modes),
-the grammar of the mode word (``split_mode``), and the lab commands the lab prints for the user to run next (resume,
-train the best spec), as the user started the lab."""
+the grammar of the mode word (``split_mode``), the options of one mode (``check_mode_options``), and the lab
+commands the lab prints for the user to run next (resume, train the best spec), as the user started the lab."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import shlex
 import sys
 from dataclasses import dataclass
 
+from orchestrator.errors import UsageError
 from orchestrator.store import storage
 
 
@@ -18,6 +19,9 @@ def split_mode(word: str) -> tuple[str, str | None]:
     ``@``; ``train@`` -> ``("train", "")``)."""
     mode, at, target = word.partition("@")
     return mode, target if at else None
+
+
+DEFAULT_EPISODES = 10  # enjoy@'s evaluation episodes without --episodes
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,7 @@ class Command:
         quiet: no live progress display.
         pbt_replay: ``train --pbt-replay PREDIR``: the PBT search whose trial ``trial`` is replayed.
         trial: ``--trial T`` of ``--pbt-replay``.
-        episodes: ``enjoy@``: evaluation episodes.
+        episodes: ``enjoy@``: evaluation episodes (None: 10, ``DEFAULT_EPISODES``).
         seed: ``enjoy@``: env and action seed (None: the session seed).
         ckpt: ``enjoy@``: ``best`` or ``latest`` (None: the target's suffix, else best).
         render: ``enjoy@``: show the env.
@@ -65,11 +69,36 @@ class Command:
     quiet: bool = False
     pbt_replay: str | None = None
     trial: int | None = None
-    episodes: int = 10
+    episodes: int | None = None
     seed: int | None = None
     ckpt: str | None = None
     render: bool = False
     record: bool = False
+
+
+# options that only one mode reads: (flag, Command field, the mode, what the option sets there); given to another mode
+# they are refused rather than silently ignored
+MODE_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
+    ("--episodes", "episodes", "enjoy", "the number of evaluation episodes of a trained session"),
+    ("--seed", "seed", "enjoy", "the env and action seed of the evaluation"),
+    ("--ckpt", "ckpt", "enjoy", "the checkpoint evaluated"),
+    ("--render", "render", "enjoy", "whether the evaluation is shown"),
+    ("--record", "record", "enjoy", "whether the evaluation is recorded"),
+)
+
+
+def check_mode_options(cmd: Command) -> None:
+    """Refuse an option of ``MODE_OPTIONS`` given to a mode that does not read it (``dev --episodes 3``).
+
+    Raises:
+        UsageError: names the option, the mode it belongs to, and for ``dev``/``train``/``search`` what sets the
+            length of a run instead (``env.max_frame``).
+    """
+    for flag, field, mode, what in MODE_OPTIONS:
+        if cmd.mode != mode and getattr(cmd, field) not in (None, False):
+            length = ("; the length of a dev, train or search run is set by the spec: -s env.max_frame=N (frames)"
+                      if field == "episodes" else "")
+            raise UsageError(f"{flag} applies to {mode}@ only ({what}), not to '{cmd.word}'; remove it{length}")
 
 
 def entry_command(argv0: str | None = None) -> str:

@@ -435,7 +435,9 @@ class Trial:
         plan.status, plan.frame = event.kind, event.frame
         if not event.checkpoint:
             plan.error = f"no checkpoint could be committed at frame {plan.frame} (see log.txt)"
-        self.progress.status(plan.key, event.kind)
+        # a session done before the run's max_frame stopped at a PBT generation boundary: "paused", not "done"
+        self.progress.status(plan.key, "paused" if event.kind == "done" and plan.frame < self.spec["env"]["max_frame"]
+                             else event.kind)
         self.record.update(plan, checkpoint=plan.frame if event.checkpoint else None)
 
     def on_storage_event(self, plan: SessionPlan, event: ev.StorageFault | ev.StorageRetry) -> None:

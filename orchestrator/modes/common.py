@@ -1,6 +1,6 @@
 """What several modes share: the preflight check before a mode starts, the run a ``@target`` or ``--name`` names
-(``resolve_predir``, ``check_named``, ``refuse_dev_run``), a resumed run's saved ``-s`` overrides, and the base seed
-of a new run. No mode imports another mode; each imports this module."""
+(``resolve_predir``, ``check_named``, ``refuse_dev_run``, ``is_dev_run``), a resumed run's saved ``-s`` overrides,
+and the base seed of a new run. No mode imports another mode; each imports this module."""
 
 from __future__ import annotations
 
@@ -90,6 +90,29 @@ def missing_spec_message(mode: str, predir: str, spec_name: str) -> str:
     return text + f"Write the spec '{spec_name}' the run was started with to {missing}, then resume again"
 
 
+def is_dev_run(predir: str) -> bool:
+    """Whether ``predir`` is a ``dev`` run: its run.json says ``"mode": "dev"`` (or, written before that marker, it
+    has a train_df but no run.json and no checkpoint); False for a damaged run.json."""
+    run_uri, sdir = storage.join(predir, "run.json"), predir_mod.session_dir(predir, 0, 0)
+    try:
+        data = storage.read_json(run_uri)
+        return isinstance(data, dict) and data.get("mode") == "dev"
+    except FileNotFoundError:  # written before the marker: a train_df and no checkpoint at all
+        return storage.exists(storage.join(sdir, "train_df.parquet")) and not CheckpointStore(sdir).frames()
+    except (ValueError, UnicodeDecodeError):  # damaged: RunRecord.load_or_new rebuilds it with a warning
+        return False
+
+
+def dev_run_hint(predir: str, cmd: Command | None = None) -> str:
+    """The ``train`` command to run instead of using the dev run ``predir``: ``cmd``'s spec file, name, ``-s``
+    overrides and data dir (as the user typed them), or without ``cmd`` the run's saved spec (with meta.max_session
+    rewritten to 1) and its data dir."""
+    name = predir_mod.spec_name_of(predir)
+    typed = ([cmd.spec_file, cmd.spec_name, "train", *typed_options(list(cmd.overrides), cmd.data_dir)] if cmd
+             else [predir_mod.spec_file(predir, name), name, "train", *typed_options([], storage.dirname(predir))])
+    return lab_command(*typed)
+
+
 def refuse_dev_run(predir: str, mode: str, cmd: Command | None = None) -> None:
     """Refuse to resume a ``dev`` run: its run.json says ``"mode": "dev"`` (or, written before that
     marker, it has a train_df but no run.json). It has no checkpoints; resuming it would turn it
@@ -99,21 +122,9 @@ def refuse_dev_run(predir: str, mode: str, cmd: Command | None = None) -> None:
     Raises:
         UsageError: ``predir`` is a dev run (nothing is written).
     """
-    run_uri, sdir = storage.join(predir, "run.json"), predir_mod.session_dir(predir, 0, 0)
-    try:
-        data = storage.read_json(run_uri)
-        dev = isinstance(data, dict) and data.get("mode") == "dev"
-    except FileNotFoundError:  # written before the marker: a train_df and no checkpoint at all
-        dev = storage.exists(storage.join(sdir, "train_df.parquet")) and not CheckpointStore(sdir).frames()
-    except (ValueError, UnicodeDecodeError):  # damaged: RunRecord.load_or_new rebuilds it with a warning
-        dev = False
-    if dev:
-        name = predir_mod.spec_name_of(predir)
-        # the user's spec file and overrides (the dev run's saved spec has meta.max_session rewritten to 1)
-        typed = ([cmd.spec_file, cmd.spec_name, "train", *typed_options(list(cmd.overrides), cmd.data_dir)] if cmd
-                 else [predir_mod.spec_file(predir, name), name, "train"])
+    if is_dev_run(predir):
         raise UsageError(f"{mode}: '{predir}' is a dev run, which has no checkpoints and cannot be resumed; "
-                         f"start a train run instead: {lab_command(*typed)}")
+                         f"start a train run instead: {dev_run_hint(predir, cmd)}")
 
 
 def check_named(cmd: Command, predir: str, search: bool) -> bool:

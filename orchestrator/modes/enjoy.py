@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.commandline import Command
+from orchestrator.commandline import DEFAULT_EPISODES, Command
 from orchestrator.errors import SpecError, UsageError
+from orchestrator.modes.common import dev_run_hint, is_dev_run
 from orchestrator.spec.session_spec import parse_target, read_session_spec
 from orchestrator.store import storage
 from orchestrator.store.checkpoint import CheckpointError, CheckpointStore, Manifest
@@ -169,12 +170,18 @@ def run_enjoy(cmd: Command) -> int:
 
     from orchestrator.session.loop import Session
 
-    if cmd.episodes < 1:
-        raise UsageError(f"--episodes must be >= 1, got {cmd.episodes}")
+    episodes = DEFAULT_EPISODES if cmd.episodes is None else cmd.episodes
+    if episodes < 1:
+        raise UsageError(f"--episodes must be >= 1, got {episodes}")
     uri, which = parse_target(cmd.target, cmd.ckpt)
     spec, smeta = read_session_spec(uri, cmd.spec_name)
     predir = storage.dirname(uri)
-    manifest, files = load_checkpoint(storage.join(predir, *smeta["session_dir"].split("/")), which)
+    session_dir = storage.join(predir, *smeta["session_dir"].split("/"))
+    if is_dev_run(predir) and not CheckpointStore(session_dir).frames():
+        raise UsageError(f"enjoy: no committed checkpoint in {session_dir}: '{predir}' is a dev run, and dev runs "
+                         f"never checkpoint; train the spec with a train run, then enjoy@ its session spec file: "
+                         f"{dev_run_hint(predir)}")
+    manifest, files = load_checkpoint(session_dir, which)
     torch.set_num_threads(1)
     session = Session(spec, int(smeta["session_seed"]), int(smeta["trial"]), int(smeta["session"]),
                       fresh=False)
@@ -187,7 +194,7 @@ def run_enjoy(cmd: Command) -> int:
     try:
         env = make_eval_env(session, check_display(cmd.render), video_dir)
         try:
-            rows = run_episodes(session, env, cmd.episodes, seed)
+            rows = run_episodes(session, env, episodes, seed)
         finally:
             env.close()  # RecordVideo writes the last video on close
         stats = summarize(rows)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable
 
-from orchestrator.commandline import Command, mode_header
+from orchestrator.commandline import Command, mode_header, typed_options
 from orchestrator.errors import UsageError
 from orchestrator.modes import spec_check
 from orchestrator.modes.common import check_named, draw_seed, refuse_dev_run, resolve_predir, with_saved_overrides
@@ -205,15 +205,18 @@ def resume_train(cmd: Command, predir: str, lease: Lease, allow_fresh: bool, com
     """
     overrides = with_saved_overrides(cmd, predir)
     checked = spec_check.start(spec_check.request_of(cmd, overrides, resume=predir))
-    init_ray(cmd.address, cmd.dashboard)
+    # Ray starts while the child checks, unless the run looks complete: then the answer comes without Ray
+    if not (complete_unchanged and not cmd.overrides and recorded_done(predir)):
+        init_ray(cmd.address, cmd.dashboard)
     answer = checked()
     spec, applied = answer["spec"], answer["applied"]
     plans, done = plan_resume(predir, spec, answer["saved_sessions"], allow_fresh,
                               export=not (complete_unchanged and not applied))
-    check_fits(spec)
     if complete_unchanged and not plans and not applied and not any(p.set_aside for p in done):
-        print(f"{cmd.word} --name {cmd.name}: the run {predir} is already complete; nothing to do")
+        print(complete_note(cmd, predir, spec["env"]["max_frame"]))
         return 0
+    init_ray(cmd.address, cmd.dashboard)  # a no-op when started above
+    check_fits(spec)
     if cmd.overrides and applied:
         predir_mod.save_overrides(predir, overrides)
     record = record_resume(predir, spec, plans, applied, done)
@@ -226,3 +229,24 @@ def resume_train(cmd: Command, predir: str, lease: Lease, allow_fresh: bool, com
     total = MetaSpec.of(spec).max_session
     print(f"{mode_header(cmd.word, predir)} ({len(plans)} of {total} sessions to resume, {total - len(plans)} done)")
     return Trial(spec, predir, plans, record, quiet=cmd.quiet, lease=lease).run()
+
+
+def recorded_done(predir: str) -> bool:
+    """Whether run.json records every session of ``predir`` as done (a cheap guess, verified after; False when
+    run.json is missing or unreadable)."""
+    try:
+        data = storage.read_json(storage.join(predir, "run.json"))
+    except (FileNotFoundError, ValueError, UnicodeDecodeError):  # a damaged one is named by RunRecord later
+        return False
+    sessions = data.get("sessions") if isinstance(data, dict) else None
+    return bool(sessions) and all(isinstance(s, dict) and s.get("status") == "done" for s in sessions.values())
+
+
+def complete_note(cmd: Command, predir: str, max_frame: int) -> str:
+    """What ``train --name RUN`` says of a complete run it leaves as it is: its max_frame (the saved spec's, with the
+    ``-s`` overrides the run was started with, which apply again) and how to train it longer."""
+    saved = predir_mod.saved_overrides(predir)
+    started = f" (the -s overrides it was started with apply again: {' '.join(typed_options(saved))})" if saved else ""
+    return (f"{cmd.word} --name {cmd.name}: the run {predir} is already complete at its max_frame {max_frame}"
+            f"{started}; nothing to do. To train it longer, run the same command with -s env.max_frame=N "
+            f"(N > {max_frame})")

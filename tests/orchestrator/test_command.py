@@ -24,7 +24,7 @@ def test_parse_builds_a_frozen_command_with_the_mode_word_split_once(tmp_path, m
                                                                              "train", "latest")
     assert cmd.overrides == ("env.max_frame=400", "meta.max_session=2")
     assert cmd.data_dir == str(tmp_path / "runs")  # absolute: actors may run in another working directory
-    assert (cmd.allow_fresh, cmd.quiet, cmd.name, cmd.address, cmd.episodes) == (True, True, None, None, 10)
+    assert (cmd.allow_fresh, cmd.quiet, cmd.name, cmd.address, cmd.episodes) == (True, True, None, None, None)
     with pytest.raises(dataclasses.FrozenInstanceError):
         cmd.target = "elsewhere"
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -110,7 +110,7 @@ def test_train_name_restart_loop_is_exact(ray_local, tmp_path, capsys):
     before = files_digest(predir)
     capsys.readouterr()
     assert run_cli(*command) == 0
-    assert "is already complete; nothing to do" in capsys.readouterr().out
+    assert "is already complete at its max_frame 12000" in capsys.readouterr().out
     assert files_digest(predir) == before
     assert run_cli("ls", "--data-dir", str(data)) == 0
     assert "job-42  spec=ppo_cartpole  max_frame=12000" in capsys.readouterr().out

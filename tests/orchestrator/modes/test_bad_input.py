@@ -150,6 +150,17 @@ def test_unknown_env_id_exits_2_naming_it(tmp_path, capsys):
     assert not (tmp_path / "data").exists()
 
 
+@pytest.mark.parametrize("mode, option", [("dev", ["--episodes", "3"]), ("train", ["--episodes", "10"]),
+                                          ("search", ["--seed", "1"]), ("dev", ["--record"])])
+def test_an_enjoy_option_given_to_another_mode_is_refused(tmp_path, capsys, mode, option):
+    code = run_cli(SPECS, "ppo_cartpole", mode, "--data-dir", str(tmp_path / "data"), *option)
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    assert err.startswith(f"error: {option[0]} applies to enjoy@ only") and f"not to '{mode}'" in err, err
+    assert ("-s env.max_frame=N" in err) == (option[0] == "--episodes")
+    assert not (tmp_path / "data").exists()
+
+
 def test_atari_id_without_ale_names_the_package(tmp_path, capsys, monkeypatch):
     hide_package(monkeypatch, "ale_py")
     assert dqn_dev(tmp_path / "data", "dev", "env.name=ALE/Pong-v5") == 2

@@ -5,6 +5,7 @@ import hashlib
 import importlib.util
 import json
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -18,6 +19,7 @@ from orchestrator.spec.session_spec import parse_target
 from orchestrator.store.checkpoint import CheckpointStore
 
 SPEC_NAME = "ppo_cartpole"
+SPECS = str(Path(__file__).resolve().parents[3] / "specs/benchmark/cartpole.json")
 
 
 def run_cli(*argv: str) -> int:
@@ -152,3 +154,16 @@ def test_enjoy_a_run_on_object_storage(trained_ppo_run, s3_bucket, capsys):
     assert remote["mean"] == local["mean"] and remote["session_spec"] == spec_uri
     returns = storage.read_parquet(f"{target}/enjoy/{stamp}/returns.parquet")
     assert returns["total_reward"].mean() == local["mean"]
+
+
+def test_enjoy_of_a_dev_run_says_dev_runs_never_checkpoint(tmp_path, capsys):
+    data = tmp_path / "data"
+    assert run_cli(SPECS, SPEC_NAME, "dev", "--data-dir", str(data), "-s", "env.max_frame=200", "--quiet") == 0
+    (predir,) = data.glob(f"{SPEC_NAME}_*")
+    capsys.readouterr()
+    assert run_cli("unused.json", SPEC_NAME, f"enjoy@{predir / f'{SPEC_NAME}_t0_s0_spec.json'}") == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: enjoy: no committed checkpoint in {predir / 't0/s0'}: '{predir}' is a dev run, "
+                          "and dev runs never checkpoint; train the spec with a train run"), err
+    assert f"{predir / f'{SPEC_NAME}_spec.json'} {SPEC_NAME} train --data-dir {data}" in err, err
+    assert not (predir / "enjoy").exists()

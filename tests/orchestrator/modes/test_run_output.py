@@ -14,6 +14,7 @@ from orchestrator import cli
 from orchestrator import commandline as commandline_mod
 from orchestrator.errors import EXIT_RESUMABLE
 from orchestrator.report.progress import SessionProgress
+from orchestrator.session.events import Done
 from orchestrator.spec.load import load_spec
 from orchestrator.store.record import RunRecord, SessionPlan
 from orchestrator.trial import Trial
@@ -180,6 +181,30 @@ def test_train_summary_resume_header_and_nothing_to_resume(ray_local, tmp_path, 
     assert [r["from_frames"] for r in json.loads((predir / "run.json").read_text())["resumes"]] == [{"t0_s2": 0}]
 
 
+def test_a_complete_named_run_again_names_its_max_frame_and_answers_before_ray(ray_local, tmp_path, capsys,
+                                                                               monkeypatch):
+    data = str(tmp_path / "data")
+    items = ["meta.max_session=1", "env.max_frame=400", "meta.log_frequency=200", "meta.random_seed=7"]
+    assert run_cli(SPECS, "ppo_cartpole", "train", "--name", "tour", "--data-dir", data, *overrides(items)) == 0
+    predir = tmp_path / "data" / "tour"
+    before = files_digest(predir)
+    from orchestrator.modes import train as train_mod
+    started = []
+    monkeypatch.setattr(train_mod, "init_ray", lambda *args, **kwargs: started.append(args))
+    capsys.readouterr()
+    assert run_cli(SPECS, "ppo_cartpole", "train", "--name", "tour", "--data-dir", data) == 0  # no -s this time
+    out = capsys.readouterr().out
+    assert out == (f"train --name tour: the run {predir} is already complete at its max_frame 400 (the -s overrides "
+                   f"it was started with apply again: -s {' -s '.join(items)}); nothing to do. To train it longer, "
+                   "run the same command with -s env.max_frame=N (N > 400)\n"), out
+    assert started == [] and files_digest(predir) == before
+    # a longer max_frame is an edit: Ray starts and the run trains on
+    monkeypatch.undo()
+    assert run_cli(SPECS, "ppo_cartpole", "train", "--name", "tour", "--data-dir", data,
+                   "-s", "env.max_frame=600") == 0
+    assert pd.read_parquet(predir / "t0/s0/train_df.parquet")["frame"].tolist() == [200, 400, 600]
+
+
 # ---------------------------------------------------------------- search: analysis when a trial ends
 
 def test_search_trial_is_analyzed_by_the_driver_when_it_ends_and_search_at_leaves_it(ray_local, tmp_path,
@@ -229,6 +254,24 @@ def test_progress_off_a_terminal_prints_plain_lines_and_no_bars(capsys):
         progress.status("t0_s0", "done")
     assert capsys.readouterr().out.splitlines() == ["t0_s0 frame 100/1000 fps 50.0 total_reward_ma 9.5",
                                                     "t0_s0 frame 100/1000 fps 50.0 total_reward_ma 9.5 done"]
+
+
+def test_a_session_ending_before_max_frame_is_paused_not_done(tmp_path, capsys):
+    """A PBT generation's Trial runs its sessions to the generation's frame: off a terminal their line says
+    ``paused`` there, and ``done`` only at the run's max_frame."""
+    spec = load_spec(SPECS, "ppo_cartpole", ["meta.max_session=1", "env.max_frame=1200"])
+    plan = SessionPlan(0, 0, 1, resume=False)
+    predir = str(tmp_path / "ppo_cartpole_2026_01_02_030405")
+    trial = Trial(spec, predir, [plan], RunRecord(predir, {"sessions": {}, "resumes": []}), quiet=True,
+                  analyze=False)
+    with SessionProgress() as trial.progress:
+        for frame in (400, 1200):
+            trial.progress.update("t0_s0", {"frame": frame, "fps": 50.0, "total_reward_ma": 9.5}, 1200, line=True)
+            trial.on_end(plan, Done(frame=frame, checkpoint=True))
+    assert capsys.readouterr().out.splitlines() == ["t0_s0 frame 400/1200 fps 50.0 total_reward_ma 9.5",
+                                                    "t0_s0 frame 400/1200 fps 50.0 total_reward_ma 9.5 paused",
+                                                    "t0_s0 frame 1200/1200 fps 50.0 total_reward_ma 9.5",
+                                                    "t0_s0 frame 1200/1200 fps 50.0 total_reward_ma 9.5 done"]
 
 
 def test_version_help_and_argument_order_hint(capsys):

@@ -150,6 +150,18 @@ def test_replay_reproduces_a_trial_bit_for_bit(uninterrupted, tmp_path, capsys):
 
 
 # ---------------------------------------------------------------- PB2
+def test_replay_of_a_trial_that_does_not_exist_leaves_no_run_dir(uninterrupted, tmp_path, capsys):
+    data = tmp_path / "r"
+    data.mkdir()
+    (data / "mine.txt").write_text("a user's file")
+    capsys.readouterr()
+    assert run_cli(str(uninterrupted / "ppo_cartpole_spec.json"), "ppo_cartpole", "train", "--data-dir", str(data),
+                   "--pbt-replay", str(uninterrupted), "--trial", "7") == 2
+    err = capsys.readouterr().err
+    assert f"error: --trial 7: the PBT run {uninterrupted} has trials 0..3" in err and "Traceback" not in err, err
+    assert [p.name for p in data.iterdir()] == ["mine.txt"] and (data / "mine.txt").read_text() == "a user's file"
+
+
 def test_pb2_picks_the_region_where_the_score_improved_most():
     from orchestrator.search import pb2
 
