@@ -3,6 +3,7 @@ path's train_df columns and clock; a 2-session ``train`` killed by SIGKILL resum
 continuous train_df, its checkpoints recording ``exact: false`` with EnvPool's reason (the env is reset on resume and
 the PPO rollout's last stored step truncated)."""
 
+import dataclasses
 import os
 
 import numpy as np
@@ -74,20 +75,39 @@ def test_envpool_train_sigkill_driver_then_resume_latest(ray_local, tmp_path):
             assert not (ckpt / "env_state.json").exists() and not (ckpt / "env.pkl").exists()
 
 
+ENV_BYTES = """
+import dataclasses, json, warnings
+from orchestrator.spec import preflight
+from orchestrator.spec.load import load_spec
+warnings.simplefilter("ignore")
+spec = load_spec({specs!r}, "ppo_cartpole", ["env.name=playground/CartpoleBalance", "env.num_envs=2048",
+                                              "env.max_frame=100000"])
+print(json.dumps(preflight.check_env(spec["env"]).env_bytes))
+"""
+
+
 def test_preflight_counts_envpool_sub_envs_c_memory():
     """EnvPool allocates its sub-envs in C++ (about 13 MB each for playground/CartpoleBalance), which tracemalloc
-    does not see; preflight measures them, so SLM-Lab's 2048 sub-envs are refused where they cannot fit."""
+    does not see; preflight measures them (the resident memory they add, in a fresh process as the spec check runs
+    it: this test process reuses pages freed by earlier tests), so SLM-Lab's 2048 sub-envs are refused where they
+    cannot fit."""
+    import subprocess
+    import sys
     import warnings
 
     from orchestrator.errors import SpecError
     from orchestrator.spec import preflight
 
+    out = subprocess.run([sys.executable, "-c", ENV_BYTES.format(specs=str(BENCH / "cartpole.json"))], cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    env_bytes = int(out.stdout.strip().splitlines()[-1])
+    assert env_bytes > 5_000_000
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         spec = load_spec(str(BENCH / "cartpole.json"), "ppo_cartpole",
                          ["env.name=playground/CartpoleBalance", "env.num_envs=2048", "env.max_frame=100000"])
-        shape = preflight.check_env(spec["env"])
-    assert shape.env_bytes > 5_000_000
+        shape = dataclasses.replace(preflight.check_env(spec["env"]), env_bytes=env_bytes)
     with pytest.raises(SpecError, match=r"env.num_envs: 2048 sub-envs x \d+ bytes needs"):
         preflight.check_memory(spec, shape, available=8 * 2**30)
     preflight.check_memory({**spec, "env": {**spec["env"], "num_envs": 64}}, shape, available=8 * 2**30)

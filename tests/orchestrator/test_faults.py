@@ -239,7 +239,7 @@ def test_failed_checkpoint_writes_are_retried_and_training_continues(tmp_path, m
     monkeypatch.setattr(checkpoint.CheckpointStore, "commit", flaky_commit)
     runner = SessionRunner(spec, str(tmp_path / "ppo_cartpole_2026_01_01_000000"), 0, 0, 1, resume=False)
     events = list(runner.events())
-    kinds = [(e.kind, e.get("frame")) for e in events if e.kind != "log"]
+    kinds = [(e.kind, getattr(e, "frame", None)) for e in events if e.kind != "log"]
     assert ("checkpoint_failed", 2000) in kinds and ("checkpoint", 3000) in kinds and kinds[-1] == ("done", 4000)
     assert calls.count(2000) == 3  # first try + 2 retries
     store = checkpoint.CheckpointStore(runner.session_dir)

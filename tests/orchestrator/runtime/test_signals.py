@@ -232,8 +232,13 @@ def test_a_final_commit_past_its_grace_exits_75(address, tmp_path):
     finally:
         left = stop.collect()
     assert stop.code == EXIT_RESUMABLE, stop.err[-3000:]
-    assert "no final checkpoint within shutdown_grace_s=0.01 s" in stop.out and left == []
-    assert json.loads((stop.predir / "run.json").read_text())["sessions"]["t0_s0"]["status"] == "interrupted"
+    assert left == []
+    entry = json.loads((stop.predir / "run.json").read_text())["sessions"]["t0_s0"]
+    assert entry["status"] == "interrupted"
+    if "no final checkpoint within shutdown_grace_s=0.01 s" not in stop.out:
+        # a loaded machine can hold the driver past the grace while the session commits: the driver then reads the
+        # session's final commit first, and the summary names that checkpoint instead
+        assert f"t0_s0: interrupted, committed checkpoint at frame {entry['checkpoint']}" in stop.out, stop.out
 
 
 def test_the_handler_semantics_in_process(monkeypatch):
