@@ -123,7 +123,8 @@ def analyze(predir: str, spec: dict[str, Any], merge: bool = True) -> Any:
 def report_summary(predir: str, spec: dict[str, Any], df: Any, interrupted: bool = False) -> None:
     """Print the experiment table and how to reproduce the best trial (so far, when ``interrupted``): the best spec's
     ``train``, or for a PBT search that made decisions (``pbt.jsonl``) its ``train --pbt-replay`` command (a PBT
-    trial's values change along its run: a spec trained from scratch does not reproduce it)."""
+    trial's values change along its run: a spec trained from scratch does not reproduce it); no best trial when none
+    logged a return."""
     if df.empty:
         print(f"search: no trial ran in {predir}")
         return
@@ -132,6 +133,10 @@ def report_summary(predir: str, spec: dict[str, Any], df: Any, interrupted: bool
     columns = ["trial", *[v.path for v in parse_search(spec)[0]], "status", "strength", METRIC, "frame"]
     table = df[columns].assign(trial=[f"t{t}" for t in df["trial"]])
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    if not df[METRIC].notna().any():  # no trial logged a return (stopped before training, or no episode ended)
+        print(f"search {'interrupted' if interrupted else 'done'}: {predir}\n  no trial has logged a return yet "
+              f"({METRIC}): no best trial to name")
+        return
     best_t = int(df["trial"].iloc[0])
     head = f"search {'interrupted' if interrupted else 'done'}: {predir}\n  best trial " \
            f"{'so far ' if interrupted else ''}t{best_t}"

@@ -10,6 +10,7 @@ the lineage's values and the experiment graph of a real population, and the summ
 import io
 import json
 import math
+import re
 import time
 
 import numpy as np
@@ -293,6 +294,22 @@ def test_a_summary_without_decisions_offers_no_replay(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "--pbt-replay" not in out and "no PBT decision" in out and "best_spec.json dqn_cartpole train" in out
     assert math.isfinite(np.float64(df["strength"].iloc[0]))
+
+
+def test_a_summary_where_no_trial_logged_a_return_names_no_best_trial(tmp_path, capsys):
+    """A search stopped before any trial logged a return: its table, then one line saying so, no "best trial"."""
+    from orchestrator.search.report import report_summary
+
+    spec = load_spec(DEMO, "dqn_cartpole", DQN)
+    df = pd.DataFrame([{"trial": t, LR: 1e-3, "status": "running", "strength": np.nan, "total_reward_ma": np.nan,
+                        "frame": 0} for t in (0, 1)])
+    report_summary(str(tmp_path), spec, df)
+    out = capsys.readouterr().out
+    assert f"search interrupted: {tmp_path}" not in out  # interrupted=False here
+    assert f"search done: {tmp_path}\n  no trial has logged a return yet (total_reward_ma): no best trial" in out
+    assert re.search(r"best trial (so far )?t\d", out) is None and "run it with" not in out
+    report_summary(str(tmp_path), spec, df, interrupted=True)
+    assert f"search interrupted: {tmp_path}\n  no trial has logged a return yet" in capsys.readouterr().out
 
 
 def test_a_population_where_every_trial_failed_stops_with_a_clear_message(tmp_path, capsys):
