@@ -89,7 +89,8 @@ def run_search(cmd: Command) -> int:
     pause_point("spec_check")  # test hook (orchestrator.runtime.signals)
     new_spec = load_spec(cmd.spec_file, cmd.spec_name, overrides)
     if named is not None and target == named and named_complete(named, new_spec):
-        print(f"{cmd.word} --name {cmd.name}: the search {named} is already complete; nothing to do")
+        print(f"{cmd.word} --name {cmd.name}: the search {named} is already complete at its max_frame "
+              f"{new_spec['env']['max_frame']}; nothing to do")
         return 0
     with SearchLease(cmd) as lease:
         if target is not None:

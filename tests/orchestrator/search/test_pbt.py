@@ -223,7 +223,8 @@ def test_a_complete_named_search_run_again_changes_nothing(ray_local, tmp_path, 
     capsys.readouterr()
     assert run_cli(*argv) == 0
     out = capsys.readouterr().out
-    assert f"search --name job: the search {tmp_path / 'data' / 'job'} is already complete; nothing to do" in out
+    assert f"search --name job: the search {tmp_path / 'data' / 'job'} is already complete at its max_frame 800; " \
+           "nothing to do" in out
     assert files_digest(tmp_path / "data") == before
 
 
