@@ -67,31 +67,17 @@ SPEC_FILE = ROOT / "specs/benchmark/cartpole.json"
 FRAMES_PER_LOG = 2048  # ppo_cartpole's log_frequency: frames per simulated log row
 
 
-# the session events (orchestrator.session.events) with the wall-clock second they were emitted at (``t_emit``): the
-# driver handles them as the events they extend
-@dataclasses.dataclass(frozen=True)
-class TimedStarted(ev.Started):
-    t_emit: float = 0.0
+def timed(event_cls: type) -> type:
+    """``event_cls`` (an ``orchestrator.session.events`` record) with the wall-clock second it was emitted at
+    (``t_emit``); the driver handles it as the event it extends."""
+    cls = dataclasses.make_dataclass(f"Timed{event_cls.__name__}", [("t_emit", float, 0.0)], bases=(event_cls,),
+                                     frozen=True)
+    cls.__module__ = __name__  # pickled by reference, as a module-level class
+    return cls
 
 
-@dataclasses.dataclass(frozen=True)
-class TimedLog(ev.Log):
-    t_emit: float = 0.0
-
-
-@dataclasses.dataclass(frozen=True)
-class TimedCheckpoint(ev.Checkpoint):
-    t_emit: float = 0.0
-
-
-@dataclasses.dataclass(frozen=True)
-class TimedDone(ev.Done):
-    t_emit: float = 0.0
-
-
-@dataclasses.dataclass(frozen=True)
-class TimedInterrupted(ev.Interrupted):
-    t_emit: float = 0.0
+TimedStarted, TimedLog, TimedCheckpoint, TimedDone, TimedInterrupted = (
+    timed(c) for c in (ev.Started, ev.Log, ev.Checkpoint, ev.Done, ev.Interrupted))
 
 
 @ray.remote(num_cpus=0)
