@@ -125,11 +125,14 @@ def log_locator() -> Any:
     from matplotlib.ticker import Locator
 
     class LogTicks(Locator):
+        """Ticks at ``log_ticks`` of the axis' view interval."""
+
         def __call__(self) -> list[float]:
             lo, hi = sorted(self.axis.get_view_interval())
             return self.tick_values(lo, hi)
 
         def tick_values(self, vmin: float, vmax: float) -> list[float]:
+            """``log_ticks(vmin, vmax)``."""
             return log_ticks(vmin, vmax)
 
     return LogTicks()

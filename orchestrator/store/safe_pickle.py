@@ -60,9 +60,11 @@ class StandIn:
         self.pickled_state = state
 
     def append(self, item: Any) -> None:
+        """Record a list item the pickle appends (nothing of the named class runs)."""
         self.pickled_items.append(item)
 
     def extend(self, items: Any) -> None:
+        """Record the list items the pickle appends (nothing of the named class runs)."""
         self.pickled_items.extend(items)
 
     def __setitem__(self, key: Any, value: Any) -> None:
@@ -93,6 +95,12 @@ class _RestrictedUnpickler(pickle.Unpickler):
         self._stand_ins: dict[tuple[str, str], type] = {}
 
     def find_class(self, module: str, name: str) -> Any:
+        """The real object for ``REAL_GLOBALS`` (numpy arrays, dtypes, scalars, deque, OrderedDict), an inert
+        ``StandIn`` subclass for an allowlisted name.
+
+        Raises:
+            PickleRefused: a name off the allowlist.
+        """
         if (module, name) in REAL_GLOBALS:
             return super().find_class(module, name)
         if not _allowed_stand_in(module, name):
@@ -104,6 +112,11 @@ class _RestrictedUnpickler(pickle.Unpickler):
         return self._stand_ins[key]
 
     def persistent_load(self, pid: Any) -> Any:
+        """Refuse every persistent id (the lab never writes one).
+
+        Raises:
+            PickleRefused: always.
+        """
         raise PickleRefused(f"the pickle holds a persistent id {pid!r}")
 
 
