@@ -6,7 +6,7 @@ The cost is the time the training thread spends on checkpoints: serializing the 
 previous background write (``SessionRunner.events``' ``seconds``; the tracking writes of the rows are not counted,
 see ``bench/tracking_cost.py``). Default cadence: a log row is checkpointed once ``meta.checkpoint_interval_s`` (1 s)
 of training, and 199x the previous checkpoint's cost, passed since the previous checkpoint
-(``orchestrator.session_actor.checkpoint_gap_s``), unless the spec sets ``meta.checkpoint_frequency`` (the Atari
+(``orchestrator.session.runner.checkpoint_gap_s``), unless the spec sets ``meta.checkpoint_frequency`` (the Atari
 specs: every 100k frames). A spec whose cadence does not fit the frame budget (Atari) is run with the probe cadence
 ``--probe-frequency`` to measure the cost of one checkpoint; its fraction at the default cadence is then projected as
 ``ms per checkpoint / (checkpoint_frequency / fps)`` (column ``basis``: ``projected``). Usage:
@@ -31,7 +31,7 @@ import time
 
 import torch
 
-from orchestrator.session_actor import SessionRunner, checkpoint_gap_s
+from orchestrator.session.runner import SessionRunner, checkpoint_gap_s
 from orchestrator.spec.load import load_spec
 from orchestrator.spec.meta import MetaSpec
 from orchestrator.store import storage

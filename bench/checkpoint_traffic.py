@@ -105,7 +105,7 @@ class CountingStream:
 def measure(spec_file: str, name: str, overrides: list[str], frames: int, bucket: str,
             requests: RequestLog) -> dict[str, Any]:
     """Train one session of ``name`` for ``frames`` frames on ``s3://{bucket}``; counts per checkpoint."""
-    from orchestrator.session_actor import SessionRunner
+    from orchestrator.session.runner import SessionRunner
     from orchestrator.spec.load import load_spec
     from orchestrator.store import storage
 

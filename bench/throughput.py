@@ -154,7 +154,7 @@ def run_ours_tracked(algo: str, frames: int, seed: int) -> dict[str, Any]:
     """``ppo_cartpole`` through ``SessionRunner``: checkpoints and TensorBoard on, as in a session actor."""
     import tempfile
 
-    from orchestrator.session_actor import SessionRunner
+    from orchestrator.session.runner import SessionRunner
 
     with tempfile.TemporaryDirectory() as tmp:
         spec = ours_spec(algo, frames)

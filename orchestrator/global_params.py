@@ -231,6 +231,8 @@ class GlobalExchange:
         algorithm: the session's ``Algorithm`` (``load`` writes its parameters).
     """
 
+    exact_reason = EXACT_REASON  # what a session's manifests say: never exact
+
     def __init__(self, handle: Any, key: str, algorithm: Any) -> None:
         self.handle, self.key, self.algorithm = handle, key, algorithm
 

@@ -7,7 +7,6 @@ from typing import Any
 from orchestrator.commandline import Command
 from orchestrator.errors import SpecError, UsageError
 from orchestrator.modes.common import draw_seed
-from orchestrator.report.rows import format_row
 from orchestrator.spec.meta import MetaSpec, set_meta
 from orchestrator.store import storage
 from orchestrator.store.predir import session_seed
@@ -26,9 +25,9 @@ def run_dev(cmd: Command) -> int:
 
 
 def run_session(spec: dict[str, Any], data_dir: str, quiet: bool) -> int:
-    """Run one session in-process; write specs, train_df/eval_df, log.txt, a ``run.json`` with
-    ``"mode": "dev"`` (the marker that refuses ``train@``), metrics and graphs into a new predir,
-    and print a summary.
+    """Run one session in-process through ``SessionRunner`` with checkpoints off; write specs, train_df/eval_df,
+    log.txt, a ``run.json`` with ``"mode": "dev"`` (the marker that refuses ``train@``), metrics and graphs into a
+    new predir, and print a summary.
 
     Returns:
         0 (a session that raises propagates its exception).
@@ -40,8 +39,9 @@ def run_session(spec: dict[str, Any], data_dir: str, quiet: bool) -> int:
     import torch
 
     from orchestrator.report.progress import SessionProgress
-    from orchestrator.report.tracking import SessionTracker
+    from orchestrator.session import events as ev
     from orchestrator.session.loop import Session
+    from orchestrator.session.runner import SessionRunner
     from orchestrator.store import predir as predir_mod
 
     base = draw_seed(spec)  # drawn once if unset, so the saved spec replays the run
@@ -55,41 +55,29 @@ def run_session(spec: dict[str, Any], data_dir: str, quiet: bool) -> int:
         raise SpecError(str(err)) from None
     predir = predir_mod.new_predir(data_dir, spec["name"])
     predir_mod.save_specs(predir, spec, 0, [seed])
-    sdir = predir_mod.session_dir(predir, 0, 0)
-    log_lines: list[str] = []
-    tracker = SessionTracker(spec, predir, 0, 0)  # TensorBoard, W&B, MLflow: every row as it is logged
-    try:
-        tracker.start(session, None)
+    runner = SessionRunner(spec, predir, 0, 0, seed, resume=False, checkpoints=False, prebuilt=session)
+    try:  # TensorBoard, W&B, MLflow: every row as it is logged
+        runner.start_tracking()
     except Exception as err:  # e.g. no W&B login, an MLflow store it refuses  # noqa: BLE001
-        if tracker.tb is not None:
-            tracker.tb.close()
+        if runner.tracker.tb is not None:
+            runner.tracker.tb.close()
         session.close()
         storage.delete(predir)  # this command's own new run directory, nothing trained in it yet
         cause = (str(err).strip().splitlines() or [""])[-1]
         raise UsageError(f"meta.tracking={meta.tracking}: the tracker did not start "
                          f"({type(err).__name__}: {cause})") from None
-
-    def on_log(sess: Session, row: dict[str, Any]) -> None:
-        log_lines.append(format_row(row))
-        progress.update("t0_s0", row, sess.clock.max_frame)
-        tracker.log(sess, sess.clock.frame)
-
     status = "failed"
     with SessionProgress(disable=quiet) as progress:
         try:
-            session.run_rl(on_log=on_log)
+            for event in runner.events():
+                if isinstance(event, ev.Log):
+                    progress.update("t0_s0", event.row, session.clock.max_frame)
             status = "done"
         except KeyboardInterrupt:
             status = "interrupted"
             raise
         finally:
-            storage.write_parquet(storage.join(sdir, "train_df.parquet"), session.train_df)
-            if session.eval_rows:
-                storage.write_parquet(storage.join(sdir, "eval_df.parquet"), session.eval_df)
-            storage.write_text(storage.join(sdir, "log.txt"), "\n".join(log_lines) + "\n")
             write_dev_record(predir, spec["name"], seed, status, session.clock.frame)
-            tracker.close(session, session.clock.frame)
-            session.close()
     return finish_dev(predir, session)
 
 

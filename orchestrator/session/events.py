@@ -1,5 +1,6 @@
 """The events a session streams to its trial's driver: one small frozen record per kind, yielded by
-``orchestrator.session_actor.SessionRunner.events`` (and ``SessionActor.run``) and read by ``orchestrator.trial.Trial``.
+``orchestrator.session.runner.SessionRunner.events`` (and ``SessionActor.run``) and read by
+``orchestrator.trial.Trial``.
 
 Ray-free and picklable (module-level dataclasses of plain values): they cross from the session actor to the driver
 as Ray objects. Each class names its kind in ``kind`` (a class attribute, not a field).

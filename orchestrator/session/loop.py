@@ -337,6 +337,13 @@ class Session:
                            "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]]},
         }
 
+    def table_files(self) -> dict[str, bytes]:
+        """``train_df.parquet`` and, once it has rows, ``eval_df.parquet``: the session's tables as Parquet bytes."""
+        files = {"train_df.parquet": self._train_parquet.encode(self.train_rows)}
+        if self.eval_rows:
+            files["eval_df.parquet"] = self._eval_parquet.encode(self.eval_rows)
+        return files
+
     def to_checkpoint(self) -> tuple[dict[str, bytes], dict[str, Any]]:
         """Serialize the session: files (name -> bytes) and manifest metadata.
 
@@ -350,9 +357,7 @@ class Session:
         """
         buf = io.BytesIO()
         torch.save(self.state_dict(), buf)
-        files = {"state.pt": buf.getvalue(), "train_df.parquet": self._train_parquet.encode(self.train_rows)}
-        if self.eval_rows:
-            files["eval_df.parquet"] = self._eval_parquet.encode(self.eval_rows)
+        files = {"state.pt": buf.getvalue(), **self.table_files()}
         causes = [] if self.exact else (self.exact_reason or "not exact").split("; ")
         try:
             files.update(env_state.to_files(self.env))

@@ -30,7 +30,7 @@ class MetaSpec:
         checkpoint_interval_s: without ``checkpoint_frequency``, the least training seconds between two checkpoints:
             a log row is checkpointed once this much time, and 199x the previous checkpoint's cost (so checkpoints
             take at most 0.5% of training time), passed since the previous one; ``max_frame`` and stops always are
-            (``orchestrator.session_actor.checkpoint_gap_s``). Ignored with ``checkpoint_frequency``.
+            (``orchestrator.session.runner.checkpoint_gap_s``). Ignored with ``checkpoint_frequency``.
         keep_checkpoints: newest checkpoints kept per session (plus the best).
         resources: per-session Ray resources ``{"num_cpus": float, "num_gpus": float}``.
         max_restarts: replacements of a dead session actor before it is marked failed.

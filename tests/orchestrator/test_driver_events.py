@@ -10,7 +10,7 @@ import pytest
 from lab_helpers import SPECS
 
 from orchestrator.session import events as ev
-from orchestrator.session_actor import SessionRunner, checkpoint_batches
+from orchestrator.session.runner import SessionRunner, checkpoint_batches
 from orchestrator.spec.load import load_spec
 from orchestrator.store import storage
 from orchestrator.store.record import RunRecord, SessionPlan

@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 from lab_helpers import DRIVER_ENV, REPO, SPECS, descendants, kill_pids, only_predir, overrides, run_cli, start_driver
 
-from orchestrator import session_actor
 from orchestrator.errors import EXIT_RESUMABLE
-from orchestrator.session_actor import SessionRunner
+from orchestrator.session import runner as runner_mod
+from orchestrator.session.runner import SessionRunner
 from orchestrator.spec.load import load_spec
 from orchestrator.store import checkpoint, storage
 
@@ -227,7 +227,7 @@ def test_node_loss_session_comes_back_on_remaining_node(tmp_path):
 def test_failed_checkpoint_writes_are_retried_and_training_continues(tmp_path, monkeypatch):
     spec = load_spec(SPECS, "ppo_cartpole", ["env.max_frame=4000", "meta.log_frequency=1000",
                                              "meta.checkpoint_frequency=1000"])
-    monkeypatch.setattr(session_actor, "COMMIT_BACKOFF_S", (0.0, 0.0))
+    monkeypatch.setattr(runner_mod, "COMMIT_BACKOFF_S", (0.0, 0.0))
     real_commit, calls = checkpoint.CheckpointStore.commit, []
 
     def flaky_commit(self, frame, files, meta):

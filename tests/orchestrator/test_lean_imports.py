@@ -24,7 +24,7 @@ NOT_IN_SESSION = ("pandas", "matplotlib", "plotly", "ray.tune", "torcharc", "ale
 SESSION_CHILD = """
 import json, sys
 from orchestrator.report import tracking
-from orchestrator.session_actor import SessionRunner
+from orchestrator.session.runner import SessionRunner
 tracking.LEAN_PROCESS["tensorboard"] = True  # as SessionActor.__init__ (the session actor's process)
 spec, predir = json.loads(sys.argv[1]), sys.argv[2]
 runner = SessionRunner(spec, predir, 0, 0, 1, resume=False)

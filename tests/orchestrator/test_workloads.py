@@ -12,7 +12,7 @@ import torch
 from agents import memory
 from agents.memory import factory
 from orchestrator.session.loop import Session
-from orchestrator.session_actor import SessionRunner
+from orchestrator.session.runner import SessionRunner
 from orchestrator.spec.load import load_spec
 from tests.orchestrator.lab_helpers import REPO, only_predir, overrides, run_cli
 from tests.orchestrator.session.test_resume_exact import COMPARED, interrupted_then_resumed, uninterrupted

@@ -88,7 +88,7 @@ def run_slm_dev(tmp_path: Path, rel_file: str, name: str, max_frame: int = 300) 
 def stop_then_resume(spec: dict, predir: str, stop_frame: int, seed: int = 5) -> tuple[int, pd.DataFrame]:
     """Run a SessionRunner until ``stop_frame``, stop it as SIGTERM does (final checkpoint), then run a
     resumed SessionRunner to the end. Returns (opt_step at the stop, the resumed session's train_df)."""
-    from orchestrator.session_actor import SessionRunner
+    from orchestrator.session.runner import SessionRunner
 
     first = SessionRunner(spec, predir, 0, 0, seed, resume=False)
     for event in first.events():

@@ -14,7 +14,7 @@ from lab_helpers import assert_tb_matches, only_predir, run_cli
 
 from orchestrator.errors import SpecError
 from orchestrator.report.tracking import TensorBoardLog, flat_spec, scalars
-from orchestrator.session_actor import SessionRunner
+from orchestrator.session.runner import SessionRunner
 from orchestrator.spec.load import load_spec
 from orchestrator.store import storage
 

@@ -124,7 +124,7 @@ def test_causes_accumulate_once_each():
 
 def commit(predir, spec, session_index, frames):
     """Run session ``session_index`` of ``spec`` in-process to ``frames`` and commit its checkpoint there."""
-    from orchestrator.session_actor import SessionRunner
+    from orchestrator.session.runner import SessionRunner
 
     runner = SessionRunner(spec, str(predir), 0, session_index, 3 + session_index, resume=False)
     for event in runner.events():

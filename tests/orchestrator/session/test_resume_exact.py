@@ -13,7 +13,7 @@ import torch
 from envs.state import STATE_FILES
 from orchestrator.session.events import Interrupted
 from orchestrator.session.loop import Session
-from orchestrator.session_actor import SessionRunner
+from orchestrator.session.runner import SessionRunner
 from orchestrator.spec.load import load_spec
 from tests.agents.algorithms.helpers import stop_then_resume
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from envs.state import STATE_FILES
-from orchestrator.session_actor import SessionRunner
+from orchestrator.session.runner import SessionRunner
 from orchestrator.store.checkpoint import CheckpointError
 from tests.orchestrator.session.test_resume_exact import COMPARED
 

@@ -190,7 +190,7 @@ def test_search_resume_verifies_sessions_in_the_driver(run_copy, capsys):
 def test_actor_side_fallback_is_logged_and_recorded_by_the_driver(run_copy, capsys):
     """A checkpoint damaged after the driver verified it: the actor sets it aside, logs it, reports it in
     ``started``; the driver prints it and corrects ``from_frames`` to the frame really restored."""
-    from orchestrator.session_actor import SessionRunner
+    from orchestrator.session.runner import SessionRunner
 
     spec = load_spec(SPECS, "ppo_cartpole", ITEMS)
     _flip_state(run_copy / "t0/s0/ckpt/000000003000")
