@@ -272,6 +272,17 @@ def test_the_exploit_deletes_manifests_first(tmp_path, monkeypatch):
     assert [d.rsplit("ckpt/", 1)[1] for d in deleted[:4]] == [
         "000000000200/MANIFEST.json", "000000000200", "000000000100/MANIFEST.json", "000000000100"]
     assert not (tmp_path / "s0/ckpt").exists()
+    # the exploit's copy (CheckpointStore.copy_to, pbt.py) deletes the recipient's checkpoints the same way first
+    donor = CheckpointStore(str(tmp_path / "s1"))
+    for frame in (100, 200, 300):
+        donor.commit(frame, {"state.pt": bytes([frame // 100]) * 10}, {"total_reward_ma": 2.0})
+    for frame in (100, 400):
+        store.commit(frame, {"state.pt": b"y" * 10}, {"total_reward_ma": 1.0})
+    deleted.clear()
+    donor.copy_to(store, 200)
+    assert [d.rsplit("s0/ckpt/", 1)[1] for d in deleted[:4]] == [
+        "000000000400/MANIFEST.json", "000000000400", "000000000100/MANIFEST.json", "000000000100"]
+    assert store.frames() == [100, 200] and store.read_file(200, "state.pt") == bytes([2]) * 10
 
 
 def test_the_lineage_graph_of_an_unfinished_generation_draws_what_is_committed(tmp_path):
