@@ -673,16 +673,18 @@ class Trial:
 
 
 def aggregate_trial(predir: str, spec: dict[str, Any], trials: list[int]) -> None:
-    """Write ``info/trial_df.parquet``: per frame, mean and std across sessions of total_reward(_ma)."""
+    """Write ``info/trial_df.parquet``: per frame, mean and std across sessions of total_reward(_ma), from each
+    session's committed train_df (``report.rundata.committed_df``, as the analysis reads it)."""
     import pandas as pd
+
+    from orchestrator.report.rundata import committed_df
 
     frames = []
     for t in trials:
         for s in range(MetaSpec.of(spec).max_session):
-            uri = storage.join(predir_mod.session_dir(predir, t, s), "train_df.parquet")
-            if storage.exists(uri):
-                df = storage.read_parquet(uri)[["frame", "total_reward", "total_reward_ma"]]
-                frames.append(df.assign(trial=t, session=s))
+            df = committed_df(predir_mod.session_dir(predir, t, s), "train_df.parquet")
+            if df is not None:
+                frames.append(df[["frame", "total_reward", "total_reward_ma"]].assign(trial=t, session=s))
     if not frames:
         return
     df = pd.concat(frames)

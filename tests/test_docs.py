@@ -1,7 +1,8 @@
 """The docs site and the references into it: the site builds with warnings as errors (``mkdocs build --strict``,
 offline), the generated reference pages match the code (``tools/gen_reference.py --check``), and every
 ``docs/FILE.md "Section"`` / ``docs/FILE.md section N`` / ``README "Section"`` reference in the code, the tests, the
-benchmarks and the README names a file and a heading that exist."""
+benchmarks and the README names a file and a heading that exist; every exit code the code can end with is listed,
+with its meaning, in the CLI reference, the README and ``lab --help``."""
 
 from __future__ import annotations
 
@@ -215,3 +216,44 @@ def test_every_test_file_a_docstring_or_page_names_exists():
         named.setdefault(name, "README.md")
     missing = {name: str(where) for name, where in named.items() if not (ROOT / name).exists()}
     assert named and not missing, missing
+
+
+def exit_codes_in_code() -> set[int]:
+    """Every exit code the ``lab`` command can end with, read from the code: integer literals (and ``EXIT_*``
+    constants of ``orchestrator.errors``) that ``orchestrator/cli.py`` and the modes return or pass to
+    ``sys.exit``/``os._exit``; 0 is every mode's success."""
+    import ast
+
+    from orchestrator import errors
+
+    constants = {name: value for name, value in vars(errors).items() if name.startswith("EXIT_")}
+    codes = {0}
+    for path in [ROOT / "orchestrator" / "cli.py", *sorted((ROOT / "orchestrator" / "modes").glob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Return):
+                value = node.value
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                    node.func.attr in ("exit", "_exit") and node.args:
+                value = node.args[0]
+            else:
+                continue
+            if isinstance(value, ast.Constant) and type(value.value) is int:
+                codes.add(value.value)
+            elif isinstance(value, ast.Name) and value.id in constants:
+                codes.add(constants[value.id])
+    return codes
+
+
+def test_every_exit_code_is_documented():
+    """The exit codes the code can end with are those the CLI reference, the README and ``lab --help`` (the cli
+    docstring) list, each with its meaning."""
+    from orchestrator import cli
+
+    codes = exit_codes_in_code()
+    assert codes == {0, 1, 2, 75, 130}, codes
+    pages = {"docs/reference/cli.md": (ROOT / "docs/reference/cli.md").read_text(),
+             "README.md": (ROOT / "README.md").read_text(), "orchestrator/cli.py": cli.__doc__}
+    for where, text in pages.items():
+        line = " ".join(text[text.index("Exit codes"):].split("\n\n", 1)[0].split())
+        documented = {int(c) for c in re.findall(r"(?:^Exit codes[^:]*: |; )(\d+) ", line)}
+        assert documented == codes, (where, line)

@@ -16,7 +16,7 @@ from orchestrator.errors import UsageError
 from orchestrator.modes import spec_check
 from orchestrator.modes.common import check_named, draw_seed, refuse_dev_run, resolve_predir, with_saved_overrides
 from orchestrator.runtime.ray_start import check_resources, init_ray
-from orchestrator.runtime.signals import STOP
+from orchestrator.runtime.signals import STOP, pause_point
 from orchestrator.spec.meta import MetaSpec
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
@@ -58,6 +58,7 @@ def plan_resume(predir: str, merged: dict[str, Any], saved_sessions: int, allow_
     meta, max_frame = MetaSpec.of(merged), merged["env"]["max_frame"]
     plans, done, missing, restored = [], [], [], []
     for s in range(meta.max_session):
+        pause_point("verify")  # test hook (orchestrator.runtime.signals)
         plan = SessionPlan(0, s, session_seed(meta.random_seed, 0, s), resume=False)
         if s >= saved_sessions:  # max_session raised: a fresh session
             plans.append(plan)

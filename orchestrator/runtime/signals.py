@@ -31,7 +31,8 @@ Test hook: ``pause_point(phase)`` (env ``LAB_TEST_PAUSE_AT=<phase>``) makes the 
 write ``<phase> <pid>`` to the file ``$LAB_TEST_PAUSE_FILE`` (when set) and sleep (up to ``LAB_TEST_PAUSE_S``, 600 s
 by default), so a test can signal it in that phase; without the variable it does nothing. Phases:
 ``spec_check`` (the driver waits for its spec check; the spec-check child holds too), ``ray_start`` (Ray just
-started), ``analysis`` (the final analysis of a train or search is next).
+started), ``verify`` (a resumed train is about to verify a session's checkpoints), ``analysis`` (the final analysis
+of a train or search is next).
 """
 
 from __future__ import annotations
@@ -294,7 +295,7 @@ def pause_point(phase: str, marker: bool = True) -> None:
     """Test hook (module docstring): with ``LAB_TEST_PAUSE_AT=phase``, write the marker (``marker``) and sleep.
 
     Args:
-        phase: the phase name (``spec_check``, ``ray_start``, ``analysis``).
+        phase: the phase name (``spec_check``, ``ray_start``, ``verify``, ``analysis``).
         marker: write ``phase pid`` to ``$LAB_TEST_PAUSE_FILE`` (the driver; a child holding too writes none).
     """
     if os.environ.get("LAB_TEST_PAUSE_AT") != phase:

@@ -133,7 +133,11 @@ class TrialReporter:
 
 
 def final_metrics(predir: str, spec: dict[str, Any], t: int) -> dict[str, Any]:
-    """Final metrics of trial ``t`` from its sessions' train_dfs (reported to Tune at its end).
+    """Final metrics of trial ``t`` from its sessions' committed train_dfs (reported to Tune at its end).
+
+    Each session's train_df is its newest valid checkpoint's (``report.rundata.committed_df``), the one the analysis
+    reads, so every column of a search's table describes the same rows, also when a stop left the session directory's
+    copy behind its last commit.
 
     Returns:
         ``total_reward_ma`` / ``total_reward_ma_std``: mean / std across sessions of the last row's
@@ -141,13 +145,12 @@ def final_metrics(predir: str, spec: dict[str, Any], t: int) -> dict[str, Any]:
     """
     import numpy as np
 
+    from orchestrator.report.rundata import committed_df
+
     finals, frames = [], []
     for s in range(MetaSpec.of(spec).max_session):
-        uri = storage.join(predir_mod.session_dir(predir, t, s), "train_df.parquet")
-        if not storage.exists(uri):
-            continue
-        df = storage.read_parquet(uri)
-        if df.empty:
+        df = committed_df(predir_mod.session_dir(predir, t, s), "train_df.parquet")
+        if df is None or df.empty:
             continue
         finals.append(float(df[METRIC].iloc[-1]))
         frames.append(int(df["frame"].iloc[-1]))

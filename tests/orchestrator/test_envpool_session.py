@@ -1,7 +1,8 @@
 """Sessions on ``env.vectorization: envpool``: ``dev`` on CartPole, a MuJoCo env and Atari Pong gives the gymnasium
 path's train_df columns and clock; a 2-session ``train`` killed by SIGKILL resumes with ``train@latest`` to a
 continuous train_df, its checkpoints recording ``exact: false`` with EnvPool's reason (the env is reset on resume and
-the PPO rollout's last stored step truncated)."""
+the PPO rollout's last stored step truncated); a Playground train in which no episode ends draws what it logged and
+says why."""
 
 import dataclasses
 import os
@@ -111,3 +112,30 @@ def test_preflight_counts_envpool_sub_envs_c_memory():
     with pytest.raises(SpecError, match=r"env.num_envs: 2048 sub-envs x \d+ bytes needs"):
         preflight.check_memory(spec, shape, available=8 * 2**30)
     preflight.check_memory({**spec, "env": {**spec["env"], "num_envs": 64}}, shape, available=8 * 2**30)
+
+
+def test_a_playground_train_with_no_finished_episode_draws_what_it_logged_and_says_why(ray_local, tmp_path, capsys):
+    """``train --name`` on playground/CartpoleBalance (1000-step episodes) with 8 sub-envs for 2048 frames: no episode
+    ends, yet the session graph of what was logged is drawn, and the summary, ``lab analyze`` and ``lab ls`` say why
+    (frames, the env's step limit, the sub-envs)."""
+    data = tmp_path / "data"
+    items = ["env.name=playground/CartpoleBalance", "env.vectorization=envpool", "env.num_envs=8",
+             "env.max_frame=2048", "meta.log_frequency=512", "meta.checkpoint_frequency=1024", "meta.max_session=1"]
+    note = ("no episode finished in 2048 frames (episodes of playground/CartpoleBalance last up to 1000 steps; "
+            "with 8 sub-envs the first ends after about 8000 frames)")
+    assert run_cli(str(BENCH / "cartpole.json"), "ppo_cartpole", "train", "--name", "ep-pg", "--data-dir", str(data),
+                   *overrides(items)) == 0
+    predir = data / "ep-pg"
+    df = pd.read_parquet(predir / "t0/s0/train_df.parquet")
+    assert df["frame"].tolist() == [512, 1024, 1536, 2048] and df["total_reward"].isna().all()
+    assert df["loss"].notna().all() and df["entropy"].notna().all()
+    assert note in capsys.readouterr().out
+    graph = predir / "graph" / "ppo_cartpole_t0_s0_session_graph.png"
+    assert graph.stat().st_size > 1000
+    graph.unlink()
+    assert run_cli("analyze", str(predir)) == 0
+    out = capsys.readouterr().out
+    assert f"t0_s0: {note}" in out and "nothing to analyze" not in out and graph.stat().st_size > 1000
+    assert run_cli("ls", "--data-dir", str(data)) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "best=-" in lines[0] and f"  {note}" in lines

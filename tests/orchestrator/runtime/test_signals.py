@@ -17,7 +17,8 @@ stop (SIGUSR1: a fresh run); a spec-check or Ray-start stop must leave no run at
 Spec check, Ray start and the second Ctrl-C run a local Ray per driver; training, analysis, the double SIGTERM and
 the grace case join the tests' shared Ray (``--address``).
 
-Also: two SIGTERMs 50 ms apart are one stop (exit 75, a final checkpoint committed, run.json not ``running``); a
+Also: stops while a resume verifies its checkpoints (the ``verify`` hook) exit 75 and leave the run resumable;
+two SIGTERMs 50 ms apart are one stop (exit 75, a final checkpoint committed, run.json not ``running``); a
 second SIGINT leaves at once (exit 75, no process left); a final commit that outlasts ``shutdown_grace_s`` exits 75.
 """
 
@@ -271,3 +272,42 @@ def test_the_handler_semantics_in_process(monkeypatch):
     monkeypatch.setattr(signals, "kill_descendants", lambda: None)
     handler.handle(signal.SIGINT, None)  # a stop already asked: leave at once
     assert exits == [EXIT_RESUMABLE]
+
+
+def test_stops_while_a_resume_verifies_its_checkpoints_exit_75_and_the_run_stays_resumable(address, reference,
+                                                                                          tmp_path):
+    """A ``train --name`` run stopped in training (SIGTERM), then its same command stopped twice while it verifies the
+    session's checkpoints (SIGINT, SIGUSR1): each exits 75 with no traceback and no process left, the run
+    stays ``interrupted`` at its committed checkpoint, and the same command then finishes it equal to an
+    uninterrupted run."""
+    stop = Stop("train", "training", signal.SIGTERM, tmp_path, address)
+    try:
+        stop_all([stop])
+    finally:
+        stop.collect()
+    assert stop.code == EXIT_RESUMABLE, stop.err[-3000:]
+    frames = committed(stop.predir)
+    for sig in (signal.SIGINT, signal.SIGUSR1):
+        (stop.cwd / "paused").unlink(missing_ok=True)
+        driver = start(stop.argv, stop.cwd, "verify")
+        tree = []
+        try:
+            deadline = time.time() + 240
+            while not (stop.cwd / "paused").exists():
+                assert driver.poll() is None and time.time() < deadline, driver.communicate()
+                time.sleep(0.05)
+            tree = descendants(driver.pid)
+            os.kill(driver.pid, sig)
+            out, err = driver.communicate(timeout=240)
+            deadline = time.time() + 20
+            while any(pid_alive(p) for p in tree) and time.time() < deadline:
+                time.sleep(0.2)
+            left = [p for p in tree if pid_alive(p)]
+        finally:
+            kill_pids(tree + descendants(driver.pid))
+        assert driver.returncode == EXIT_RESUMABLE, f"{sig.name}: exit {driver.returncode}\n{err[-3000:]}"
+        assert "Traceback" not in err and left == [], f"{sig.name}: {left}\n{err[-3000:]}"
+        assert f"{sig.name}: stopped before any session started; nothing is lost" in err, err[-3000:]
+        entry = json.loads((stop.predir / "run.json").read_text())["sessions"]["t0_s0"]
+        assert (entry["status"], committed(stop.predir)) == ("interrupted", frames), sig.name
+    pd.testing.assert_frame_equal(COMPARED(finished_df(stop)), COMPARED(reference))

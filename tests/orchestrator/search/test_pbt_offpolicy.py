@@ -1,7 +1,8 @@
 """Population-based training of an off-policy algorithm (DQN, replay checkpointed) and the population's state
 machinery: kept trials train on with their live state (train_df equal to a plain train's), every generation
 trains (optimizer steps per generation equal a plain train's, though the interval is shorter than
-``training_start_step``), a SIGKILL of the driver resumes to the same ``pbt.jsonl``, ``--pbt-replay`` reproduces
+``training_start_step``), a SIGKILL of the driver resumes to the same ``pbt.jsonl``, a Ctrl-C and a SIGTERM in two
+generations exit 75 and the resumed search ends as the uninterrupted one, ``--pbt-replay`` reproduces
 an exploited trial bit for bit; a failed trial is replaced by an exploit; the score of a generation, the reseed,
 the exploit's manifest-first delete, the discount reaching the env, the lineage graph of an unfinished generation,
 the lineage's values and the experiment graph of a real population, and the summary's replay command.
@@ -120,36 +121,47 @@ def test_sigkill_then_resume_gives_the_same_decisions_and_replay_is_bit_for_bit(
     assert "equal the original's" in capsys.readouterr().out
 
 
-def test_sigterm_mid_generation_exits_75_and_the_resume_analyzes_the_full_curves(dqn_search, ray_local, tmp_path):
-    """The driver's own analysis after the stop (at the stop frame) is redone by the resumed search: its lineage
-    graph is drawn from the decisions committed (no KeyError), and the resumed metrics equal the uninterrupted."""
+def test_stops_at_two_generations_exit_75_and_the_resumed_search_equals_the_uninterrupted(dqn_search, ray_local,
+                                                                                         tmp_path):
+    """Ctrl-C in generation 2, then SIGTERM to the resumed driver in generation 4: each exits 75 with no traceback
+    (its lineage graph drawn from the decisions committed, no KeyError) and prints its resume command. The driver's own
+    analysis after each stop (at the stop frame) is redone by the last resume: its decisions, train_dfs, trial
+    metrics, summary table and graphs equal the uninterrupted search's."""
     import signal
 
     from lab_helpers import descendants, kill_pids
 
     data = tmp_path / "data"
-    driver = start_driver([DEMO, "dqn_cartpole", "search", "--data-dir", str(data), *overrides(DQN)], tmp_path,
-                          capture=True)
-    tree = []
-    try:
-        deadline = time.time() + 240
-        while not list(data.glob("*/t*/s0/ckpt/000000000700")):
-            assert driver.poll() is None and time.time() < deadline, "generation 4 not reached"
-            time.sleep(0.1)
-        tree = descendants(driver.pid)
-        driver.send_signal(signal.SIGTERM)
-        out, err = driver.communicate(timeout=180)
-    finally:
-        kill_pids(descendants(driver.pid) + tree)
-    assert driver.returncode == 75, err[-2000:]
-    assert "Traceback" not in err and "resume with" in out
+    command = [DEMO, "dqn_cartpole", "search", "--data-dir", str(data), *overrides(DQN)]
+    for sig, frame, argv in ((signal.SIGINT, 300, command), (signal.SIGTERM, 700, [*command[:2], "search@latest",
+                                                                                  *command[3:]])):
+        driver = start_driver(argv, tmp_path, capture=True)
+        tree = []
+        try:
+            deadline = time.time() + 240
+            while not list(data.glob(f"*/t*/s0/ckpt/{frame:012d}")):
+                assert driver.poll() is None and time.time() < deadline, f"frame {frame} not reached"
+                time.sleep(0.1)
+            tree = descendants(driver.pid)
+            driver.send_signal(sig)
+            out, err = driver.communicate(timeout=180)
+        finally:
+            kill_pids(descendants(driver.pid) + tree)
+        assert driver.returncode == 75, f"{sig.name}: {err[-2000:]}"
+        assert "Traceback" not in err and "resume with" in out, f"{sig.name}: {err[-2000:]}"
     predir = only_predir(data)
-    assert run_cli(DEMO, "dqn_cartpole", "search@latest", "--data-dir", str(data), *overrides(DQN)) == 0
+    assert run_cli(*command[:2], "search@latest", *command[3:]) == 0
     assert (predir / "pbt.jsonl").read_text() == (dqn_search / "pbt.jsonl").read_text()
+    for t, df in train_dfs(predir).items():
+        pd.testing.assert_frame_equal(df, train_dfs(dqn_search)[t], check_exact=True)
     for t in range(4):
         got, want = (json.loads((p / f"info/t{t}_trial_metrics.json").read_text()) for p in (predir, dqn_search))
         assert [got[k] for k in ("strength", "final_return_ma", "total_reward_ma")] == \
             [want[k] for k in ("strength", "final_return_ma", "total_reward_ma")], t
+    got, want = (pd.read_parquet(p / "info/experiment_df.parquet") for p in (predir, dqn_search))
+    pd.testing.assert_frame_equal(got, want, check_exact=True)  # the summary's table
+    graphs = [sorted(p.name for p in (run / "graph").iterdir()) for run in (predir, dqn_search)]
+    assert graphs[0] == graphs[1]
 
 
 def test_the_summary_recommends_the_replay_command(dqn_search, capsys):
@@ -272,6 +284,17 @@ def test_the_exploit_deletes_manifests_first(tmp_path, monkeypatch):
     assert [d.rsplit("ckpt/", 1)[1] for d in deleted[:4]] == [
         "000000000200/MANIFEST.json", "000000000200", "000000000100/MANIFEST.json", "000000000100"]
     assert not (tmp_path / "s0/ckpt").exists()
+    # the exploit's copy (CheckpointStore.copy_to, pbt.py) deletes the recipient's checkpoints the same way first
+    donor = CheckpointStore(str(tmp_path / "s1"))
+    for frame in (100, 200, 300):
+        donor.commit(frame, {"state.pt": bytes([frame // 100]) * 10}, {"total_reward_ma": 2.0})
+    for frame in (100, 400):
+        store.commit(frame, {"state.pt": b"y" * 10}, {"total_reward_ma": 1.0})
+    deleted.clear()
+    donor.copy_to(store, 200)
+    assert [d.rsplit("s0/ckpt/", 1)[1] for d in deleted[:4]] == [
+        "000000000400/MANIFEST.json", "000000000400", "000000000100/MANIFEST.json", "000000000100"]
+    assert store.frames() == [100, 200] and store.read_file(200, "state.pt") == bytes([2]) * 10
 
 
 def test_the_lineage_graph_of_an_unfinished_generation_draws_what_is_committed(tmp_path):

@@ -275,6 +275,12 @@ def test_interval_checks_name_the_nearest_valid_values_and_refuse_a_run_without_
     assert err.value.problems == [
         "meta.search_scheduler.perturbation_interval: 100352 is not below env.max_frame=100000: the population would "
         "train without a single decision; use an interval below it (e.g. 98304)"]
+    with pytest.raises(SpecError) as err:  # an interval equal to max_frame: one generation, no decision either
+        pbt_spec({f"{LR}__loguniform": [1e-4, 1e-2]}, 8192, ("env.max_frame=8192",))
+    assert err.value.problems == [
+        "meta.search_scheduler.perturbation_interval: 8192 is not below env.max_frame=8192: the population would "
+        "train without a single decision; use an interval below it (e.g. 6144)"]
+    pbt_spec({f"{LR}__loguniform": [1e-4, 1e-2]}, 6144, ("env.max_frame=8192",))  # one below it: valid
     with pytest.raises(SpecError) as err:  # num_envs 8 and log_frequency 200: multiples of 200
         pbt_spec({f"{LR}__loguniform": [1e-4, 1e-2]}, 300, ("meta.log_frequency=200",))
     assert "300 is not a multiple of meta.log_frequency=200 and env.num_envs=8" in err.value.problems[0]

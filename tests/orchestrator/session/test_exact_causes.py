@@ -1,5 +1,6 @@
 """A checkpoint says ``exact: false`` and why whenever a resume from it cannot equal the uninterrupted run, one
-test per cause: the replay not stored (every replay-based algorithm), a restore without env state, a torch RNG
+test per cause: the replay not stored (every replay-based algorithm), a restore without env state or with an env
+state that does not fit the env, a torch RNG
 state of another device kind; and a resume from such checkpoints says so in one line. The env causes (Box2D, async
 vector envs, EnvPool) are tested in test_workloads.py and test_envpool_session.py, ``meta.distributed`` in
 test_distributed.py."""
@@ -16,6 +17,7 @@ from envs.state import STATE_FILES
 from orchestrator.modes.train import plan_resume
 from orchestrator.session.loop import (
     ENV_NOT_RESTORED,
+    ENV_STATE_MISFIT,
     REPLAY_NOT_RESTORED,
     REPLAY_NOT_STORED,
     RNG_REDERIVED,
@@ -95,6 +97,28 @@ def test_a_restore_without_env_state_makes_later_checkpoints_inexact():
     head = straight.train_df[straight.train_df.frame <= 400]
     assert list(head.frame) == list(second.train_df.frame) == [200, 400]
     assert not COMPARED(head).equals(COMPARED(second.train_df))
+
+
+def test_a_restore_with_an_env_state_that_does_not_fit_the_env_makes_later_checkpoints_inexact():
+    """Another env's state (Acrobot's) in a CartPole checkpoint: the env is reset, the reason names both envs' layers,
+    and every later checkpoint says so."""
+    items = ["env.max_frame=600", "meta.log_frequency=200"]
+    spec = load_spec(CARTPOLE, "ppo_cartpole", items)
+    first = Session(spec, 3)
+    first.run_rl(until_frame=200)
+    files, meta = first.to_checkpoint()
+    assert meta["exact"] is True
+    acrobot = Session(load_spec(CARTPOLE, "ppo_cartpole", [*items, "env.name=Acrobot-v1"]), 3)
+    acrobot.run_rl(until_frame=200)
+    other, _ = acrobot.to_checkpoint()
+    second = Session(spec, 3, fresh=False)
+    second.from_checkpoint({**files, **{name: other[name] for name in STATE_FILES}})
+    assert second.exact is False and second.exact_reason.startswith(f"{ENV_STATE_MISFIT}: sub-env 0: ")
+    assert "cartpole.CartPoleEnv" in second.exact_reason and "acrobot.AcrobotEnv" in second.exact_reason
+    second.run_rl(until_frame=400)
+    _, meta = second.to_checkpoint()
+    assert (meta["exact"], meta["exact_reason"]) == (False, second.exact_reason)
+    assert list(second.train_df.frame) == [200, 400]
 
 
 def test_a_torch_rng_state_of_another_device_kind_is_recorded():

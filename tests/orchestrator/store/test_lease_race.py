@@ -1,7 +1,8 @@
 """Leases by conditional writes (``orchestrator.store.conditional``): create-if-absent and replace-if-unchanged on
 local disk, the local S3 server (moto honours ``If-None-Match``/``If-Match``) and the local GCS server
 (gcp-storage-emulator ignores ``ifGenerationMatch``: the lease detects it and confirms by a re-read); drivers racing
-for one run, of which exactly one holds it; the heartbeat fence; a timed-out ``--name`` wait exits 75."""
+for one run, of which exactly one holds it; the heartbeat fence; a timed-out ``--name`` wait exits 75, and so does a
+stop during the wait."""
 
 from __future__ import annotations
 
@@ -163,10 +164,11 @@ def test_named_wait_that_times_out_exits_75(ray_local, tmp_path, monkeypatch, ca
     assert sorted(p.name for p in predir.iterdir()) == ["lease.json"]
 
 
-def test_two_lab_drivers_racing_for_one_named_run_on_s3_exactly_one_trains(tmp_path, s3_bucket):
-    """Two ``lab train --name job`` started at once on one S3 run: one trains; the other waits for its lease and
-    then finds the run complete (exit 0, nothing trained), or exits 75 if the wait ran out."""
-    data = f"{s3_bucket}/runs"
+@pytest.mark.parametrize("bucket", ["s3_bucket", "gcs_bucket"])
+def test_two_lab_drivers_racing_for_one_named_run_on_an_object_store_exactly_one_trains(tmp_path, request, bucket):
+    """Two ``lab train --name job`` started at once on one S3 (or GCS) run: one trains; the other waits for its lease
+    and then finds the run complete (exit 0, nothing trained), or exits 75 if the wait ran out."""
+    data = f"{request.getfixturevalue(bucket)}/runs"
     argv = [sys.executable, str(REPO / "run_lab.py"), SPECS, "reinforce_cartpole", "train", "--name", "job",
             "--data-dir", data, "--quiet",
             *overrides(["meta.max_session=1", "env.max_frame=1000", "meta.log_frequency=500", "meta.random_seed=3"])]
@@ -191,3 +193,61 @@ def test_two_lab_drivers_racing_for_one_named_run_on_s3_exactly_one_trains(tmp_p
     run = storage.read_json(f"{data}/job/run.json")
     assert run["sessions"]["t0_s0"]["status"] == "done" and not run["sessions"]["t0_s0"].get("restarts")
     assert not storage.exists(f"{data}/job/lease.json")
+
+
+def signal_when_waiting(drivers: dict, errs: dict) -> None:
+    """Send each driver its signal (the dict's key) once its stderr (``errs``) says it waits for a lease."""
+    waiting, deadline = dict(drivers), time.time() + 120
+    while waiting:
+        assert time.time() < deadline, f"no lease wait within 120 s: {list(waiting)}"
+        for sig, driver in list(waiting.items()):
+            assert driver.poll() is None, errs[sig].read_text()
+            if "waiting up to" in errs[sig].read_text():
+                driver.send_signal(sig)
+                del waiting[sig]
+        time.sleep(0.1)
+
+
+def test_a_stop_during_the_lease_wait_exits_75_and_leaves_the_holders_run_untouched(tmp_path):
+    """SIGTERM, SIGINT and SIGUSR1 to three ``train --name`` drivers, each waiting for the lease of its run (held by a
+    driver on another host that keeps heartbeating): each exits 75 with no traceback and nothing left running, and
+    the run still holds only the holder's lease."""
+    import signal
+
+    argv = [sys.executable, str(REPO / "run_lab.py"), SPECS, "reinforce_cartpole", "train", "--name", "job", "--quiet"]
+    env = {**os.environ, **DRIVER_ENV, "LAB_LEASE_STALE_S": "120", "LAB_LEASE_HEARTBEAT_S": "0.3"}
+    stop = threading.Event()
+    holder = {"driver_id": "other", "host": "node-7", "pid": 4242, "mode": "train", "since": "then"}
+    runs = {sig: tmp_path / sig.name / "data" / "job" for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
+    for predir in runs.values():
+        predir.mkdir(parents=True)
+
+    def heartbeat() -> None:
+        while not stop.is_set():
+            for predir in runs.values():
+                (predir / "lease.json").write_text(json.dumps({**holder, "heartbeat_unix": time.time()}))
+            stop.wait(0.2)
+
+    beating = threading.Thread(target=heartbeat, daemon=True)
+    beating.start()
+    drivers, results = {}, {}
+    try:
+        for sig, predir in runs.items():
+            with open(predir.parents[1] / "err.txt", "w") as err:
+                drivers[sig] = subprocess.Popen([*argv, "--data-dir", str(predir.parent)], cwd=predir.parents[1],
+                                                env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        signal_when_waiting(drivers, {sig: predir.parents[1] / "err.txt" for sig, predir in runs.items()})
+        for sig, driver in drivers.items():
+            driver.wait(timeout=60)
+            results[sig] = (driver.returncode, (runs[sig].parents[1] / "err.txt").read_text(), descendants(driver.pid))
+    finally:
+        stop.set()
+        beating.join()
+        for driver in drivers.values():
+            kill_pids(descendants(driver.pid) + ([driver.pid] if driver.poll() is None else []))
+    for sig, (code, err, left) in results.items():
+        assert code == EXIT_RESUMABLE, (sig.name, err)
+        assert "Traceback" not in err and f"{sig.name}: stopped before any session started" in err, (sig.name, err)
+        assert left == [], (sig.name, left)
+        assert sorted(p.name for p in runs[sig].iterdir()) == ["lease.json"], sig.name
+        assert json.loads((runs[sig] / "lease.json").read_text())["driver_id"] == "other"
