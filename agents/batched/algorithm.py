@@ -20,17 +20,19 @@ same ``torch.Generator`` and ``np.random.Generator`` streams), and run them in l
   ``load_seed_state_dicts`` restores the group from K of them (or from K separate sessions' states).
 
 The values differ from separate runs only by float rounding of the batched kernels (``tests/agents/
-test_batched.py`` bounds it after an update); over a run the differences grow as any two float orders' do.
+batched/test_batched.py`` bounds it after an update); over a run the differences grow as any two float orders' do.
 
-Supported: the lab's ``ActorCritic`` and ``PPO`` with ``OnPolicyBatchReplay``, separate actor and critic
-``MLPNet``s (``net.shared: false``), Discrete actions, an elementwise optimizer (``ELEMENTWISE_OPTIMIZERS``), and
-none of the stateful normalizers (``normalize_v_targets``, ``normalize_advantages: percentile``), whose running
-statistics are per session; ``batch_problem`` names what a spec asks beyond that.
+Supported (``BATCHED_LAB``): the lab's ``ActorCritic``, ``PPO`` and ``REINFORCE`` (``agents.batched.reinforce``)
+with ``OnPolicyBatchReplay``, and the DQN family with its replays (``agents.batched.dqn``); plain ``MLPNet``s (for
+actor-critics separate actor and critic, ``net.shared: false``), Discrete actions, an elementwise optimizer
+(``ELEMENTWISE_OPTIMIZERS``), and none of the stateful normalizers (``normalize_v_targets``,
+``normalize_advantages: percentile``), whose running statistics are per session; ``batch_problem`` names what a
+spec asks beyond that.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -40,7 +42,11 @@ from torch import nn
 from agents import policy
 from agents.algorithms import ALGORITHMS, AgentSpec, Algorithm, LossStats
 from agents.algorithms.actor_critic import ActorCritic
+from agents.algorithms.double_dqn import DoubleDQN
+from agents.algorithms.dqn import DQN
 from agents.algorithms.ppo import PPO
+from agents.algorithms.reinforce import Reinforce
+from agents.algorithms.vanilla_dqn import VanillaDQN
 from agents.batched.memory import join_seed_memories, seed_memory
 from agents.batched.nets import SeedMLP
 from agents.batched.optim import (
@@ -54,19 +60,26 @@ from agents.nets import LOSSES, make_optim, stackable
 from agents.schedules import FrameLR
 from envs.clock import Clock
 
-BATCHED_ALGORITHMS = ("ActorCritic", "PPO")  # agent.algorithm.name values that run batched
+# agent.algorithm.name -> the lab class that runs batched (``agents.batched.registry`` has their batched classes)
+BATCHED_LAB: dict[str, type[Algorithm]] = {"ActorCritic": ActorCritic, "PPO": PPO, "REINFORCE": Reinforce,
+                                           "Reinforce": Reinforce, "DQN": DQN, "DoubleDQN": DoubleDQN,
+                                           "VanillaDQN": VanillaDQN}
+BATCHED_ALGORITHMS = tuple(BATCHED_LAB)  # agent.algorithm.name values that run batched
+ON_POLICY = ("ActorCritic", "PPO", "REINFORCE", "Reinforce")  # batched with one group rollout (OnPolicyBatchReplay)
 
 
 def batch_problem(spec: AgentSpec) -> str | None:
     """Why the agent spec cannot run with seeds batched (a sentence naming the key), None when it can."""
     name = spec.algorithm.name
-    if name not in BATCHED_ALGORITHMS or ALGORITHMS.get(name) not in (ActorCritic, PPO):
+    if name not in BATCHED_LAB or ALGORITHMS.get(name) is not BATCHED_LAB[name]:
         return (f"agent.algorithm.name '{name}' does not run with seeds batched (meta.session_batch > 1); "
                 f"batched algorithms: {list(BATCHED_ALGORITHMS)}")
-    if spec.memory.name != "OnPolicyBatchReplay":
-        return f"agent.memory.name '{spec.memory.name}' does not run batched; use OnPolicyBatchReplay"
+    if name in ON_POLICY and spec.memory.name != "OnPolicyBatchReplay":
+        return (f"agent.memory.name '{spec.memory.name}' does not run batched (the seeds would end their episodes, "
+                f"and so update, at different steps); use OnPolicyBatchReplay")
     if spec.net.type != "MLPNet" or spec.net.shared or spec.net.layer_norm or spec.net.batch_norm:
-        return "agent.net must be an MLPNet with shared: false and no layer_norm/batch_norm to run batched"
+        return (f"agent.net.type '{spec.net.type}' does not run batched: it must be an MLPNet with shared: false and "
+                f"no layer_norm/batch_norm (conv, recurrent, dueling and arc nets are not batched)")
     if spec.net.log_std_init is not None:
         return "agent.net.log_std_init does not run batched"
     optim_specs = [s for s in (spec.net.optim_spec, spec.net.actor_optim_spec, spec.net.critic_optim_spec) if s]
@@ -116,6 +129,10 @@ class SeedBatch:
     """
 
     members: list[Algorithm]
+    policy_net: ClassVar[str] = "actor"  # the net that acts
+    # True: each member keeps its own memory (a replay, with its own sampling RNG) and ``self.memory`` hands the
+    # group's transitions to them (``SeedReplays``); False: one group rollout of K x N columns (``seed_memory``)
+    members_own_memory: ClassVar[bool] = False
 
     def __init__(self, spec: AgentSpec, obs_space: gym.Space, action_space: gym.Space, num_envs: int,
                  seeds: Sequence[int], members: Sequence[Algorithm] | None = None) -> None:
@@ -153,8 +170,8 @@ class SeedBatch:
             params = [{"params": list(dict.fromkeys(stacks[net][p][0] for net, p in g))} for g in groups]
             self.optims[oname] = make_optim(params, self.optim_specs[oname])
             self.lr_scheds[oname] = FrameLR(self.optims[oname], self.lr_scheds[oname].factor)
-        self.value_loss = SeedMeanLoss(self.value_loss) if isinstance(self.value_loss, tuple(LOSSES.values())) \
-            else self.value_loss
+        if isinstance(getattr(self, "value_loss", None), tuple(LOSSES.values())):
+            self.value_loss = SeedMeanLoss(self.value_loss)
 
     # ---- layouts: vector rows (M*K*N, ...) in (m, k, n) order <-> per seed (K, M*N, ...) ----
     def to_seeds(self, x: torch.Tensor) -> torch.Tensor:
@@ -180,7 +197,7 @@ class SeedBatch:
     def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:
         """Actions (K*N,) for the group's observations (K*N, *O), seed k's N drawn from member k's generator."""
         obs = self.obs_tensor(obs_NO).reshape(self.k, self.n, *self.obs_space.shape)
-        pdparam = self.nets["actor"](obs)
+        pdparam = self.nets[self.policy_net](obs)
         return torch.cat([policy.sample(pdparam[k], self.discrete, m.gen, deterministic)
                           for k, m in enumerate(self.members)]).cpu().numpy()
 
@@ -235,25 +252,32 @@ class SeedBatch:
         state["optims"] = {name: seed_optim_state(self.optims[name], member.optims[name], self.slots[name], k)
                            for name in self.optims}
         state["lr_scheds"] = {name: sched.state_dict() for name, sched in self.lr_scheds.items()}
+        state["extra"] = self.extra_state()
         if with_memory:
-            state["memory"] = seed_memory(self.memory.state_dict(), k, self.n)
+            state["memory"] = member.memory.state_dict() if self.members_own_memory else \
+                seed_memory(self.memory.state_dict(), k, self.n)
         return state
 
     def sync_members(self) -> None:
         """Give every member algorithm its seed's optimizer slice, LR scheduler state and rollout columns, so its
-        own ``state_dict`` (what its session checkpoints) is its seed's state (the nets are views already)."""
-        memory = self.memory.state_dict()
+        own ``state_dict`` (what its session checkpoints) is its seed's state (the nets are views already), and the
+        group's counters (``extra_state``: they are every seed's, the seeds step in lockstep)."""
+        memory = None if self.members_own_memory else self.memory.state_dict()
         for k, member in enumerate(self.members):
             for name in self.optims:
                 member.optims[name].load_state_dict(
                     seed_optim_state(self.optims[name], member.optims[name], self.slots[name], k))
                 member.lr_scheds[name].load_state_dict(self.lr_scheds[name].state_dict())
-            member.memory.load_state_dict(seed_memory(memory, k, self.n))
+            member.load_extra_state(self.extra_state())
+            if memory is not None:
+                member.memory.load_state_dict(seed_memory(memory, k, self.n))
 
     def pull_members(self) -> list[bool]:
         """Take the group's state from its members (after each was restored on its own, e.g. by its session's
-        ``from_checkpoint``): ``load_seed_state_dicts`` of their ``state_dict``s with their rollouts."""
-        return self.load_seed_state_dicts([m.state_dict(with_memory=True) for m in self.members])
+        ``from_checkpoint``): ``load_seed_state_dicts`` of their ``state_dict``s with their rollouts (members that own
+        their memory keep it as restored)."""
+        return self.load_seed_state_dicts([m.state_dict(with_memory=not self.members_own_memory)
+                                           for m in self.members])
 
     def load_seed_state_dicts(self, states: Sequence[dict[str, Any]]) -> list[bool]:
         """Restore every seed from ``seed_state_dict(k)`` outputs (or separate sessions' algorithm states of this
@@ -275,6 +299,12 @@ class SeedBatch:
                 load_seed_optim_state(self.optims[name], self.slots[name], k, state["optims"][name])
         for name, sched in self.lr_scheds.items():
             sched.load_state_dict(states[0]["lr_scheds"][name])
+        if any(state["extra"] != states[0]["extra"] for state in states):
+            raise ValueError(f"batched seeds' algorithm counters differ ({[s['extra'] for s in states]}): batched "
+                             f"seeds must have stepped alike")
+        self.load_extra_state(states[0]["extra"])
+        if self.members_own_memory:  # each member restored its own memory (Algorithm.load_state_dict)
+            return exact
         if all("memory" in state for state in states):
             self.memory.load_state_dict(join_seed_memories([state["memory"] for state in states]))
         return exact
@@ -303,15 +333,3 @@ class BatchedPPO(SeedBatch, PPO):
             out += [perm[:, start:start + mb] for start in range(0, size, mb)]
         return out
 
-
-def batched_algorithm(name: str) -> type[SeedBatch]:
-    """The seed-batched class of ``agent.algorithm.name`` (``BATCHED_ALGORITHMS``).
-
-    Raises:
-        ValueError: an algorithm that does not run batched (names it and the ones that do).
-    """
-    classes = {"ActorCritic": BatchedActorCritic, "PPO": BatchedPPO}
-    if name not in classes:
-        raise ValueError(f"agent.algorithm.name '{name}' does not run with seeds batched; batched algorithms: "
-                         f"{list(classes)}")
-    return classes[name]
