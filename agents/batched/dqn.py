@@ -26,7 +26,7 @@ import torch
 from agents import policy
 from agents.algorithms import LossStats
 from agents.algorithms.double_dqn import DoubleDQN
-from agents.algorithms.dqn import DQN, sample_batch, sample_batches
+from agents.algorithms.dqn import DQN, GATHER_BYTES, batch_tensors
 from agents.algorithms.vanilla_dqn import VanillaDQN
 from agents.batched.algorithm import SeedBatch, SeedMeanLoss
 from agents.batched.memory import SeedReplays
@@ -47,13 +47,11 @@ class SeedRows:
         return self.net(x.reshape(self.k, -1, *x.shape[1:])).reshape(x.shape[0], -1)
 
 
-def stack_seeds(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """K seeds' replay samples (``batch_tensors`` dicts) as one: tensors stacked on a leading seed dim; a
-    ``PrioritizedReplay`` sample's ``idx`` stays a list of the K seeds' row arrays."""
-    out: dict[str, Any] = {key: torch.stack([p[key] for p in parts]) for key in parts[0] if key != "idx"}
-    if "idx" in parts[0]:
-        out["idx"] = [p["idx"] for p in parts]
-    return out
+def stack_seeds(algo: DQN, parts: Sequence[dict[str, np.ndarray]]) -> dict[str, Any]:
+    """K seeds' raw replay samples (``Replay.sample`` / ``sample_many`` arrays) as one batch of tensors with a
+    leading seed dim (``batch_tensors``: one conversion per field for the K seeds); a ``PrioritizedReplay``
+    sample's ``idx`` stays a numpy array (K, B)."""
+    return batch_tensors(algo, {key: np.stack([p[key] for p in parts]) for key in parts[0]})
 
 
 class SeedDQN(SeedBatch):
@@ -81,23 +79,33 @@ class SeedDQN(SeedBatch):
 
     @torch.no_grad()
     def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:
-        """Actions (K*N,) for the group's observations (K*N, *O): one forward, then seed k's N drawn by
-        ``policy.q_act`` with member k's ``explore_var``, ``rng`` and ``gen`` (as ``DQN.act`` of its session)."""
+        """Actions (K*N,) for the group's observations (K*N, *O): one forward, then seed k's N drawn as ``DQN.act``
+        of its session draws them, with member k's ``explore_var``, ``rng`` and ``gen``: ``policy.q_act``, or for
+        epsilon-greedy ``policy.epsilon_greedy``'s draws (2N numbers of the seed's ``rng``) on the greedy actions
+        of all K taken at once."""
         q = self.nets["net"](self.obs_tensor(obs_NO).reshape(self.k, self.n, *self.obs_space.shape))
-        return np.concatenate([policy.q_act(q[k], self.algo_spec.action_policy, m.explore_var(clock.frame), m.rng,
-                                            m.gen, deterministic) for k, m in enumerate(self.members)])
+        frame, members = clock.frame, self.members
+        if deterministic or self.algo_spec.action_policy != "epsilon_greedy":
+            return np.concatenate([policy.q_act(q[k], self.algo_spec.action_policy, m.explore_var(frame), m.rng,
+                                                m.gen, deterministic) for k, m in enumerate(members)])
+        greedy, (n, a) = q.argmax(dim=-1).cpu().numpy(), q.shape[1:]
+        return np.concatenate([np.where(m.rng.random(n) < m.explore_var(frame), m.rng.integers(0, a, size=n),
+                                        greedy[k]) for k, m in enumerate(members)])
 
     def batches(self, clock: Clock, n: int) -> Iterator[tuple[dict[str, Any], torch.Tensor]]:
         """The update's ``n`` samples of every seed, stacked (K, B, ...), with their TD targets (K, B): each seed
         drawn from its own replay with its own RNG, as ``DQN.batches`` of its session draws them (in groups for
         uniform replays, one target forward per group with ``fixed_targets``; one at a time for prioritized)."""
-        if isinstance(self.members[0].memory, PrioritizedReplay):
+        members = self.members
+        if isinstance(members[0].memory, PrioritizedReplay):
             for _ in range(n):
-                batch = stack_seeds([sample_batch(m, clock) for m in self.members])
+                batch = stack_seeds(self, [m.memory.sample(m.rng, clock.frame) for m in members])
                 yield batch, self.q_target(batch)
             return
-        for parts in zip(*(sample_batches(m, n) for m in self.members)):
-            group = stack_seeds(parts)  # (K, G, B, ...)
+        memory = members[0].memory  # a group of G samples draws each seed's G x B rows at once: the same stream
+        size = max(1, min(n, GATHER_BYTES // max(1, 2 * memory.batch_size * memory.obs_nbytes * self.k)))
+        for start in range(0, n, size):
+            group = stack_seeds(self, [m.memory.sample_many(m.rng, min(size, n - start)) for m in members])
             targets = self.q_target(group) if self.fixed_targets else None
             for i in range(group["reward"].shape[1]):
                 batch = {key: v[:, i] for key, v in group.items()}
@@ -115,7 +123,7 @@ class SeedDQN(SeedBatch):
                 if "weight" in batch:
                     loss = (batch["weight"] * self.elem_loss_fn(q, target)).mean(-1)
                     td = (target - q.detach()).cpu().numpy()
-                    for m, idx, td_k in zip(self.members, batch["idx"], td):
+                    for m, idx, td_k in zip(self.members, batch["idx"], td):  # each seed's rows, its TD errors
                         m.memory.update_priorities(idx, td_k)
                 else:
                     loss = self.seed_loss(q, target)
