@@ -4,9 +4,10 @@
 (per-seed gradient clipping, per-seed slices of an elementwise optimizer's state), ``memory`` (per-seed parts of a
 group rollout; the members' own replays), ``algorithm`` (``SeedBatch``, ``BatchedActorCritic``, ``BatchedPPO``: K
 lab algorithms in lockstep, the lab's own loss code on per-seed tensors), ``reinforce`` (``BatchedReinforce``),
-``dqn`` (``BatchedDQN``, ``BatchedDoubleDQN``, ``BatchedVanillaDQN``: per-seed replays and sampling) and
-``registry`` (``batched_algorithm``). Each seed keeps the state of its own session (nets, optimizer, RNG streams,
-replay), in the format of a separate session's algorithm.
+``dqn`` (``BatchedDQN``, ``BatchedDoubleDQN``, ``BatchedVanillaDQN``: per-seed replays and sampling), ``sac``
+(``BatchedSAC``: stacked actor, twin critics and temperatures) and ``registry`` (``batched_algorithm``). Each seed
+keeps the state of its own session (nets, optimizer, RNG streams, replay), in the format of a separate session's
+algorithm.
 """
 
 from agents.batched.algorithm import (
@@ -21,7 +22,8 @@ from agents.batched.nets import SeedMLP, seed_linear
 from agents.batched.optim import clip_grads_per_seed, seed_grad_norms
 from agents.batched.registry import batched_algorithm
 from agents.batched.reinforce import BatchedReinforce
+from agents.batched.sac import BatchedSAC
 
 __all__ = ["BATCHED_ALGORITHMS", "BatchedActorCritic", "BatchedDQN", "BatchedDoubleDQN", "BatchedPPO",
-           "BatchedReinforce", "BatchedVanillaDQN", "SeedBatch", "SeedMLP", "batch_problem", "batched_algorithm",
-           "clip_grads_per_seed", "seed_grad_norms", "seed_linear"]
+           "BatchedReinforce", "BatchedSAC", "BatchedVanillaDQN", "SeedBatch", "SeedMLP", "batch_problem",
+           "batched_algorithm", "clip_grads_per_seed", "seed_grad_norms", "seed_linear"]

@@ -23,11 +23,11 @@ The values differ from separate runs only by float rounding of the batched kerne
 batched/test_batched.py`` bounds it after an update); over a run the differences grow as any two float orders' do.
 
 Supported (``BATCHED_LAB``): the lab's ``ActorCritic``, ``PPO`` and ``REINFORCE`` (``agents.batched.reinforce``)
-with ``OnPolicyBatchReplay``, and the DQN family with its replays (``agents.batched.dqn``); plain ``MLPNet``s (for
-actor-critics separate actor and critic, ``net.shared: false``), Discrete actions, an elementwise optimizer
-(``ELEMENTWISE_OPTIMIZERS``), and none of the stateful normalizers (``normalize_v_targets``,
-``normalize_advantages: percentile``), whose running statistics are per session; ``batch_problem`` names what a
-spec asks beyond that.
+with ``OnPolicyBatchReplay``, the DQN family with its replays (``agents.batched.dqn``) and ``SoftActorCritic`` on
+Box actions (``agents.batched.sac``); plain ``MLPNet``s (for actor-critics separate actor and critic,
+``net.shared: false``), Discrete actions (SAC: Box), an elementwise optimizer (``ELEMENTWISE_OPTIMIZERS``), and
+none of the stateful normalizers (``normalize_v_targets``, ``normalize_advantages: percentile``), whose running
+statistics are per session; ``batch_problem`` names what a spec asks beyond that.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from agents.algorithms.double_dqn import DoubleDQN
 from agents.algorithms.dqn import DQN
 from agents.algorithms.ppo import PPO
 from agents.algorithms.reinforce import Reinforce
+from agents.algorithms.sac import SoftActorCritic
 from agents.algorithms.vanilla_dqn import VanillaDQN
 from agents.batched.memory import join_seed_memories, seed_memory
 from agents.batched.nets import SeedMLP
@@ -63,7 +64,7 @@ from envs.clock import Clock
 # agent.algorithm.name -> the lab class that runs batched (``agents.batched.registry`` has their batched classes)
 BATCHED_LAB: dict[str, type[Algorithm]] = {"ActorCritic": ActorCritic, "PPO": PPO, "REINFORCE": Reinforce,
                                            "Reinforce": Reinforce, "DQN": DQN, "DoubleDQN": DoubleDQN,
-                                           "VanillaDQN": VanillaDQN}
+                                           "VanillaDQN": VanillaDQN, "SoftActorCritic": SoftActorCritic}
 BATCHED_ALGORITHMS = tuple(BATCHED_LAB)  # agent.algorithm.name values that run batched
 ON_POLICY = ("ActorCritic", "PPO", "REINFORCE", "Reinforce")  # batched with one group rollout (OnPolicyBatchReplay)
 
@@ -77,12 +78,13 @@ def batch_problem(spec: AgentSpec) -> str | None:
     if name in ON_POLICY and spec.memory.name != "OnPolicyBatchReplay":
         return (f"agent.memory.name '{spec.memory.name}' does not run batched (the seeds would end their episodes, "
                 f"and so update, at different steps); use OnPolicyBatchReplay")
-    if spec.net.type != "MLPNet" or spec.net.shared or spec.net.layer_norm or spec.net.batch_norm:
-        return (f"agent.net.type '{spec.net.type}' does not run batched: it must be an MLPNet with shared: false and "
-                f"no layer_norm/batch_norm (conv, recurrent, dueling and arc nets are not batched)")
-    if spec.net.log_std_init is not None:
-        return "agent.net.log_std_init does not run batched"
-    optim_specs = [s for s in (spec.net.optim_spec, spec.net.actor_optim_spec, spec.net.critic_optim_spec) if s]
+    problem = _net_problem(spec)
+    if problem is not None:
+        return problem
+    critic = spec.critic_net
+    optim_specs = [s for s in (spec.net.optim_spec, spec.net.actor_optim_spec, spec.net.critic_optim_spec,
+                               critic.optim_spec if critic else None,
+                               getattr(spec.algorithm, "alpha_optim_spec", None)) if s]
     for optim_spec in optim_specs:
         if optim_spec.get("name") not in ELEMENTWISE_OPTIMIZERS:
             return (f"agent.net optimizer '{optim_spec.get('name')}' does not run batched; use one of "
@@ -91,6 +93,25 @@ def batch_problem(spec: AgentSpec) -> str | None:
         return "agent.algorithm.normalize_v_targets does not run batched (its running scale is per session)"
     if getattr(spec.algorithm, "normalize_advantages", "standardize") == "percentile":
         return "agent.algorithm.normalize_advantages: percentile does not run batched (its EMAs are per session)"
+    return None
+
+
+def _net_problem(spec: AgentSpec) -> str | None:
+    """Why ``agent.net`` (and SAC's critics) cannot run batched, None when they can."""
+    net, critic = spec.net, spec.critic_net
+    if net.type != "MLPNet" or net.shared or net.layer_norm or net.batch_norm:
+        return (f"agent.net.type '{net.type}' does not run batched: it must be an MLPNet with shared: false and "
+                f"no layer_norm/batch_norm (conv, recurrent, dueling and arc nets are not batched)")
+    if net.log_std_init is not None:
+        return "agent.net.log_std_init does not run batched"
+    if spec.algorithm.name != "SoftActorCritic":
+        return None
+    if critic is not None and (critic.type != "MLPNet" or critic.layer_norm or critic.batch_norm):
+        return (f"agent.critic_net.type '{critic.type}' does not run batched: it must be an MLPNet without "
+                f"layer_norm/batch_norm")
+    if (critic or net).clip_grad_val is not None:
+        return ("the critics' clip_grad_val (agent.critic_net, else agent.net) does not run batched for "
+                "SoftActorCritic (its twin critics are then separate nets with an optimizer each)")
     return None
 
 
@@ -133,6 +154,7 @@ class SeedBatch:
     # True: each member keeps its own memory (a replay, with its own sampling RNG) and ``self.memory`` hands the
     # group's transitions to them (``SeedReplays``); False: one group rollout of K x N columns (``seed_memory``)
     members_own_memory: ClassVar[bool] = False
+    action_space_kind: ClassVar[type[gym.Space]] = gym.spaces.Discrete  # the action spaces it runs on
 
     def __init__(self, spec: AgentSpec, obs_space: gym.Space, action_space: gym.Space, num_envs: int,
                  seeds: Sequence[int], members: Sequence[Algorithm] | None = None) -> None:
@@ -141,8 +163,9 @@ class SeedBatch:
             raise ValueError(problem)
         if not seeds:
             raise ValueError("a seed batch needs at least one seed")
-        if not isinstance(action_space, gym.spaces.Discrete):
-            raise ValueError(f"batched seeds need a Discrete action space, got {action_space}")
+        if not isinstance(action_space, self.action_space_kind):
+            raise ValueError(f"batched {spec.algorithm.name} needs a {self.action_space_kind.__name__} action space, "
+                             f"got {action_space}")
         lab_cls = ALGORITHMS[spec.algorithm.name]
         self.k, self.n = len(seeds), num_envs
         if members is not None and (len(members) != len(seeds) or any(type(m) is not lab_cls for m in members)):
@@ -208,7 +231,7 @@ class SeedBatch:
         sq = torch.zeros(self.k, device=self.device)
         for name in optim_names:
             for group in self.optims[name].param_groups:
-                norms = clip_grads_per_seed(group["params"], self.clip_grad_vals[name])
+                norms = clip_grads_per_seed(group["params"], self.clip_grad_vals[name], self.k)
                 if norms is not None:
                     sq = sq + norms.square()
         return sq.sqrt()

@@ -5,11 +5,12 @@ from __future__ import annotations
 from agents.batched.algorithm import BATCHED_ALGORITHMS, BatchedActorCritic, BatchedPPO, SeedBatch
 from agents.batched.dqn import BatchedDoubleDQN, BatchedDQN, BatchedVanillaDQN
 from agents.batched.reinforce import BatchedReinforce
+from agents.batched.sac import BatchedSAC
 
 BATCHED_CLASSES: dict[str, type[SeedBatch]] = {
     "ActorCritic": BatchedActorCritic, "PPO": BatchedPPO, "REINFORCE": BatchedReinforce,
     "Reinforce": BatchedReinforce, "DQN": BatchedDQN, "DoubleDQN": BatchedDoubleDQN,
-    "VanillaDQN": BatchedVanillaDQN}
+    "VanillaDQN": BatchedVanillaDQN, "SoftActorCritic": BatchedSAC}
 assert tuple(BATCHED_CLASSES) == BATCHED_ALGORITHMS
 
 

@@ -1,16 +1,27 @@
-"""Seed-batched REINFORCE and DQN family (agents.batched.reinforce, agents.batched.dqn) against K separate lab
+"""Seed-batched REINFORCE, DQN family and SAC (agents.batched.reinforce, .dqn, .sac) against K separate lab
 algorithms fed the same transitions, value by value, and their per-seed pieces by hand."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
-from agents.batched import BatchedDoubleDQN, BatchedDQN, BatchedReinforce, BatchedVanillaDQN, batched_algorithm
+from agents.batched import (
+    BatchedDoubleDQN,
+    BatchedDQN,
+    BatchedReinforce,
+    BatchedSAC,
+    BatchedVanillaDQN,
+    batched_algorithm,
+)
 from agents.memory import PrioritizedReplay
 from envs.clock import Clock
-from tests.agents.algorithms.helpers import CARTPOLE_ACT, CARTPOLE_OBS, make_algo
+from orchestrator.spec.load import build, load_spec
+from tests.agents.algorithms.helpers import CARTPOLE_ACT, CARTPOLE_OBS, SPECS, make_algo
 from tests.agents.batched.helpers import SEEDS, agent_spec, drive_pair
 
 N = 2
@@ -206,3 +217,52 @@ def test_dqn_seed_states_are_separate_sessions_states_and_restore_the_group():
     bad[2]["extra"] = {"last_train_frame": 8, "last_target_frame": 40}
     with pytest.raises(ValueError, match="counters differ"):
         restored.load_seed_state_dicts(bad)
+
+
+PENDULUM = str(Path(SPECS).with_name("pendulum.json"))
+PENDULUM_OBS = gym.spaces.Box(-8.0, 8.0, (3,), np.float32)
+PENDULUM_ACT = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
+SAC_SMALL = ["agent.algorithm.training_start_step=16", "agent.memory.batch_size=32", "agent.memory.max_size=200",
+             "agent.algorithm.training_iter=3", "agent.net.hid_layers=[32,32]"]
+
+
+@pytest.mark.parametrize("extra", [[], ["agent.memory.name=PrioritizedReplay", "agent.algorithm.policy_delay=2"],
+                                   ["agent.net.update_type=replace", "agent.net.update_frequency=4"]])
+def test_batched_sac_update_equals_separate_updates(extra):
+    overrides = [*SAC_SMALL, *extra]
+    run = build(load_spec(PENDULUM, "sac_pendulum", overrides))
+    group = batched_algorithm("SoftActorCritic")(run.agent, PENDULUM_OBS, PENDULUM_ACT, N, SEEDS)
+    assert isinstance(group, BatchedSAC)
+    separate = [make_algo("sac_pendulum", overrides, N, s, PENDULUM, PENDULUM_OBS, PENDULUM_ACT) for s in SEEDS]
+    for member, algo in zip(group.members, separate):
+        assert member.weights_sha256() == algo.weights_sha256()
+    rng = np.random.default_rng(4)
+    obs = rng.standard_normal((len(SEEDS) * N, 3)).astype(np.float32)
+    obs, clock, clocks = drive_pair(group, separate, N, 8, rng, obs)  # random actions: each seed's own rng
+    for c in (clock, *clocks):
+        c.frame = 40  # past training_start_step, after the replays filled
+    for _ in range(2):
+        assert group.train_ready(clock) and all(a.train_ready(c) for a, c in zip(separate, clocks))
+        stats = group.update(clock)
+        for k, (algo, c) in enumerate(zip(separate, clocks)):
+            ref = algo.update(c).resolved()
+            assert clock.opt_step == c.opt_step
+            assert stats[k].loss == pytest.approx(ref.loss, rel=1e-4, abs=1e-6)
+            assert stats[k].grad_norm == pytest.approx(ref.grad_norm, rel=1e-4)
+            for metric in algo.metric_names:
+                assert stats[k].metrics[metric] == pytest.approx(ref.metrics[metric], rel=1e-4, abs=1e-6), metric
+            assert group.members[k].rng.bit_generator.state == algo.rng.bit_generator.state
+            assert torch.equal(group.members[k].gen.get_state(), algo.gen.get_state())  # the same noise draws
+        _assert_nets_close(group, separate)
+        for c in (clock, *clocks):
+            c.frame += 4
+    alphas = [m.nets["log_alpha"].value.item() for m in group.members]
+    assert len(set(alphas)) == len(SEEDS) and all(a != 0.0 for a in alphas)  # per-seed temperatures, trained
+    # a seed's state is a separate session's, its critics' optimizer state included
+    state = group.seed_state_dict(1, with_memory=True)
+    alone = make_algo("sac_pendulum", overrides, N, SEEDS[1], PENDULUM, PENDULUM_OBS, PENDULUM_ACT)
+    alone.load_state_dict(state)
+    assert alone.weights_sha256() == group.members[1].weights_sha256()
+    ref = separate[1].optims["critics"].state_dict()["state"]
+    for i, st in alone.optims["critics"].state_dict()["state"].items():
+        torch.testing.assert_close(st["exp_avg"], ref[i]["exp_avg"], rtol=1e-3, atol=1e-6)
