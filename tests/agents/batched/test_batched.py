@@ -265,8 +265,15 @@ def test_seed_rows_gathers_each_seeds_rows():
 
 def test_unsupported_specs_are_refused_by_name():
     assert "'SARSA' does not run with seeds batched" in batch_problem(agent_spec("sarsa_cartpole"))
-    sac = build(load_spec(str(Path(SPECS).with_name("pendulum.json")), "sac_pendulum")).agent
-    assert "'SoftActorCritic' does not run with seeds batched" in batch_problem(sac)
+    pendulum = str(Path(SPECS).with_name("pendulum.json"))
+    crossq = build(load_spec(pendulum, "crossq_pendulum")).agent
+    assert "'CrossQ' does not run with seeds batched" in batch_problem(crossq)
+    assert batch_problem(build(load_spec(pendulum, "sac_pendulum")).agent) is None
+    clipped = build(load_spec(pendulum, "sac_pendulum", ["agent.net.clip_grad_val=1.0"])).agent
+    assert "clip_grad_val" in batch_problem(clipped) and "SoftActorCritic" in batch_problem(clipped)
+    with pytest.raises(ValueError, match="batched SoftActorCritic needs a Box action space"):
+        batched_algorithm("SoftActorCritic")(build(load_spec(pendulum, "sac_pendulum")).agent, CARTPOLE_OBS,
+                                             CARTPOLE_ACT, 2, SEEDS)
     assert "'OnPolicyReplay' does not run batched" in batch_problem(agent_spec("reinforce_cartpole"))
     assert "'DuelingMLPNet' does not run batched" in batch_problem(agent_spec("dueling_dqn_cartpole"))
     with pytest.raises(ValueError, match="'SARSA' does not run with seeds batched"):

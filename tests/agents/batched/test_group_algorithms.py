@@ -28,8 +28,17 @@ DQN = ["env.max_frame=768", "env.num_envs=2", "meta.log_frequency=64", "agent.al
        "agent.memory.checkpoint=true"]
 REINFORCE = ["env.max_frame=768", "meta.log_frequency=64", "agent.memory.name=OnPolicyBatchReplay",
              "agent.algorithm.training_frequency=16"]
+SAC = ["env.max_frame=768", "meta.log_frequency=64", "agent.algorithm.training_start_step=128",
+       "agent.memory.batch_size=32", "agent.memory.max_size=2000", "agent.net.hid_layers=[32,32]",
+       "agent.algorithm.training_iter=1", "agent.memory.checkpoint=true"]
 CASES = {"dqn_cartpole": DQN, "ddqn_per_cartpole": [*DQN, "agent.algorithm.training_iter=2", "env.max_frame=512"],
-         "reinforce_cartpole": REINFORCE}
+         "reinforce_cartpole": REINFORCE, "sac_pendulum": SAC}
+
+
+def spec_of(name: str, overrides: list[str]) -> dict:
+    """The flat spec of benchmark spec ``name`` (CartPole's file, or Pendulum's for ``*_pendulum``)."""
+    return load_spec(str(Path(SPECS).with_name("pendulum.json")) if name.endswith("_pendulum") else SPECS, name,
+                     overrides)
 
 
 @pytest.fixture(autouse=True)
@@ -47,7 +56,7 @@ def _assert_same_runs(straight: SessionGroup, resumed: SessionGroup) -> None:
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_group_resumes_bit_for_bit_and_a_seeds_checkpoint_is_a_separate_sessions(name):
-    spec = load_spec(SPECS, name, CASES[name])
+    spec = spec_of(name, CASES[name])
     straight = SessionGroup(spec, SEEDS)
     straight.run_rl()
     first = SessionGroup(spec, SEEDS)
@@ -61,7 +70,8 @@ def test_group_resumes_bit_for_bit_and_a_seeds_checkpoint_is_a_separate_sessions
     resumed.run_rl()
     _assert_same_runs(straight, resumed)
     assert straight.sessions[0].train_df["opt_step"].iloc[-1] > 0
-    assert len({tuple(s.train_df["total_reward"].fillna(-1)) for s in straight.sessions}) == 3  # three runs
+    assert len({tuple(s.train_df[["total_reward", "loss"]].fillna(-1).to_numpy().ravel())
+                for s in straight.sessions}) == 3  # three different runs
     # seed 1's checkpoint is a separate session's: its nets, counters and memory (the replay included)
     alone = Session(spec, SEEDS[1], session=1, fresh=False)
     alone.from_checkpoint(saved[1][0])
@@ -101,14 +111,15 @@ from orchestrator.session.batched import SessionGroup, run_checkpointed
 from orchestrator.spec.load import load_spec
 from orchestrator.store.checkpoint import CheckpointStore
 from tests.agents.algorithms.helpers import SPECS
-spec = load_spec(SPECS, sys.argv[2], sys.argv[3:])
+spec = load_spec(SPECS.replace("cartpole", "pendulum") if sys.argv[2].endswith("_pendulum") else SPECS, sys.argv[2],
+                 sys.argv[3:])
 group = SessionGroup(spec, [5, 6, 7], trial=0, sessions=[0, 1, 2])
 stores = [CheckpointStore(f"{sys.argv[1]}/t0/s{s}") for s in range(3)]
 run_checkpointed(group, stores, 128, on_log=lambda s, row: time.sleep(0.1))  # slow: the parent kills it midway
 """
 
 
-@pytest.mark.parametrize("name", ["dqn_cartpole", "reinforce_cartpole"])
+@pytest.mark.parametrize("name", ["dqn_cartpole", "reinforce_cartpole", "sac_pendulum"])
 def test_group_killed_by_sigkill_resumes_from_its_common_checkpoint_bit_for_bit(tmp_path, name):
     overrides = CASES[name]
     predir = str(tmp_path / f"{name}_2026_01_01_000000")
@@ -129,7 +140,7 @@ def test_group_killed_by_sigkill_resumes_from_its_common_checkpoint_bit_for_bit(
         if child.poll() is None:
             os.kill(child.pid, signal.SIGKILL)
             child.wait()
-    spec = load_spec(SPECS, name, overrides)
+    spec = spec_of(name, overrides)
     straight = SessionGroup(spec, SEEDS)
     straight.run_rl()
     resumed = SessionGroup(spec, SEEDS, fresh=False)
