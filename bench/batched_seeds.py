@@ -175,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
                for key in ("fps_ratio", "cpu_ratio", "update_ratio", "act_ratio", "agent_ratio", "rest_ratio")}
     out = Path(args.out or ROOT / f"bench/results/batched_seeds_{args.spec}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"spec": args.spec, "overrides": args.override, "seeds": args.seeds, "frames_per_seed": args.frames,
+    out.write_text(json.dumps({"spec": args.spec, "overrides": args.override, "seeds": args.seeds,
+                               "frames_per_seed": args.frames,
                                "rounds": args.rounds, "torch_threads": 1, "cpu_count": os.cpu_count(),
                                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "summary": summary, "runs": runs},
                               indent=1) + "\n")

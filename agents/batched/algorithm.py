@@ -141,12 +141,13 @@ class SeedBatch:
             streams and state stay the sessions' own): instances of the spec's lab class built with ``seeds``,
             for this spec and ``num_envs``; None builds them.
 
-    The group instance itself is the lab class built for K x N envs (its memory holds the group's rollout) with
-    its nets and optimizers replaced by the stacks; ``members`` are the K lab algorithms.
+    The group instance itself is the lab class built for K x N envs (its memory holds the group's rollout, or
+    hands each seed's transitions to that seed's own replay: ``members_own_memory``) with its nets and optimizers
+    replaced by the stacks; ``members`` are the K lab algorithms.
 
     Raises:
-        ValueError: ``batch_problem`` of the spec, no seeds, an action space other than Discrete, or members that
-            are not K instances of the spec's lab class.
+        ValueError: ``batch_problem`` of the spec, no seeds, an action space other than ``action_space_kind``
+            (Discrete; SAC: Box), or members that are not K instances of the spec's lab class.
     """
 
     members: list[Algorithm]
