@@ -75,8 +75,9 @@ def log_prob_entropy(pdparam: torch.Tensor, act: torch.Tensor,
     return dist.log_prob(act).sum(-1), dist.entropy().sum(-1)
 
 
-def tanh_gaussian_sample(pdparam: torch.Tensor, gen: torch.Generator,
-                         deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def tanh_gaussian_sample(pdparam: torch.Tensor, gen: torch.Generator | None,
+                         deterministic: bool = False,
+                         eps: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Reparameterized tanh-squashed Gaussian sample and its log-probability (SAC, Haarnoja et al. 2018,
     arXiv:1801.01290, appendix C).
 
@@ -85,17 +86,20 @@ def tanh_gaussian_sample(pdparam: torch.Tensor, gen: torch.Generator,
     ``2 * (log 2 - u - softplus(-2u))``. Gradients flow to ``pdparam`` through ``u``.
 
     Args:
-        pdparam: (B, 2A) mean then log-std (clamped to [LOG_STD_MIN, LOG_STD_MAX]).
+        pdparam: (..., 2A) mean then log-std (clamped to [LOG_STD_MIN, LOG_STD_MAX]).
         gen: generator for eps.
         deterministic: use the mean.
+        eps: the standard normal draws (..., A) to use instead of drawing them from ``gen`` (seed-batched SAC
+            draws each seed's rows from that seed's generator).
 
     Returns:
-        a (B, A) in (-1, 1) and log pi(a) (B,) in nats.
+        a (..., A) in (-1, 1) and log pi(a) (...) in nats.
     """
     mean, log_std = pdparam.chunk(2, dim=-1)
     log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
-    eps = torch.zeros_like(mean) if deterministic else \
-        torch.randn(mean.shape, generator=gen, device=mean.device, dtype=mean.dtype)
+    if eps is None:
+        eps = torch.zeros_like(mean) if deterministic else \
+            torch.randn(mean.shape, generator=gen, device=mean.device, dtype=mean.dtype)
     u = mean + log_std.exp() * eps
     gauss_logp = -0.5 * eps.pow(2) - log_std - 0.5 * math.log(2 * math.pi)
     correction = 2.0 * (math.log(2.0) - u - torch.nn.functional.softplus(-2.0 * u))

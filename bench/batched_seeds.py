@@ -19,7 +19,10 @@ session's (separate sessions are separate processes, each with its own interpret
 
 Usage:
     python bench/batched_seeds.py [--spec ppo_cartpole] [--seeds 8] [--frames 4096] [--rounds 3]
-        [--out bench/results/batched_seeds_{spec}.json] [--rss]
+        [--override key=value ...] [--out bench/results/batched_seeds_{spec}.json] [--rss]
+
+Specs: any of ``specs/benchmark/*.json`` that runs batched (PPO, A2C, REINFORCE with ``OnPolicyBatchReplay``, the
+DQN family), e.g. ``--spec dqn_cartpole`` (its ``training_start_step`` of 1,000 frames: the updates start there).
 """
 
 from __future__ import annotations
@@ -36,7 +39,19 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-SPEC_FILE = ROOT / "specs" / "benchmark" / "cartpole.json"
+SPEC_DIR = ROOT / "specs" / "benchmark"
+
+
+def spec_file(name: str) -> Path:
+    """The benchmark spec file (``specs/benchmark/*.json``) that defines spec ``name``.
+
+    Raises:
+        SystemExit: no benchmark file defines it.
+    """
+    for path in sorted(SPEC_DIR.glob("*.json")):
+        if name in json.loads(path.read_text()):
+            return path
+    raise SystemExit(f"no spec '{name}' in {SPEC_DIR}/*.json")
 
 
 def timed(algo: Any, method: str, spent: list[float]) -> None:
@@ -100,7 +115,7 @@ def peak_rss(spec: str, seeds: list[int], frames: int) -> dict[str, Any]:
     """Peak RSS (MB, ``ru_maxrss``) of a fresh process that runs one session (one seed) or a group (several)."""
     import subprocess
 
-    out = subprocess.run([sys.executable, "-c", RSS_CHILD, str(SPEC_FILE), spec, str(frames), *map(str, seeds)],
+    out = subprocess.run([sys.executable, "-c", RSS_CHILD, str(spec_file(spec)), spec, str(frames), *map(str, seeds)],
                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True, capture_output=True,
                          text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -116,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default=None, help="default bench/results/batched_seeds_{spec}.json")
     ap.add_argument("--rss", action="store_true", help="compare peak RSS per seed instead (fresh processes)")
+    ap.add_argument("--override", action="append", default=[], help="key=value spec override (repeatable)")
     args = ap.parse_args(argv)
     seeds = list(range(args.seed, args.seed + args.seeds))
     if args.rss:
@@ -129,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     from orchestrator.spec.load import load_spec
 
     torch.set_num_threads(1)
-    spec = load_spec(str(SPEC_FILE), args.spec, ["meta.rigorous_eval=0", f"env.max_frame={args.frames}"])
+    spec = load_spec(str(spec_file(args.spec)), args.spec, ["meta.rigorous_eval=0", f"env.max_frame={args.frames}",
+                                                             *args.override])
     run_variant("separate", spec, seeds[:2], 512)  # warm-up: lazy imports, allocator, first kernels
     run_variant("batched", spec, seeds[:2], 512)
     runs = []
@@ -158,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
                for key in ("fps_ratio", "cpu_ratio", "update_ratio", "act_ratio", "agent_ratio", "rest_ratio")}
     out = Path(args.out or ROOT / f"bench/results/batched_seeds_{args.spec}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"spec": args.spec, "seeds": args.seeds, "frames_per_seed": args.frames,
+    out.write_text(json.dumps({"spec": args.spec, "overrides": args.override, "seeds": args.seeds,
+                               "frames_per_seed": args.frames,
                                "rounds": args.rounds, "torch_threads": 1, "cpu_count": os.cpu_count(),
                                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "summary": summary, "runs": runs},
                               indent=1) + "\n")

@@ -20,17 +20,19 @@ same ``torch.Generator`` and ``np.random.Generator`` streams), and run them in l
   ``load_seed_state_dicts`` restores the group from K of them (or from K separate sessions' states).
 
 The values differ from separate runs only by float rounding of the batched kernels (``tests/agents/
-test_batched.py`` bounds it after an update); over a run the differences grow as any two float orders' do.
+batched/test_batched.py`` bounds it after an update); over a run the differences grow as any two float orders' do.
 
-Supported: the lab's ``ActorCritic`` and ``PPO`` with ``OnPolicyBatchReplay``, separate actor and critic
-``MLPNet``s (``net.shared: false``), Discrete actions, an elementwise optimizer (``ELEMENTWISE_OPTIMIZERS``), and
+Supported (``BATCHED_LAB``): the lab's ``ActorCritic``, ``PPO`` and ``REINFORCE`` (``agents.batched.reinforce``)
+with ``OnPolicyBatchReplay``, the DQN family with its replays (``agents.batched.dqn``) and ``SoftActorCritic`` on
+Box actions (``agents.batched.sac``); plain ``MLPNet``s (for actor-critics separate actor and critic,
+``net.shared: false``), Discrete actions (SAC: Box), an elementwise optimizer (``ELEMENTWISE_OPTIMIZERS``), and
 none of the stateful normalizers (``normalize_v_targets``, ``normalize_advantages: percentile``), whose running
 statistics are per session; ``batch_problem`` names what a spec asks beyond that.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -40,7 +42,12 @@ from torch import nn
 from agents import policy
 from agents.algorithms import ALGORITHMS, AgentSpec, Algorithm, LossStats
 from agents.algorithms.actor_critic import ActorCritic
+from agents.algorithms.double_dqn import DoubleDQN
+from agents.algorithms.dqn import DQN
 from agents.algorithms.ppo import PPO
+from agents.algorithms.reinforce import Reinforce
+from agents.algorithms.sac import SoftActorCritic
+from agents.algorithms.vanilla_dqn import VanillaDQN
 from agents.batched.memory import join_seed_memories, seed_memory
 from agents.batched.nets import SeedMLP
 from agents.batched.optim import (
@@ -54,22 +61,30 @@ from agents.nets import LOSSES, make_optim, stackable
 from agents.schedules import FrameLR
 from envs.clock import Clock
 
-BATCHED_ALGORITHMS = ("ActorCritic", "PPO")  # agent.algorithm.name values that run batched
+# agent.algorithm.name -> the lab class that runs batched (``agents.batched.registry`` has their batched classes)
+BATCHED_LAB: dict[str, type[Algorithm]] = {"ActorCritic": ActorCritic, "PPO": PPO, "REINFORCE": Reinforce,
+                                           "Reinforce": Reinforce, "DQN": DQN, "DoubleDQN": DoubleDQN,
+                                           "VanillaDQN": VanillaDQN, "SoftActorCritic": SoftActorCritic}
+BATCHED_ALGORITHMS = tuple(BATCHED_LAB)  # agent.algorithm.name values that run batched
+ON_POLICY = ("ActorCritic", "PPO", "REINFORCE", "Reinforce")  # batched with one group rollout (OnPolicyBatchReplay)
 
 
 def batch_problem(spec: AgentSpec) -> str | None:
     """Why the agent spec cannot run with seeds batched (a sentence naming the key), None when it can."""
     name = spec.algorithm.name
-    if name not in BATCHED_ALGORITHMS or ALGORITHMS.get(name) not in (ActorCritic, PPO):
+    if name not in BATCHED_LAB or ALGORITHMS.get(name) is not BATCHED_LAB[name]:
         return (f"agent.algorithm.name '{name}' does not run with seeds batched (meta.session_batch > 1); "
                 f"batched algorithms: {list(BATCHED_ALGORITHMS)}")
-    if spec.memory.name != "OnPolicyBatchReplay":
-        return f"agent.memory.name '{spec.memory.name}' does not run batched; use OnPolicyBatchReplay"
-    if spec.net.type != "MLPNet" or spec.net.shared or spec.net.layer_norm or spec.net.batch_norm:
-        return "agent.net must be an MLPNet with shared: false and no layer_norm/batch_norm to run batched"
-    if spec.net.log_std_init is not None:
-        return "agent.net.log_std_init does not run batched"
-    optim_specs = [s for s in (spec.net.optim_spec, spec.net.actor_optim_spec, spec.net.critic_optim_spec) if s]
+    if name in ON_POLICY and spec.memory.name != "OnPolicyBatchReplay":
+        return (f"agent.memory.name '{spec.memory.name}' does not run batched (the seeds would end their episodes, "
+                f"and so update, at different steps); use OnPolicyBatchReplay")
+    problem = _net_problem(spec)
+    if problem is not None:
+        return problem
+    critic = spec.critic_net
+    optim_specs = [s for s in (spec.net.optim_spec, spec.net.actor_optim_spec, spec.net.critic_optim_spec,
+                               critic.optim_spec if critic else None,
+                               getattr(spec.algorithm, "alpha_optim_spec", None)) if s]
     for optim_spec in optim_specs:
         if optim_spec.get("name") not in ELEMENTWISE_OPTIMIZERS:
             return (f"agent.net optimizer '{optim_spec.get('name')}' does not run batched; use one of "
@@ -78,6 +93,25 @@ def batch_problem(spec: AgentSpec) -> str | None:
         return "agent.algorithm.normalize_v_targets does not run batched (its running scale is per session)"
     if getattr(spec.algorithm, "normalize_advantages", "standardize") == "percentile":
         return "agent.algorithm.normalize_advantages: percentile does not run batched (its EMAs are per session)"
+    return None
+
+
+def _net_problem(spec: AgentSpec) -> str | None:
+    """Why ``agent.net`` (and SAC's critics) cannot run batched, None when they can."""
+    net, critic = spec.net, spec.critic_net
+    if net.type != "MLPNet" or net.shared or net.layer_norm or net.batch_norm:
+        return (f"agent.net.type '{net.type}' does not run batched: it must be an MLPNet with shared: false and "
+                f"no layer_norm/batch_norm (conv, recurrent, dueling and arc nets are not batched)")
+    if net.log_std_init is not None:
+        return "agent.net.log_std_init does not run batched"
+    if spec.algorithm.name != "SoftActorCritic":
+        return None
+    if critic is not None and (critic.type != "MLPNet" or critic.layer_norm or critic.batch_norm):
+        return (f"agent.critic_net.type '{critic.type}' does not run batched: it must be an MLPNet without "
+                f"layer_norm/batch_norm")
+    if (critic or net).clip_grad_val is not None:
+        return ("the critics' clip_grad_val (agent.critic_net, else agent.net) does not run batched for "
+                "SoftActorCritic (its twin critics are then separate nets with an optimizer each)")
     return None
 
 
@@ -107,15 +141,21 @@ class SeedBatch:
             streams and state stay the sessions' own): instances of the spec's lab class built with ``seeds``,
             for this spec and ``num_envs``; None builds them.
 
-    The group instance itself is the lab class built for K x N envs (its memory holds the group's rollout) with
-    its nets and optimizers replaced by the stacks; ``members`` are the K lab algorithms.
+    The group instance itself is the lab class built for K x N envs (its memory holds the group's rollout, or
+    hands each seed's transitions to that seed's own replay: ``members_own_memory``) with its nets and optimizers
+    replaced by the stacks; ``members`` are the K lab algorithms.
 
     Raises:
-        ValueError: ``batch_problem`` of the spec, no seeds, an action space other than Discrete, or members that
-            are not K instances of the spec's lab class.
+        ValueError: ``batch_problem`` of the spec, no seeds, an action space other than ``action_space_kind``
+            (Discrete; SAC: Box), or members that are not K instances of the spec's lab class.
     """
 
     members: list[Algorithm]
+    policy_net: ClassVar[str] = "actor"  # the net that acts
+    # True: each member keeps its own memory (a replay, with its own sampling RNG) and ``self.memory`` hands the
+    # group's transitions to them (``SeedReplays``); False: one group rollout of K x N columns (``seed_memory``)
+    members_own_memory: ClassVar[bool] = False
+    action_space_kind: ClassVar[type[gym.Space]] = gym.spaces.Discrete  # the action spaces it runs on
 
     def __init__(self, spec: AgentSpec, obs_space: gym.Space, action_space: gym.Space, num_envs: int,
                  seeds: Sequence[int], members: Sequence[Algorithm] | None = None) -> None:
@@ -124,8 +164,9 @@ class SeedBatch:
             raise ValueError(problem)
         if not seeds:
             raise ValueError("a seed batch needs at least one seed")
-        if not isinstance(action_space, gym.spaces.Discrete):
-            raise ValueError(f"batched seeds need a Discrete action space, got {action_space}")
+        if not isinstance(action_space, self.action_space_kind):
+            raise ValueError(f"batched {spec.algorithm.name} needs a {self.action_space_kind.__name__} action space, "
+                             f"got {action_space}")
         lab_cls = ALGORITHMS[spec.algorithm.name]
         self.k, self.n = len(seeds), num_envs
         if members is not None and (len(members) != len(seeds) or any(type(m) is not lab_cls for m in members)):
@@ -153,8 +194,8 @@ class SeedBatch:
             params = [{"params": list(dict.fromkeys(stacks[net][p][0] for net, p in g))} for g in groups]
             self.optims[oname] = make_optim(params, self.optim_specs[oname])
             self.lr_scheds[oname] = FrameLR(self.optims[oname], self.lr_scheds[oname].factor)
-        self.value_loss = SeedMeanLoss(self.value_loss) if isinstance(self.value_loss, tuple(LOSSES.values())) \
-            else self.value_loss
+        if isinstance(getattr(self, "value_loss", None), tuple(LOSSES.values())):
+            self.value_loss = SeedMeanLoss(self.value_loss)
 
     # ---- layouts: vector rows (M*K*N, ...) in (m, k, n) order <-> per seed (K, M*N, ...) ----
     def to_seeds(self, x: torch.Tensor) -> torch.Tensor:
@@ -180,7 +221,7 @@ class SeedBatch:
     def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:
         """Actions (K*N,) for the group's observations (K*N, *O), seed k's N drawn from member k's generator."""
         obs = self.obs_tensor(obs_NO).reshape(self.k, self.n, *self.obs_space.shape)
-        pdparam = self.nets["actor"](obs)
+        pdparam = self.nets[self.policy_net](obs)
         return torch.cat([policy.sample(pdparam[k], self.discrete, m.gen, deterministic)
                           for k, m in enumerate(self.members)]).cpu().numpy()
 
@@ -191,7 +232,7 @@ class SeedBatch:
         sq = torch.zeros(self.k, device=self.device)
         for name in optim_names:
             for group in self.optims[name].param_groups:
-                norms = clip_grads_per_seed(group["params"], self.clip_grad_vals[name])
+                norms = clip_grads_per_seed(group["params"], self.clip_grad_vals[name], self.k)
                 if norms is not None:
                     sq = sq + norms.square()
         return sq.sqrt()
@@ -235,25 +276,32 @@ class SeedBatch:
         state["optims"] = {name: seed_optim_state(self.optims[name], member.optims[name], self.slots[name], k)
                            for name in self.optims}
         state["lr_scheds"] = {name: sched.state_dict() for name, sched in self.lr_scheds.items()}
+        state["extra"] = self.extra_state()
         if with_memory:
-            state["memory"] = seed_memory(self.memory.state_dict(), k, self.n)
+            state["memory"] = member.memory.state_dict() if self.members_own_memory else \
+                seed_memory(self.memory.state_dict(), k, self.n)
         return state
 
     def sync_members(self) -> None:
         """Give every member algorithm its seed's optimizer slice, LR scheduler state and rollout columns, so its
-        own ``state_dict`` (what its session checkpoints) is its seed's state (the nets are views already)."""
-        memory = self.memory.state_dict()
+        own ``state_dict`` (what its session checkpoints) is its seed's state (the nets are views already), and the
+        group's counters (``extra_state``: they are every seed's, the seeds step in lockstep)."""
+        memory = None if self.members_own_memory else self.memory.state_dict()
         for k, member in enumerate(self.members):
             for name in self.optims:
                 member.optims[name].load_state_dict(
                     seed_optim_state(self.optims[name], member.optims[name], self.slots[name], k))
                 member.lr_scheds[name].load_state_dict(self.lr_scheds[name].state_dict())
-            member.memory.load_state_dict(seed_memory(memory, k, self.n))
+            member.load_extra_state(self.extra_state())
+            if memory is not None:
+                member.memory.load_state_dict(seed_memory(memory, k, self.n))
 
     def pull_members(self) -> list[bool]:
         """Take the group's state from its members (after each was restored on its own, e.g. by its session's
-        ``from_checkpoint``): ``load_seed_state_dicts`` of their ``state_dict``s with their rollouts."""
-        return self.load_seed_state_dicts([m.state_dict(with_memory=True) for m in self.members])
+        ``from_checkpoint``): ``load_seed_state_dicts`` of their ``state_dict``s with their rollouts (members that own
+        their memory keep it as restored)."""
+        return self.load_seed_state_dicts([m.state_dict(with_memory=not self.members_own_memory)
+                                           for m in self.members])
 
     def load_seed_state_dicts(self, states: Sequence[dict[str, Any]]) -> list[bool]:
         """Restore every seed from ``seed_state_dict(k)`` outputs (or separate sessions' algorithm states of this
@@ -275,6 +323,12 @@ class SeedBatch:
                 load_seed_optim_state(self.optims[name], self.slots[name], k, state["optims"][name])
         for name, sched in self.lr_scheds.items():
             sched.load_state_dict(states[0]["lr_scheds"][name])
+        if any(state["extra"] != states[0]["extra"] for state in states):
+            raise ValueError(f"batched seeds' algorithm counters differ ({[s['extra'] for s in states]}): batched "
+                             f"seeds must have stepped alike")
+        self.load_extra_state(states[0]["extra"])
+        if self.members_own_memory:  # each member restored its own memory (Algorithm.load_state_dict)
+            return exact
         if all("memory" in state for state in states):
             self.memory.load_state_dict(join_seed_memories([state["memory"] for state in states]))
         return exact
@@ -303,15 +357,3 @@ class BatchedPPO(SeedBatch, PPO):
             out += [perm[:, start:start + mb] for start in range(0, size, mb)]
         return out
 
-
-def batched_algorithm(name: str) -> type[SeedBatch]:
-    """The seed-batched class of ``agent.algorithm.name`` (``BATCHED_ALGORITHMS``).
-
-    Raises:
-        ValueError: an algorithm that does not run batched (names it and the ones that do).
-    """
-    classes = {"ActorCritic": BatchedActorCritic, "PPO": BatchedPPO}
-    if name not in classes:
-        raise ValueError(f"agent.algorithm.name '{name}' does not run with seeds batched; batched algorithms: "
-                         f"{list(classes)}")
-    return classes[name]

@@ -16,41 +16,55 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-# (stacked parameter, is_bias) holding one member parameter: its slice is stack[k] (weights), stack[k, 0] (biases)
-Slot = tuple[nn.Parameter, bool]
+# (stacked parameter, kind) holding one member parameter; seed k's slice by kind: False stack[k] (weights),
+# True stack[k, 0] (biases), an int W >= 2 the rows stack[W*k : W*k + W] (a member parameter that is itself a stack
+# of W, e.g. SAC's twin critics (2, out, in))
+Slot = tuple[nn.Parameter, "bool | int"]
 
 ELEMENTWISE_OPTIMIZERS = ("Adam", "AdamW", "RMSprop", "SGD")
 
 
-def seed_grad_norms(grads: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Per-seed L2 norm (K,) over gradients of stacked parameters, each (K, ...): seed k's norm is over the k-th
-    slices only. Raises IndexError on an empty list."""
-    k = grads[0].shape[0]
+def seed_grad_norms(grads: Sequence[torch.Tensor], k: int | None = None) -> torch.Tensor:
+    """Per-seed L2 norm (K,) over gradients of stacked parameters, each (K*W, ...) with seed k's W leading rows
+    contiguous (W = 1: one slice per seed; default K: the leading dim of the first): seed k's norm is over its
+    rows only. Raises IndexError on an empty list."""
+    k = grads[0].shape[0] if k is None else k
     return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.reshape(k, -1), dim=1) for g in grads]),
                                     dim=0)
 
 
-def clip_grads_per_seed(params: Sequence[torch.Tensor], max_norm: float | None) -> torch.Tensor | None:
-    """Clip, in place, each seed's gradients (the k-th slices of the ``.grad`` of stacked parameters (K, ...)) to
-    its own L2 norm at ``max_norm`` (None: no clipping), with ``nn.utils.clip_grad_norm_``'s coefficient
-    ``min(1, max_norm / (norm + 1e-6))``; returns the per-seed norms (K,) before clipping, None when no parameter
-    has a gradient."""
+def clip_grads_per_seed(params: Sequence[torch.Tensor], max_norm: float | None,
+                        k: int | None = None) -> torch.Tensor | None:
+    """Clip, in place, each seed's gradients (seed k's rows of the ``.grad`` of stacked parameters (K*W, ...), see
+    ``seed_grad_norms``) to its own L2 norm at ``max_norm`` (None: no clipping), with ``nn.utils.clip_grad_norm_``'s
+    coefficient ``min(1, max_norm / (norm + 1e-6))``; returns the per-seed norms (K,) before clipping, None when
+    no parameter has a gradient."""
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return None
-    norms = seed_grad_norms(grads)
+    norms = seed_grad_norms(grads, k)
     if max_norm is not None:
         coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
         for g in grads:
-            g.mul_(coef.view(-1, *[1] * (g.dim() - 1)))
+            g.mul_(coef.repeat_interleave(g.shape[0] // len(coef)).view(-1, *[1] * (g.dim() - 1)))
     return norms
 
 
-def _slice(value: torch.Tensor, stack: torch.Tensor, is_bias: bool, k: int) -> torch.Tensor:
-    """Seed k's slice of a state tensor shaped like ``stack``; another shape (e.g. Adam's ``step``) is shared."""
+def _slice(value: torch.Tensor, stack: torch.Tensor, kind: bool | int, k: int) -> torch.Tensor:
+    """Seed k's slice (``Slot`` kind) of a state tensor shaped like ``stack``; another shape (e.g. Adam's ``step``)
+    is shared."""
     if value.shape != stack.shape:
         return value
-    return value[k, 0] if is_bias else value[k]
+    if isinstance(kind, bool):
+        return value[k, 0] if kind else value[k]
+    return value[kind * k:kind * (k + 1)]
+
+
+def _member_shape(stack: torch.Tensor, kind: bool | int) -> tuple[int, ...]:
+    """The shape of one seed's slice (``Slot`` kind) of ``stack``."""
+    if isinstance(kind, bool):
+        return tuple(stack.shape[2:] if kind else stack.shape[1:])
+    return (kind, *stack.shape[1:])
 
 
 def seed_optim_state(optim: torch.optim.Optimizer, member_optim: torch.optim.Optimizer,
@@ -61,9 +75,9 @@ def seed_optim_state(optim: torch.optim.Optimizer, member_optim: torch.optim.Opt
     are those of ``optim``, the optimizer over the stacks, whose groups match ``member_optim``'s one for one."""
     state = member_optim.state_dict()
     out_state: dict[int, dict[str, Any]] = {}
-    for i, (stack, is_bias) in enumerate(slots):
+    for i, (stack, kind) in enumerate(slots):
         if stack in optim.state:
-            out_state[i] = {key: _slice(v, stack, is_bias, k).clone() if isinstance(v, torch.Tensor) else v
+            out_state[i] = {key: _slice(v, stack, kind, k).clone() if isinstance(v, torch.Tensor) else v
                             for key, v in optim.state[stack].items()}
     groups = [{**{key: v for key, v in group.items() if key != "params"}, "params": mine["params"]}
               for group, mine in zip(optim.param_groups, state["param_groups"])]
@@ -80,19 +94,19 @@ def load_seed_optim_state(optim: torch.optim.Optimizer, slots: Sequence[Slot], k
         ValueError: a shared value (e.g. ``step``) that differs from what another seed already set, or a state
             tensor whose shape is neither the member parameter's nor a shared one's.
     """
-    for i, (stack, is_bias) in enumerate(slots):
+    for i, (stack, kind) in enumerate(slots):
         saved = state["state"].get(i, state["state"].get(str(i)))
         if saved is None:
             continue
         mine = optim.state[stack]
-        member_shape = stack.shape[2:] if is_bias else stack.shape[1:]
+        member_shape = _member_shape(stack, kind)
         for key, v in saved.items():
             if not isinstance(v, torch.Tensor):
                 mine[key] = v
-            elif v.shape == member_shape and v.dim() > 0:
+            elif tuple(v.shape) == member_shape and v.dim() > 0:
                 if key not in mine:
                     mine[key] = torch.zeros_like(stack)
-                _slice(mine[key], stack, is_bias, k).copy_(v)
+                _slice(mine[key], stack, kind, k).copy_(v)
             elif v.dim() == 0 or v.shape != stack.shape:
                 if key in mine and k > 0 and not torch.equal(mine[key].cpu(), v.cpu()):
                     raise ValueError(f"optimizer state '{key}' of seed {k} ({v.tolist()}) differs from the other "

@@ -3,12 +3,14 @@
 ``SessionGroup`` builds the K ``Session``s as a trial builds them (seed, trial, session index; each with its own
 training env of N sub-envs, clock, returns, train_df, eval env and checkpoint), then runs their algorithms as one
 ``agents.batched`` seed batch: per vector step one batched forward for the K x N observations, each session's env
-stepped with its N actions, one rollout of K x N columns, and one batched update when the rollouts are full (the
-seeds fill them at the same steps). Every session logs, evaluates and checkpoints as it does alone
-(``Session.log``, ``run_eval``, ``to_checkpoint``); ``checkpoint`` first gives each member algorithm its seed's
-optimizer slice and rollout columns, so a session's checkpoint is a separate session's, and ``restore`` takes
-the group back from the K checkpoints, so a resumed group continues exactly as the uninterrupted one (the
-envs, generators and global RNG states come back as ``Session.from_checkpoint`` restores them).
+stepped with its N actions, the K x N transitions stored (on-policy: one rollout of K x N columns; replay-based:
+each seed's N in its own replay), and one batched update when the algorithm's cadence says so (the seeds fill their
+rollouts or replays at the same steps, so they train at the same steps). Every session logs, evaluates and
+checkpoints as it does alone (``Session.log``, ``run_eval``, ``to_checkpoint``); ``checkpoint`` first gives each
+member algorithm its seed's optimizer slice, counters and rollout columns (a replay is the member's own), so a
+session's checkpoint is a separate session's (its replay included when ``agent.memory.checkpoint`` is true), and
+``restore`` takes the group back from the K checkpoints, so a resumed group continues exactly as the uninterrupted
+one (the envs, generators and global RNG states come back as ``Session.from_checkpoint`` restores them).
 
 A batched seed's numbers differ from the same seed run alone only through float rounding of the batched kernels
 (``agents.batched``); its manifest says it ran batched (``batched``: K, ``batch_sessions``).
@@ -77,10 +79,7 @@ class SessionGroup:
             act = batch.act(obs, clock)
             prev_frame = clock.frame
             next_obs = self.step(obs, act)
-            if batch.train_ready(clock):
-                for s, stats in zip(sessions, batch.update(clock)):
-                    s.loss_stats = stats
-                    s.clock.opt_step = clock.opt_step
+            self.learn()
             for k, s in enumerate(sessions):
                 if s.clock.crossed(prev_frame, meta.log_frequency) or s.clock.done():
                     s.obs = next_obs[k * n:(k + 1) * n]
@@ -90,6 +89,19 @@ class SessionGroup:
             obs = next_obs
         for k, s in enumerate(sessions):
             s.obs = obs[k * n:(k + 1) * n]
+
+    def learn(self) -> None:
+        """After a vector step, as ``Session.run_rl``: each session's refill state (a session restored without its
+        replay collects ``refill_size`` transitions first), then the batched update when the algorithm's cadence
+        is due, each session taking its seed's ``LossStats`` and the update's ``opt_step``."""
+        clock = self.clock
+        for s in self.sessions:
+            if s.refilling:
+                s.refilling = len(s.algorithm.memory) < s.refill_size
+        if self.batch.train_ready(clock):
+            for s, stats in zip(self.sessions, self.batch.update(clock)):
+                s.loss_stats = stats
+                s.clock.opt_step = clock.opt_step
 
     def step(self, obs: np.ndarray, act: np.ndarray) -> np.ndarray:
         """One vector step of every session: seed k's env takes its N of the actions (K*N,), the transitions of

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,8 +20,7 @@ from agents.returns import standardize
 from envs.clock import Clock
 from orchestrator.spec.load import build, load_spec
 from tests.agents.algorithms.helpers import CARTPOLE_ACT, CARTPOLE_OBS, SPECS, make_algo
-
-SEEDS = [11, 12, 13]
+from tests.agents.batched.helpers import SEEDS, agent_spec, drive_pair
 
 
 def test_seed_linear_equals_k_separate_linears():
@@ -150,35 +150,10 @@ def test_seed_optim_state_is_the_separate_optimizers_state():
             assert torch.equal(fresh.state[s][key], group.state[s][key]), key
 
 
-def _spec(name: str, overrides: list[str] | None = None):
-    return build(load_spec(SPECS, name, overrides or [])).agent
-
-
-def _drive_pair(group, separate, n: int, steps: int, rng: np.random.Generator, obs: np.ndarray):
-    """Feed the same random transitions to a group and to its separate algorithms; actions must agree."""
-    k = len(separate)
-    clock, clocks = Clock(10 ** 9, n), [Clock(10 ** 9, n) for _ in separate]
-    for _ in range(steps):
-        act = group.act(obs, clock)
-        acts = [algo.act(obs[i * n:(i + 1) * n], c) for i, (algo, c) in enumerate(zip(separate, clocks))]
-        np.testing.assert_array_equal(act, np.concatenate(acts))
-        nxt = rng.standard_normal(obs.shape).astype(np.float32)
-        term, trunc = rng.random(k * n) < 0.05, np.zeros(k * n, bool)
-        rew = rng.random(k * n).astype(np.float32)
-        group.memory.add(obs, act, rew, nxt, term, trunc)
-        clock.tick(term[:n])
-        for i, (algo, c) in enumerate(zip(separate, clocks)):
-            cols = slice(i * n, (i + 1) * n)
-            algo.memory.add(obs[cols], act[cols], rew[cols], nxt[cols], term[cols], trunc[cols])
-            c.tick(term[cols])
-        obs = nxt
-    return obs, clock, clocks
-
-
 @pytest.mark.parametrize("name,cls", [("ppo_cartpole", BatchedPPO), ("a2c_gae_cartpole", BatchedActorCritic)])
 def test_batched_update_equals_separate_updates(name, cls):
     n = 4
-    spec = _spec(name, ["agent.algorithm.training_epoch=3"] if name == "ppo_cartpole" else [])
+    spec = agent_spec(name, ["agent.algorithm.training_epoch=3"] if name == "ppo_cartpole" else [])
     group = batched_algorithm(spec.algorithm.name)(spec, CARTPOLE_OBS, CARTPOLE_ACT, n, SEEDS)
     assert isinstance(group, cls)
     separate = [make_algo(name, ["agent.algorithm.training_epoch=3"] if name == "ppo_cartpole" else [], n, s)
@@ -188,7 +163,7 @@ def test_batched_update_equals_separate_updates(name, cls):
     rng = np.random.default_rng(0)
     obs = rng.standard_normal((len(SEEDS) * n, 4)).astype(np.float32)
     horizon = group.horizon()
-    obs, clock, clocks = _drive_pair(group, separate, n, horizon, rng, obs)
+    obs, clock, clocks = drive_pair(group, separate, n, horizon, rng, obs)
     assert group.train_ready(clock) and all(a.train_ready(c) for a, c in zip(separate, clocks))
     stats = group.update(clock)
     for k, (algo, c) in enumerate(zip(separate, clocks)):
@@ -211,7 +186,7 @@ def test_batched_update_equals_separate_updates(name, cls):
 def test_seed_states_restore_the_group_exactly_and_load_into_separate_algorithms():
     n = 4
     overrides = ["agent.algorithm.training_epoch=2", "agent.algorithm.time_horizon=8"]
-    spec = _spec("ppo_cartpole", overrides)
+    spec = agent_spec("ppo_cartpole", overrides)
     group = BatchedPPO(spec, CARTPOLE_OBS, CARTPOLE_ACT, n, SEEDS)
     rng = np.random.default_rng(3)
     obs = rng.standard_normal((len(SEEDS) * n, 4)).astype(np.float32)
@@ -289,13 +264,26 @@ def test_seed_rows_gathers_each_seeds_rows():
 
 
 def test_unsupported_specs_are_refused_by_name():
-    assert "DQN" in batch_problem(_spec("dqn_cartpole"))
-    assert "REINFORCE" in batch_problem(_spec("reinforce_cartpole"))
-    with pytest.raises(ValueError, match="'DQN' does not run with seeds batched"):
-        batched_algorithm("DQN")
-    problem = batch_problem(_spec("ppo_cartpole", ["agent.algorithm.normalize_v_targets=true"]))
+    assert "'SARSA' does not run with seeds batched" in batch_problem(agent_spec("sarsa_cartpole"))
+    pendulum = str(Path(SPECS).with_name("pendulum.json"))
+    crossq = build(load_spec(pendulum, "crossq_pendulum")).agent
+    assert "'CrossQ' does not run with seeds batched" in batch_problem(crossq)
+    assert batch_problem(build(load_spec(pendulum, "sac_pendulum")).agent) is None
+    clipped = build(load_spec(pendulum, "sac_pendulum", ["agent.net.clip_grad_val=1.0"])).agent
+    assert "clip_grad_val" in batch_problem(clipped) and "SoftActorCritic" in batch_problem(clipped)
+    with pytest.raises(ValueError, match="batched SoftActorCritic needs a Box action space"):
+        batched_algorithm("SoftActorCritic")(build(load_spec(pendulum, "sac_pendulum")).agent, CARTPOLE_OBS,
+                                             CARTPOLE_ACT, 2, SEEDS)
+    assert "'OnPolicyReplay' does not run batched" in batch_problem(agent_spec("reinforce_cartpole"))
+    assert "'DuelingMLPNet' does not run batched" in batch_problem(agent_spec("dueling_dqn_cartpole"))
+    with pytest.raises(ValueError, match="'SARSA' does not run with seeds batched"):
+        batched_algorithm("SARSA")
+    for name in ("dqn_cartpole", "ddqn_cartpole", "ddqn_per_cartpole", "vanilla_dqn_cartpole"):
+        assert batch_problem(agent_spec(name)) is None, name
+    assert batch_problem(agent_spec("reinforce_cartpole", ["agent.memory.name=OnPolicyBatchReplay"])) is None
+    problem = batch_problem(agent_spec("ppo_cartpole", ["agent.algorithm.normalize_v_targets=true"]))
     assert "normalize_v_targets" in problem
     with pytest.raises(ValueError, match="normalize_v_targets"):
-        BatchedPPO(_spec("ppo_cartpole", ["agent.algorithm.normalize_v_targets=true"]), CARTPOLE_OBS,
+        BatchedPPO(agent_spec("ppo_cartpole", ["agent.algorithm.normalize_v_targets=true"]), CARTPOLE_OBS,
                    CARTPOLE_ACT, 2, SEEDS)
-    assert batch_problem(_spec("ppo_cartpole")) is None
+    assert batch_problem(agent_spec("ppo_cartpole")) is None

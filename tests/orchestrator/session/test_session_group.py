@@ -74,8 +74,8 @@ def test_a_seeds_checkpoint_resumes_as_a_separate_session():
 
 
 def test_unsupported_algorithm_is_refused_by_name():
-    with pytest.raises(UsageError, match="'DQN' does not run with seeds batched"):
-        SessionGroup(load_spec(SPECS, "dqn_cartpole", ["env.max_frame=100"]), SEEDS[:2])
+    with pytest.raises(UsageError, match="'SARSA' does not run with seeds batched"):
+        SessionGroup(load_spec(SPECS, "sarsa_cartpole", ["env.max_frame=100"]), SEEDS[:2])
 
 
 CHILD = """
