@@ -126,7 +126,7 @@ class SessionRunner:
             self.session.reseed(int(self.reseed["seed"]))
             self.log_line(f"acting RNG streams reseeded with {self.reseed['seed']} at frame {self.reseed['frame']}")
         self.restored_frame = selection.manifest.frame
-        self.best = _best_of(self.store)
+        self.best = best_of(self.store)
 
     def extend(self, spec: dict[str, Any]) -> None:
         """Continue the live session (ended ``done``, envs open: ``keep_live``) to ``spec``'s larger ``env.max_frame``
@@ -250,8 +250,7 @@ class SessionRunner:
         if not self.checkpoints:
             yield from self.unsaved_events()
             return
-        yield ev.Started(pid=os.getpid(), device=str(session.algorithm.device), restored_frame=self.restored_frame,
-                         set_aside=self.set_aside, exact=session.exact, tracking=self.tracker.record())
+        yield self.started_event()
 
         def train(until: int, rows: list[list[dict[str, Any]]]) -> None:
             session.run_rl(until_frame=until, on_log=lambda _s, row: rows[0].append(row))
@@ -262,6 +261,12 @@ class SessionRunner:
             yield event
         self.burst_open = False
         yield self.end_event()
+
+    def started_event(self) -> ev.Started:
+        """The ``Started`` event of the session (restored or fresh; checkpoints set aside by ``restore``)."""
+        return ev.Started(pid=os.getpid(), device=str(self.session.algorithm.device),
+                          restored_frame=self.restored_frame, set_aside=self.set_aside, exact=self.session.exact,
+                          tracking=self.tracker.record())
 
     def end_event(self) -> ev.Done:
         """After the run: the trackers closed, the envs closed (unless the session stays live: ``keep_live``), and
@@ -425,8 +430,8 @@ def _finish_writes(runners: list[SessionRunner], pending: tuple[int, Future, flo
     return out
 
 
-def _best_of(store: CheckpointStore) -> tuple[float, int] | None:
-    """(total_reward_ma, frame) of the best committed checkpoint, from the manifests."""
+def best_of(store: CheckpointStore) -> tuple[float, int] | None:
+    """(total_reward_ma, frame) of the best committed checkpoint of ``store``, from the manifests (None: none)."""
     best = None
     for frame in store.frames():
         try:
