@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from lab_helpers import SPECS, kill_driver_when, only_predir, overrides, run_cli, start_driver
+from lab_helpers import SPECS, descendants, kill_driver_when, kill_pids, only_predir, overrides, run_cli, start_driver
 
-from orchestrator.errors import SpecError
+from orchestrator.errors import EXIT_RESUMABLE, SpecError
 from orchestrator.store import storage
 from orchestrator.store.checkpoint import CheckpointStore
 
@@ -64,9 +64,35 @@ def committed(predir_glob, key: str, frame: int) -> bool:
     return any(int(m.parent.name) >= frame for m in predir_glob(f"{key}/ckpt/0*/MANIFEST.json"))
 
 
-def test_driver_sigkilled_then_the_same_command_resumes_equal_to_the_uninterrupted_batched_run(ray_local, tmp_path):
-    items = [*PPO, "env.max_frame=6144"]
-    ref = reference("ppo_cartpole", items)
+PPO_RUN = [*PPO, "env.max_frame=6144"]
+
+
+@pytest.fixture(scope="module")
+def ppo_reference():
+    """The uninterrupted batched run of ``PPO_RUN`` (``reference``)."""
+    return reference("ppo_cartpole", PPO_RUN)
+
+
+def test_seed_groups_pack_consecutive_sessions_with_a_remainder_and_passengers():
+    from orchestrator.spec.meta import MetaSpec
+    from orchestrator.store.record import SessionPlan
+    from orchestrator.trial import seed_groups
+
+    plans = [SessionPlan(0, s, 100 + s, False) for s in range(5)]
+    groups = seed_groups(plans, MetaSpec(max_session=5, session_batch=2))
+    assert {k: ([p.session for p in members], passengers) for k, (members, passengers) in groups.items()} == \
+        {"t0_s0": ([0, 1], []), "t0_s2": ([2, 3], [])}  # session 4: a remainder of one is a plain session
+    assert seed_groups(plans, MetaSpec(max_session=5, session_batch=1)) == {}
+    assert list(seed_groups(plans, MetaSpec(max_session=5, session_batch=8))) == ["t0_s0"]  # one group of all
+    resumed = [plans[0], plans[3], plans[4]]  # sessions 1 and 2 are at max_frame
+    groups = seed_groups(resumed, MetaSpec(max_session=5, session_batch=2))
+    assert {k: ([p.session for p in members], passengers) for k, (members, passengers) in groups.items()} == \
+        {"t0_s0": ([0], [1]), "t0_s3": ([3], [2])}
+
+
+def test_driver_sigkilled_then_the_same_command_resumes_equal_to_the_uninterrupted_batched_run(ray_local, tmp_path,
+                                                                                               ppo_reference):
+    items = PPO_RUN
     data = tmp_path / "data"
     argv = [SPECS, "ppo_cartpole", "train", "--name", "grouped", "--data-dir", str(data), *overrides(items)]
     driver = start_driver(argv, tmp_path)
@@ -76,15 +102,14 @@ def test_driver_sigkilled_then_the_same_command_resumes_equal_to_the_uninterrupt
     frames = {s: max(int(m.parent.name) for m in predir.glob(f"t0/s{s}/ckpt/0*/MANIFEST.json")) for s in range(2)}
     assert all(2048 <= f < 6144 for f in frames.values()), frames  # the group killed mid-run
     assert run_cli(*argv) == 0
-    assert_equals_reference(predir, ref, 6144, [2, 2, None])
+    assert_equals_reference(predir, ppo_reference, 6144, [2, 2, None])
     run = storage.read_json(str(predir / "run.json"))
     assert all(run["sessions"][f"t0_s{s}"]["status"] == "done" for s in range(3))
     assert run["sessions"]["t0_s0"]["pid"] == run["sessions"]["t0_s1"]["pid"] != run["sessions"]["t0_s2"]["pid"]
 
 
-def test_killed_group_actor_restarts_its_sessions_from_their_common_checkpoint(ray_local, tmp_path):
-    items = [*PPO, "env.max_frame=8192"]
-    ref = reference("ppo_cartpole", items)
+def test_killed_group_actor_restarts_its_sessions_from_their_common_checkpoint(ray_local, tmp_path, ppo_reference):
+    items = PPO_RUN
     data = tmp_path / "data"
     result = []
     thread = threading.Thread(target=lambda: result.append(run_cli(
@@ -113,7 +138,30 @@ def test_killed_group_actor_restarts_its_sessions_from_their_common_checkpoint(r
         assert entry["restarts"][0]["frame_restored"] >= 2048
     assert s0["restarts"][0]["frame_restored"] == s1["restarts"][0]["frame_restored"]
     assert s2["restarts"] == [] and s2["status"] == "done"
-    assert_equals_reference(predir, ref, 8192, [2, 2, None])
+    assert_equals_reference(predir, ppo_reference, 6144, [2, 2, None])
+
+
+def test_sigterm_commits_every_session_of_the_group_then_train_at_resumes_equal(ray_local, tmp_path, ppo_reference):
+    data = tmp_path / "data"
+    driver = start_driver([SPECS, "ppo_cartpole", "train", "--data-dir", str(data), *overrides(PPO_RUN)], tmp_path,
+                          capture=True)
+    try:
+        deadline = time.time() + 300
+        while not all(committed(data.glob, f"*/t0/s{s}", 1024) for s in range(2)):
+            assert driver.poll() is None and time.time() < deadline, "the group did not reach frame 1024"
+            time.sleep(0.05)
+        driver.send_signal(signal.SIGTERM)
+        out, _ = driver.communicate(timeout=120)
+    finally:
+        kill_pids([driver.pid, *descendants(driver.pid)])
+    assert driver.returncode == EXIT_RESUMABLE
+    predir = only_predir(data)
+    run = storage.read_json(str(predir / "run.json"))
+    s0, s1 = run["sessions"]["t0_s0"], run["sessions"]["t0_s1"]
+    assert s0["status"] == s1["status"] == "interrupted" and s0["checkpoint"] == s1["checkpoint"] < 6144
+    assert "resume with:" in out
+    assert run_cli(SPECS, "ppo_cartpole", f"train@{predir}", "--data-dir", str(data), *overrides(PPO_RUN)) == 0
+    assert_equals_reference(predir, ppo_reference, 6144, [2, 2, None])
 
 
 def test_a2c_runs_batched_and_a_changed_session_batch_is_refused_on_resume(ray_local, tmp_path, capsys):
