@@ -16,7 +16,6 @@ import time
 from typing import Any, Callable, Iterator, Sequence
 
 from orchestrator.session import events as ev
-from orchestrator.session.batched import SessionGroup, newest_common_frame
 from orchestrator.session.runner import SessionRunner, best_of, checkpoint_rounds
 from orchestrator.spec.meta import MetaSpec
 from orchestrator.store import predir as predir_mod
@@ -48,6 +47,8 @@ class GroupRunner:
 
     def __init__(self, spec: dict[str, Any], predir: str, trial: int, sessions: Sequence[int], seeds: Sequence[int],
                  resume: bool, passengers: Sequence[int] = (), timer: Callable[[], float] = time.monotonic) -> None:
+        from orchestrator.session.batched import SessionGroup, newest_common_frame  # torch: inside the worker
+
         self.sessions, self.spec, self.keep_live = list(sessions), spec, False
         keep = MetaSpec.of(spec).keep_checkpoints
         stores = [CheckpointStore(predir_mod.session_dir(predir, trial, s), keep=keep) for s in self.sessions]
