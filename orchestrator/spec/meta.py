@@ -77,6 +77,11 @@ class MetaSpec:
     search: str | None = None
     search_resources: dict | None = None
 
+    @property
+    def session_actors(self) -> int:
+        """Actors the sessions of a trial run in: one per seed group, ``ceil(max_session / session_batch)``."""
+        return -(-self.max_session // self.session_batch)
+
     @classmethod
     def of(cls, spec: dict) -> MetaSpec:
         """The ``meta`` section of a loaded spec (defaults filled by ``orchestrator.spec.load``); keys this

@@ -205,3 +205,18 @@ def test_session_batch_refusals_of_the_spec():
     _, applied, conflicts = resume_edits(saved, load_spec(SPECS, "ppo_cartpole", ["meta.session_batch=2",
                                                                                   "meta.max_session=4"]))
     assert conflicts == [] and applied == ["meta.max_session: 2 -> 4"]
+
+
+def test_a_plain_search_runs_each_trials_sessions_in_seed_groups(ray_local, tmp_path):
+    """A search trial packs its sessions as a train run does: its group's sessions equal the uninterrupted group of
+    the trial's spec and seeds, and its placement group holds one bundle per session actor (2 here, not 3)."""
+    from orchestrator.search.tune import placement
+    from orchestrator.spec.meta import MetaSpec
+
+    items = [*A2C, "meta.max_session=3", "env.max_frame=1024", 'meta.resources={"num_cpus": 0.5, "num_gpus": 0}']
+    search = 'search={"agent": {"algorithm": {"gamma__grid_search": [0.95]}}}'
+    data = tmp_path / "data"
+    assert run_cli(SPECS, "a2c_gae_cartpole", "search", "--data-dir", str(data), *overrides([*items, search])) == 0
+    ref = reference("a2c_gae_cartpole", [*items, "agent.algorithm.gamma=0.95"])
+    assert_equals_reference(only_predir(data), ref, 1024, [2, 2, None])
+    assert len(placement(MetaSpec(max_session=3, session_batch=2)).bundles) == 2  # the empty head bundle not listed
