@@ -569,6 +569,8 @@ class Trial:
             entry["set_aside"] = entry.get("set_aside", []) + event.set_aside
             names = ", ".join(f"{r['moved_to']} ({r['reason']})" for r in event.set_aside)
             print(f"warning: session {plan.key}: set aside {names}; resumed from frame {restored}", file=sys.stderr)
+        if plan.resume and restored is None and self.unit(plan.key) in self.groups:
+            restored = 0  # a seed group whose sessions had no checkpoint in common started at frame 0
         if plan.resume and restored is not None and restored != plan.frame:
             if plan.restarts:
                 plan.restarts[-1]["frame_restored"] = restored

@@ -9,7 +9,17 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from lab_helpers import SPECS, descendants, kill_driver_when, kill_pids, only_predir, overrides, run_cli, start_driver
+from lab_helpers import (
+    SPECS,
+    descendants,
+    files_digest,
+    kill_driver_when,
+    kill_pids,
+    only_predir,
+    overrides,
+    run_cli,
+    start_driver,
+)
 
 from orchestrator.errors import EXIT_RESUMABLE, SpecError
 from orchestrator.store import storage
@@ -164,15 +174,27 @@ def test_sigterm_commits_every_session_of_the_group_then_train_at_resumes_equal(
     assert_equals_reference(predir, ppo_reference, 6144, [2, 2, None])
 
 
-def test_a2c_runs_batched_and_a_changed_session_batch_is_refused_on_resume(ray_local, tmp_path, capsys):
+def test_a2c_runs_batched_a_changed_session_batch_is_refused_and_a_passenger_resume_is_exact(ray_local, tmp_path,
+                                                                                              capsys):
     data = tmp_path / "data"
     assert run_cli(SPECS, "a2c_gae_cartpole", "train", "--data-dir", str(data), *overrides(A2C)) == 0
     predir = only_predir(data)
-    assert_equals_reference(predir, reference("a2c_gae_cartpole", A2C), 2048, [2, 2])
+    ref = reference("a2c_gae_cartpole", A2C)
+    assert_equals_reference(predir, ref, 2048, [2, 2])
     capsys.readouterr()
     assert run_cli(SPECS, "a2c_gae_cartpole", f"train@{predir}", "--data-dir", str(data),
                    *overrides([*A2C, "meta.session_batch=1", "env.max_frame=4096"])) == 2
     assert "meta.session_batch: the run was saved with 2, the spec gives 1" in capsys.readouterr().err
+    # killed between the group's final commits: session 1 resumes from frame 1536 with session 0 as a passenger
+    import shutil
+
+    shutil.rmtree(predir / "t0/s1/ckpt/000000002048")
+    before = files_digest(predir / "t0/s0/ckpt")
+    assert run_cli(SPECS, "a2c_gae_cartpole", f"train@{predir}", "--data-dir", str(data), *overrides(A2C)) == 0
+    assert_equals_reference(predir, ref, 2048, [2, 2])
+    assert files_digest(predir / "t0/s0/ckpt") == before  # the passenger wrote nothing
+    run = storage.read_json(str(predir / "run.json"))
+    assert run["resumes"][-1]["from_frames"] == {"t0_s1": 1536}
 
 
 def test_an_algorithm_that_cannot_run_batched_is_refused_by_name_before_any_run_dir(ray_local, tmp_path, capsys):
