@@ -118,7 +118,10 @@ def test_driver_sigkilled_then_the_same_command_resumes_equal_to_the_uninterrupt
     assert run["sessions"]["t0_s0"]["pid"] == run["sessions"]["t0_s1"]["pid"] != run["sessions"]["t0_s2"]["pid"]
 
 
-def test_killed_group_actor_restarts_its_sessions_from_their_common_checkpoint(ray_local, tmp_path, ppo_reference):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_killed_group_actor_restarts_its_sessions_from_their_common_checkpoint(ray_local, tmp_path, ppo_reference, sig):
+    """SIGKILL: the group restarts from its sessions' newest common checkpoint, each counting the restart. SIGTERM
+    (a node shutting down): the group commits every session at once and moves (``cause: preempted``)."""
     items = PPO_RUN
     data = tmp_path / "data"
     result = []
@@ -136,7 +139,7 @@ def test_killed_group_actor_restarts_its_sessions_from_their_common_checkpoint(r
             pid = entry["pid"]
         time.sleep(0.05)
     assert pid is not None, "the group did not reach frame 2048"
-    os.kill(pid, signal.SIGKILL)  # the group actor's process (sessions 0 and 1)
+    os.kill(pid, sig)  # the group actor's process (sessions 0 and 1)
     thread.join(timeout=300)
     assert result == [0]
     predir = only_predir(data)
@@ -144,8 +147,12 @@ def test_killed_group_actor_restarts_its_sessions_from_their_common_checkpoint(r
     s0, s1, s2 = (run["sessions"][f"t0_s{s}"] for s in range(3))
     assert s0["pid"] == s1["pid"] != pid  # one new actor for the group
     for entry in (s0, s1):
-        assert len(entry["restarts"]) == 1 and entry["restarts"][0]["reason"] == "ActorDiedError"
-        assert entry["restarts"][0]["frame_restored"] >= 2048
+        (restart,) = entry["restarts"]
+        assert restart["frame_restored"] >= 2048
+        if sig == signal.SIGKILL:
+            assert restart["reason"] == "ActorDiedError" and "cause" not in restart
+        else:
+            assert restart["reason"] == "SIGTERM" and restart["cause"] == "preempted" and restart["frames_lost"] == 0
     assert s0["restarts"][0]["frame_restored"] == s1["restarts"][0]["frame_restored"]
     assert s2["restarts"] == [] and s2["status"] == "done"
     assert_equals_reference(predir, ppo_reference, 6144, [2, 2, None])
