@@ -466,7 +466,7 @@ class Trial:
         try:
             event = ray.get(ref)
         except RayTaskError as err:  # the session's code raised: a bug, not a fault; no retry
-            members = self.members(plan.key)  # a seed group's sessions fail together
+            members = self.members(plan.key) or [plan]  # a seed group's sessions fail together
             self.release(plan)
             for member in members:
                 member.status, member.error = "failed", str(err)
@@ -476,7 +476,7 @@ class Trial:
             return False
         except (RayActorError, OutOfMemoryError) as err:  # process or node died, or Ray's memory monitor
             # killed it (OutOfMemoryError is no RayActorError): restart from the newest checkpoint
-            members = self.members(plan.key)  # a seed group's sessions restart together
+            members = self.members(plan.key) or [plan]  # a seed group's sessions restart together
             self.release(plan)
             for member in members:
                 self.on_actor_died(member, err)
