@@ -3,7 +3,9 @@ checkpoint-sized frame chunks, commits a checkpoint after each chunk, streams pr
 SIGTERM commits a final checkpoint and reports ``interrupted``.
 
 Events (yielded by ``run``): the records of ``orchestrator.session.events`` (``Started``, ``Log``, ``Checkpoint``,
-``CheckpointFailed``, ``Done``, ``Interrupted``, ``StorageFault``, ``StorageRetry``, ``Batch``).
+``CheckpointFailed``, ``Done``, ``Interrupted``, ``StorageFault``, ``StorageRetry``, ``Batch``). An actor may host
+a seed group instead (``meta.session_batch``: ``run(group=...)``, ``orchestrator.session.group_runner``): its
+sessions' events come tagged with their session index (``Grouped``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import ray
 from orchestrator.global_params import GlobalExchange
 from orchestrator.runtime.console import install_warning_format
 from orchestrator.session import events as ev
+from orchestrator.session.group_runner import GroupRunner, group_batches
 from orchestrator.session.runner import SessionRunner, checkpoint_batches
 
 
@@ -74,7 +77,7 @@ class SessionActor:
         from orchestrator.report import tracking
 
         tracking.LEAN_PROCESS["tensorboard"] = True  # this process writes TensorBoard files, never reads them
-        self.runner: SessionRunner | None = None
+        self.runner: SessionRunner | GroupRunner | None = None
         signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def open(self, spec: dict[str, Any], predir: str, trial: int, session: int, seed: int, resume: bool,
@@ -97,10 +100,23 @@ class SessionActor:
         exchange = None if global_params is None else functools.partial(GlobalExchange, global_params)
         self.runner = SessionRunner(spec, predir, trial, session, seed, resume, exchange, reseed=reseed)
 
+    def open_group(self, spec: dict[str, Any], predir: str, trial: int, sessions: list[int], seeds: list[int],
+                   resume: bool, passengers: list[int], num_threads: int = 1) -> None:
+        """Build the ``GroupRunner`` of a seed group in this actor (arguments as its own; ``num_threads`` as
+        ``open``'s), after dropping (and collecting) the previous runner."""
+        import gc
+
+        import torch
+
+        torch.set_num_threads(max(1, num_threads))
+        self.drop()
+        gc.collect()
+        self.runner = GroupRunner(spec, predir, trial, sessions, seeds, resume, passengers)
+
     def drop(self) -> None:
         """Drop the hosted session, closing its envs when it was kept live (``keep_live``)."""
         runner, self.runner = self.runner, None
-        if runner is not None and runner.keep_live:
+        if isinstance(runner, SessionRunner) and runner.keep_live:
             runner.session.close()
 
     def check_spec(self, spec: dict[str, Any]) -> dict[str, Any]:
@@ -131,12 +147,15 @@ class SessionActor:
         return os.getpid()
 
     def stop(self) -> None:
-        """Ask the session to stop after the current step and commit a final checkpoint."""
-        if self.runner is not None:
+        """Ask the session (every session of a group) to stop after the current step and commit a final
+        checkpoint."""
+        if isinstance(self.runner, GroupRunner):
+            self.runner.stop()
+        elif self.runner is not None:
             self.runner.session.stop_requested = True
 
     def run(self, session: dict[str, Any] | None = None, extend: dict[str, Any] | None = None,
-            keep_live: bool = False) -> Iterator[ev.Event]:
+            keep_live: bool = False, group: dict[str, Any] | None = None) -> Iterator[ev.Event]:
         """Generator method: streams the session's events (see module docstring); the ``started``
         event also names the Ray node (``node_id``, hex) and ``hostname`` the actor runs on. The events of
         one checkpoint (its commit, the chunk's log rows) come as one ``batch`` event.
@@ -147,14 +166,29 @@ class SessionActor:
                 session it already hosts.
             extend: ``{"spec": spec}``: continue the hosted live session instead (``SessionRunner.extend``).
             keep_live: a session ending ``done`` with its checkpoint committed stays open for ``run(extend=...)``.
+            group: the keyword arguments of ``open_group``: host a seed group instead; its events come as
+                ``Grouped`` events (``group_runner.group_batches``).
         """
+        if group is not None:
+            self.open_group(**group)
+            yield from self.located(group_batches(self.runner))
+            return
         if session is not None:
             self.open(**session)
         elif extend is not None:
             self.runner.extend(extend["spec"])
         self.runner.keep_live = keep_live
-        for event in checkpoint_batches(self.runner):
+        yield from self.located(checkpoint_batches(self.runner))
+
+    @staticmethod
+    def located(events: Iterator[ev.Event]) -> Iterator[ev.Event]:
+        """``events`` with each ``Started`` event (also inside ``Grouped``) naming the Ray node (``node_id``, hex)
+        and ``hostname`` of this actor."""
+        where = {"node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname()}
+        for event in events:
             if isinstance(event, ev.Started):
-                event = dataclasses.replace(event, node_id=ray.get_runtime_context().get_node_id(),
-                                            hostname=socket.gethostname())
+                event = dataclasses.replace(event, **where)
+            elif isinstance(event, ev.Grouped):
+                event = ev.Grouped([(s, dataclasses.replace(e, **where) if isinstance(e, ev.Started) else e)
+                                    for s, e in event.events])
             yield event

@@ -1,4 +1,5 @@
-"""Trials on Ray: ``train`` starts one ``SessionActor`` per session; ``train@{predir|latest}`` resumes.
+"""Trials on Ray: ``train`` starts one ``SessionActor`` per session (per seed group with ``meta.session_batch``);
+``train@{predir|latest}`` resumes.
 
 The driver plans the sessions, starts their actors in parallel, watches their event streams with
 ``ray.wait`` (timeout in seconds), keeps ``run.json`` up to date, restarts an actor that died (its
@@ -27,6 +28,12 @@ command that resumes the run and returns ``EXIT_RESUMABLE``, also when a session
 
 Kept whole: ``Trial`` is one state machine (its actors, their event streams, restarts, the run record and the
 signals); split, every handler would pass that state around.
+
+Seed groups (``meta.session_batch`` K > 1): the sessions of a trial are packed into groups of K consecutive session
+indexes (``seed_groups``), each hosted by one actor with one session's resources (``SessionActor.run(group=...)``);
+a group of one session is a plain session. The group's stream carries each session's events tagged with its index
+(``Grouped``), handled as that session's own; a group actor that dies or is stopped ends (and restarts) all its
+sessions together, each counting the restart.
 """
 
 from __future__ import annotations
@@ -89,6 +96,28 @@ def preload_analysis() -> threading.Thread:
     return thread
 
 
+def seed_groups(plans: list[SessionPlan], meta: MetaSpec) -> dict[str, tuple[list[SessionPlan], list[int]]]:
+    """The seed groups of ``plans`` (``meta.session_batch`` K > 1): per group its planned sessions and its
+    passengers, under the key of its first planned session. A group is the sessions ``[b K, (b + 1) K)`` of a trial
+    (below ``max_session``) that are planned; the block's other sessions (at ``max_frame`` already: not planned)
+    are its passengers (``GroupRunner``), needed when the group still trains. Blocks with one planned session and
+    no passenger, and every session when K is 1, are plain sessions (not in the result).
+    """
+    k = meta.session_batch
+    if k == 1:
+        return {}
+    blocks: dict[tuple[int, int], list[SessionPlan]] = {}
+    for plan in plans:
+        blocks.setdefault((plan.trial, plan.session // k), []).append(plan)
+    groups = {}
+    for (_, b), members in blocks.items():
+        planned = {p.session for p in members}
+        passengers = [s for s in range(b * k, min((b + 1) * k, meta.max_session)) if s not in planned]
+        if len(members) > 1 or passengers:
+            groups[members[0].key] = (members, passengers)
+    return groups
+
+
 GRACE_PASSED = "no final checkpoint within shutdown_grace_s"  # the error of a session stopped by the grace's end
 
 
@@ -142,8 +171,11 @@ class Trial:
         self.lease, self.hosts = lease, hosts
         self.on_log, self.analyze = on_log, analyze
         self.meta = MetaSpec.of(spec)
-        self.actors: dict[str, Any] = {}
-        self.streams: dict[str, Any] = {}
+        self.by_key = {p.key: p for p in plans}
+        self.groups = seed_groups(plans, self.meta)  # group key -> (planned sessions, passengers)
+        self.unit_of = {p.key: key for key, (members, _) in self.groups.items() for p in members}
+        self.actors: dict[str, Any] = {}  # session key -> its actor (a group's sessions share theirs)
+        self.streams: dict[str, Any] = {}  # session key (a group's: the group key, ``unit``) -> its event stream
         self.pending_restart: dict[str, float] = {}  # key -> monotonic time to restart at
         self.max_running = max_running
         self.queued: list[SessionPlan] = []  # sessions waiting for a slot (max_running), in plan order
@@ -177,9 +209,21 @@ class Trial:
         self.globals.clear()
 
     # ---------------------------------------------------------------- actors
+    def unit(self, key: str) -> str:
+        """The key a session's stream and actor are under: its group's key (``seed_groups``), else its own."""
+        return self.unit_of.get(key, key)
+
+    def members(self, key: str) -> list[SessionPlan]:
+        """The sessions whose actor is the one of ``key``'s unit (its group's, or its own), held now."""
+        unit = self.unit(key)
+        return [self.by_key[k] for k in self.actors if self.unit(k) == unit]
+
     def start(self, plan: SessionPlan) -> None:
-        """Start (or restart) the actor of a session and its event stream: in a warm actor of ``hosts``
-        when one is idle, else in a new one."""
+        """Start (or restart) the actor of a session (of its seed group: ``start_group``) and its event stream: in a
+        warm actor of ``hosts`` when one is idle, else in a new one."""
+        if self.unit(plan.key) in self.groups:
+            self.start_group(plan)
+            return
         moved = bool(plan.restarts) and plan.restarts[-1].get("cause") == "preempted"
         spec = self.specs.get(plan.trial, self.spec)
         live = plan.key in self.continue_live and not plan.restarts and self.hosts is not None
@@ -203,6 +247,30 @@ class Trial:
         self.actors[plan.key], self.streams[plan.key] = actor, stream
         plan.status = "running"
         self.record.update(plan)
+
+    def start_group(self, plan: SessionPlan) -> None:
+        """Start (or restart) the actor of ``plan``'s seed group with its sessions not yet ended (its restarts: all
+        of them, as they end together), the block's other sessions as passengers (``seed_groups``)."""
+        key = self.unit(plan.key)
+        members, passengers = self.groups[key]
+        run = [p for p in members if p.status in ("pending", "restarting")]
+        for p in run:
+            self.pending_restart.pop(p.key, None)
+        moved = any(p.restarts and p.restarts[-1].get("cause") == "preempted" for p in run)
+        actor = self.hosts.take(self.host_key(), self.continue_live) if self.hosts is not None and not moved else None
+        if actor is None:
+            actor = self.new_actor(plan)
+        seeds = {p.session: p.seed for p in run}
+        sessions = sorted([*seeds, *passengers])
+        group = {"spec": self.specs.get(plan.trial, self.spec), "predir": self.predir, "trial": plan.trial,
+                 "sessions": sessions, "passengers": passengers, "num_threads": max(1, int(self.host_key()[0])),
+                 "seeds": [seeds.get(s, session_seed(self.meta.random_seed, plan.trial, s)) for s in sessions],
+                 "resume": bool(passengers) or any(p.resume for p in run)}
+        self.streams[key] = actor.run.remote(group=group)
+        for p in run:
+            self.actors[p.key] = actor
+            p.status = "running"
+            self.record.update(p)
 
     def host_key(self) -> tuple[float, float]:
         """What a session actor is created with besides its session (``host_key``)."""
@@ -241,10 +309,12 @@ class Trial:
                 if "pid" in self.record.data["sessions"].get(key, {}) or by_key[key].restarts:
                     self.actors[key].stop.remote()
                     continue
+                members = self.members(key)
                 self.release(by_key[key])
-                by_key[key].status = "not started"
-                self.progress.status(key, "not started")
-                self.record.update(by_key[key])
+                for plan in members:
+                    plan.status = "not started"
+                    self.progress.status(plan.key, "not started")
+                    self.record.update(plan)
 
     # ---------------------------------------------------------------- watching
     def run(self) -> int:
@@ -274,6 +344,8 @@ class Trial:
             self.record.hold = True  # one run.json write for all the starts
             try:
                 for plan in self.plans:
+                    if self.unit(plan.key) != plan.key:
+                        continue  # started with its group
                     if self.max_running is not None and len(self.streams) >= self.max_running:
                         self.queued.append(plan)
                     else:
@@ -310,17 +382,20 @@ class Trial:
             self.watch(by_key)
 
     def release(self, plan: SessionPlan, ended: bool = False) -> None:
-        """Drop a finished session's stream and actor handle, so Ray ends the actor and frees its
-        resources for sessions still waiting; with ``hosts``, the actor of a session whose stream
-        ``ended`` after ``done`` is kept there instead (``SessionHosts``)."""
-        self.streams.pop(plan.key, None)
-        self.node_of.pop(plan.key, None)
-        actor = self.actors.pop(plan.key, None)
+        """Drop a finished session's (its seed group's) stream and actor handle, so Ray ends the actor and frees its
+        resources for sessions still waiting; with ``hosts``, the actor of a session (every session of its group)
+        whose stream ``ended`` after ``done`` is kept there instead (``SessionHosts``)."""
+        members = self.members(plan.key)
+        self.streams.pop(self.unit(plan.key), None)
+        actor = None
+        for member in members:
+            self.node_of.pop(member.key, None)
+            actor = self.actors.pop(member.key)
         if actor is None:
             return
-        if ended and self.hosts is not None and plan.status == "done" and not plan.error \
+        if ended and self.hosts is not None and all(p.status == "done" and not p.error for p in members) \
                 and self.stopping_since is None:
-            if self.keep_live:
+            if self.keep_live and len(members) == 1:
                 self.hosts.put_live(self.host_key(), plan.key, plan.frame, actor)
             else:
                 self.hosts.put(self.host_key(), actor)
@@ -336,9 +411,10 @@ class Trial:
 
     def end_all(self) -> None:
         """End every session actor still held (the trial is abandoned: e.g. Tune stopped it)."""
-        for key in list(self.actors):
-            self.streams.pop(key, None)
-            self.end_actor(self.actors.pop(key))
+        self.streams.clear()
+        for actor in {id(a): a for a in self.actors.values()}.values():
+            self.end_actor(actor)
+        self.actors.clear()
 
     def watch(self, by_key: dict[str, SessionPlan]) -> None:
         """Wait up to ``WATCH_BATCH_S`` for events (less once every stream has one), act on every event
@@ -390,25 +466,29 @@ class Trial:
         try:
             event = ray.get(ref)
         except RayTaskError as err:  # the session's code raised: a bug, not a fault; no retry
+            members = self.members(plan.key) or [plan]  # a seed group's sessions fail together
             self.release(plan)
-            plan.status, plan.error = "failed", str(err)
-            self.progress.status(plan.key, "failed")
-            self.record.update(plan)
-            self.log_error(plan, str(err))
+            for member in members:
+                member.status, member.error = "failed", str(err)
+                self.progress.status(member.key, "failed")
+                self.record.update(member)
+                self.log_error(member, str(err))
             return False
         except (RayActorError, OutOfMemoryError) as err:  # process or node died, or Ray's memory monitor
             # killed it (OutOfMemoryError is no RayActorError): restart from the newest checkpoint
+            members = self.members(plan.key) or [plan]  # a seed group's sessions restart together
             self.release(plan)
-            self.on_actor_died(plan, err)
+            for member in members:
+                self.on_actor_died(member, err)
             return False
         self.handle(plan, event)
         return True
 
     def handle(self, plan: SessionPlan, event: ev.Event) -> None:
         """Update progress and run.json from one session event (``orchestrator.session.events``)."""
-        if isinstance(event, ev.Batch):  # one checkpoint's events (SessionActor.run)
-            for inner in event.events:
-                self.handle(plan, inner)
+        if isinstance(event, (ev.Batch, ev.Grouped)):
+            for member, inner in self.inner_events(plan, event):
+                self.handle(member, inner)
         elif isinstance(event, ev.Log):
             self.on_log_row(plan, event.row)
         elif isinstance(event, (ev.StorageFault, ev.StorageRetry)):
@@ -422,6 +502,13 @@ class Trial:
             self.on_started(plan, event)
         elif isinstance(event, ev.Done):  # Interrupted too
             self.on_end(plan, event)
+
+    def inner_events(self, plan: SessionPlan, event: ev.Batch | ev.Grouped) -> list[tuple[SessionPlan, ev.Event]]:
+        """The events of a ``Batch`` (one checkpoint's, all ``plan``'s) or of a ``Grouped`` (a seed group's, each
+        its session's own), with the plan each is for."""
+        if isinstance(event, ev.Batch):
+            return [(plan, inner) for inner in event.events]
+        return [(self.by_key[f"t{plan.trial}_s{session}"], inner) for session, inner in event.events]
 
     def on_end(self, plan: SessionPlan, event: ev.Done) -> None:
         """A session's ``Done`` or ``Interrupted`` event: recorded, or (interrupted without the driver asking: its
@@ -482,6 +569,8 @@ class Trial:
             entry["set_aside"] = entry.get("set_aside", []) + event.set_aside
             names = ", ".join(f"{r['moved_to']} ({r['reason']})" for r in event.set_aside)
             print(f"warning: session {plan.key}: set aside {names}; resumed from frame {restored}", file=sys.stderr)
+        if plan.resume and restored is None and self.unit(plan.key) in self.groups:
+            restored = 0  # a seed group whose sessions had no checkpoint in common started at frame 0
         if plan.resume and restored is not None and restored != plan.frame:
             if plan.restarts:
                 plan.restarts[-1]["frame_restored"] = restored
@@ -500,7 +589,7 @@ class Trial:
         self.drain_polled = now
         draining = ray_drain.draining_nodes()
         for key, node in list(self.node_of.items()):
-            if node in draining and key not in self.preempting and key in self.streams:
+            if node in draining and key not in self.preempting and self.unit(key) in self.streams:
                 deadline = draining[node]
                 self.preempting[key] = {"node_id": node, "deadline": deadline}
                 self.actors[key].stop.remote()
@@ -572,7 +661,7 @@ class Trial:
     def restart_due(self, by_key: dict[str, SessionPlan]) -> None:
         """Start replacement actors whose back-off has passed."""
         for key, due in list(self.pending_restart.items()):
-            if time.monotonic() >= due:
+            if key in self.pending_restart and time.monotonic() >= due:  # a group's start takes all its sessions
                 del self.pending_restart[key]
                 self.start(by_key[key])
 

@@ -234,7 +234,7 @@ def start_search(cmd: Command, spec: dict[str, Any], lease: SearchLease,
     alg = meta.search_scheduler["name"] if is_pbt(spec) else search_alg_name(spec, cmd.search_alg)
     settings = {"tune_name": spec["name"], "search_alg": alg, "max_concurrent_trials": cmd.max_concurrent_trials}
     init_ray(cmd.address, cmd.dashboard, prestart=False)
-    check_resources(meta.resources, meta.max_session, together=True)
+    check_resources(meta.resources, meta.session_actors, together=True)
     if named is not None:
         storage.makedirs(named)
     predir = named or predir_mod.new_predir(cmd.data_dir, spec["name"])
@@ -265,7 +265,7 @@ def resume_search(cmd: Command, new_spec: dict[str, Any], target: str, lease: Se
     settings = read_settings(predir, spec["name"])
     init_ray(cmd.address, cmd.dashboard, prestart=False)
     meta = MetaSpec.of(spec)
-    check_resources(meta.resources, meta.max_session, together=True)
+    check_resources(meta.resources, meta.session_actors, together=True)
     if applied:
         storage.write_json(predir_mod.spec_file(predir, spec["name"]), spec)
         if given:

@@ -68,8 +68,8 @@ def start_ray(address: str | None, dashboard: bool, prestart: bool) -> None:
 
 def check_resources(res: dict[str, Any], sessions: int, together: bool = False) -> None:
     """Refuse resources that can never fit the cluster (instead of waiting forever): one session's (``res``:
-    ``meta.resources``), and with ``together`` (a search trial, whose placement group reserves all its ``sessions``,
-    ``meta.max_session``, at once) the sum over the trial's sessions.
+    ``meta.resources``), and with ``together`` (a search trial, whose placement group reserves all its ``sessions``
+    session actors, ``meta.max_session`` or its seed groups with ``meta.session_batch``, at once) the sum.
 
     Raises:
         UsageError: naming what was asked and what exists.
@@ -81,8 +81,9 @@ def check_resources(res: dict[str, Any], sessions: int, together: bool = False) 
             raise UsageError(f"meta.resources.{key}={asked} per session can never fit: the Ray cluster has "
                              f"{exists} {name} in total")
         if together and asked * sessions > exists:
-            raise UsageError(f"meta.resources.{key}={asked} x meta.max_session={sessions}: a search trial reserves "
-                             f"all its sessions at once, and {asked * sessions:g} {name} can never fit: the Ray "
-                             f"cluster has {exists} {name} in total (lower either, or add nodes)")
+            raise UsageError(f"meta.resources.{key}={asked} x {sessions} session actor(s) (meta.max_session, or its "
+                             f"seed groups with meta.session_batch): a search trial reserves all its session actors "
+                             f"at once, and {asked * sessions:g} {name} can never fit: the Ray cluster has {exists} "
+                             f"{name} in total (lower either, or add nodes)")
 
 

@@ -180,7 +180,7 @@ def search_trial(config: dict[str, Any], spec: dict[str, Any], predir: str) -> N
     # the session actors start now (their processes import torch while this one waits), and one of them checks the
     # spec: this process imports no torch (docs/search.md "Scheduling and sampling")
     meta = MetaSpec.of(spec)
-    hosts = HOSTS.warm_up(host_key(meta), meta.max_session)
+    hosts = HOSTS.warm_up(host_key(meta), meta.session_actors)
     try:
         trial_spec = ray.get(hosts[0].check_spec.remote(apply_values(spec, values)))
     except RayTaskError as err:  # a bad variant: its SpecError as the trial's error, without the remote frames

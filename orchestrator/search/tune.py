@@ -153,11 +153,12 @@ class TrialNamer:
 
 
 def placement(meta: MetaSpec) -> Any:
-    """``PlacementGroupFactory([{}] + [session bundle] * max_session)``: resources of every session."""
+    """``PlacementGroupFactory([{}] + [session bundle] * session_actors)``: resources of every session actor (one
+    per session, or per seed group with ``meta.session_batch``)."""
     res = meta.resources
     bundle = {k: float(res.get(key, 0) or 0) for k, key in (("CPU", "num_cpus"), ("GPU", "num_gpus"))}
     bundle = {k: v for k, v in bundle.items() if v > 0} or {"CPU": 0.01}
-    return tune.PlacementGroupFactory([{}] + [bundle] * meta.max_session, strategy="PACK")
+    return tune.PlacementGroupFactory([{}] + [bundle] * meta.session_actors, strategy="PACK")
 
 
 def tune_storage(predir: str) -> tuple[str, Any]:

@@ -1,6 +1,6 @@
 """The events a session streams to its trial's driver: one small frozen record per kind, yielded by
 ``orchestrator.session.runner.SessionRunner.events`` (and ``SessionActor.run``) and read by
-``orchestrator.trial.Trial``.
+``orchestrator.trial.Trial``; a seed group's actor tags each with its session (``Grouped``).
 
 Ray-free and picklable (module-level dataclasses of plain values): they cross from the session actor to the driver
 as Ray objects. Each class names its kind in ``kind`` (a class attribute, not a field).
@@ -114,4 +114,15 @@ class Batch:
     events: list[Event]
 
 
-Event = Union[Started, Log, Checkpoint, CheckpointFailed, Done, Interrupted, StorageFault, StorageRetry, Batch]
+@dataclass(frozen=True)
+class Grouped:
+    """The events of the sessions of a seed group (``meta.session_batch``: one actor, several sessions) as one Ray
+    object, in order: (session index, event) pairs, each event one of the kinds above but ``Batch``
+    (``SessionActor.run(group=...)`` only; the driver handles each as its session's own)."""
+
+    kind: ClassVar[str] = "grouped"
+    events: list[tuple[int, Event]]
+
+
+Event = Union[Started, Log, Checkpoint, CheckpointFailed, Done, Interrupted, StorageFault, StorageRetry, Batch,
+              Grouped]

@@ -126,7 +126,7 @@ class SessionRunner:
             self.session.reseed(int(self.reseed["seed"]))
             self.log_line(f"acting RNG streams reseeded with {self.reseed['seed']} at frame {self.reseed['frame']}")
         self.restored_frame = selection.manifest.frame
-        self.best = _best_of(self.store)
+        self.best = best_of(self.store)
 
     def extend(self, spec: dict[str, Any]) -> None:
         """Continue the live session (ended ``done``, envs open: ``keep_live``) to ``spec``'s larger ``env.max_frame``
@@ -235,20 +235,9 @@ class SessionRunner:
     def events(self) -> Iterator[ev.Event]:
         """Run to ``max_frame`` (or until ``stop_requested``), yielding progress events.
 
-        Cadence: the session trains in chunks up to the next multiple of ``checkpoint_frequency`` frames (by default
-        ``log_frequency``, so every log row is a chance); at the end of a chunk a checkpoint is taken once
-        ``checkpoint_gap_s(meta, cost)`` seconds of ``timer`` passed since the previous one ended (``cost``: its
-        ``timer`` seconds; for the first, ``checkpoint_interval_s`` since the start or the restore), and always at
-        ``max_frame`` and on a stop. An explicit ``meta.checkpoint_frequency`` gives gap 0: a checkpoint at every
-        boundary, as frames alone decide. Which frames get a checkpoint never changes the training: chunks end on
-        the same boundaries either way.
-
-        Checkpoints are serialized on the training thread (a consistent snapshot) and written by
-        one background writer thread while the next chunk trains; at most one write is in flight.
-        A ``checkpoint`` event is yielded once its write committed; its ``seconds`` is the time the
-        training thread spent on it (serializing plus waiting for its own write to finish, each wait counted once;
-        the chunk's tracking writes, ``SessionTracker.log``, are not counted). Log rows are yielded with the
-        checkpoint that follows them.
+        Cadence, commits and the grouping of events: ``checkpoint_rounds`` (this session alone). A ``checkpoint``
+        event is yielded once its write committed; log rows are yielded with the checkpoint that follows them
+        (``burst_open`` is True while more of that checkpoint's events follow).
 
         With ``checkpoints`` off: ``unsaved_events``.
         """
@@ -261,46 +250,35 @@ class SessionRunner:
         if not self.checkpoints:
             yield from self.unsaved_events()
             return
-        yield ev.Started(pid=os.getpid(), device=str(session.algorithm.device), restored_frame=self.restored_frame,
-                         set_aside=self.set_aside, exact=session.exact, tracking=self.tracker.record())
-        spec_meta = MetaSpec.of(self.spec)
-        freq, gap = checkpoint_frequency(spec_meta), checkpoint_gap_s(spec_meta)
-        rows: list[dict[str, Any]] = []
-        self.committed = self.restored_frame
-        last_end = self.timer()  # when the previous checkpoint's work on this thread ended
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-writer") as writer:
-            pending = None
-            while True:
-                if not session.clock.done() and not session.stop_requested:
-                    next_ckpt = (session.clock.frame // freq + 1) * freq
-                    session.run_rl(until_frame=next_ckpt, on_log=lambda _s, row: rows.append(row))
-                due = session.clock.done() or session.stop_requested or self.timer() - last_end >= gap
-                if due and session.clock.frame not in (self.committed, pending and pending[0]):
-                    start, timer_start = time.perf_counter(), self.timer()
-                    frame, files, meta = self.snapshot()
-                    snapshot_s = time.perf_counter() - start  # this one's wait for its write is added when it ends
-                    self.burst_open = bool(rows)  # the rows follow the commit event (SessionActor.run batches)
-                    yield from self.finish_write(pending)  # adds the wait to the previous checkpoint's seconds
-                    gap = checkpoint_gap_s(spec_meta, self.timer() - timer_start)
-                    self.tracker.log(session, self.committed)  # before this frame's write is submitted
-                    pending = (frame, writer.submit(self.write, frame, files, meta), snapshot_s)
-                    self.append_log(rows)
-                    for i, row in enumerate(rows):
-                        self.burst_open = i < len(rows) - 1
-                        yield ev.Log(row)
-                    self.burst_open = False
-                    rows.clear()
-                    last_end = self.timer()
-                if session.clock.done() or session.stop_requested:
-                    break
-            yield from self.finish_write(pending)
+        yield self.started_event()
+
+        def train(until: int, rows: list[list[dict[str, Any]]]) -> None:
+            session.run_rl(until_frame=until, on_log=lambda _s, row: rows[0].append(row))
+
+        for _, event, more in checkpoint_rounds([self], train, lambda: [self.snapshot()], session.clock,
+                                                lambda: session.stop_requested, self.timer):
+            self.burst_open = more  # the rows follow the commit event (SessionActor.run batches)
+            yield event
+        self.burst_open = False
+        yield self.end_event()
+
+    def started_event(self) -> ev.Started:
+        """The ``Started`` event of the session (restored or fresh; checkpoints set aside by ``restore``)."""
+        return ev.Started(pid=os.getpid(), device=str(self.session.algorithm.device),
+                          restored_frame=self.restored_frame, set_aside=self.set_aside, exact=self.session.exact,
+                          tracking=self.tracker.record())
+
+    def end_event(self) -> ev.Done:
+        """After the run: the trackers closed, the envs closed (unless the session stays live: ``keep_live``), and
+        the ``Done`` (at ``max_frame``) or ``Interrupted`` event."""
+        session = self.session
         self.tracker.close(session, self.committed)
         last = session.train_rows[-1]["total_reward_ma"] if session.train_rows else None
         end = ev.Interrupted if session.stop_requested and not session.clock.done() else ev.Done
         if not (end is ev.Done and self.keep_live and self.committed == session.clock.frame):
             session.close()
             self.keep_live = False
-        yield end(frame=session.clock.frame, total_reward_ma=last, checkpoint=self.committed == session.clock.frame)
+        return end(frame=session.clock.frame, total_reward_ma=last, checkpoint=self.committed == session.clock.frame)
 
     def start_tracking(self) -> None:
         """Open the trackers' streams (TensorBoard, W&B, MLflow) once; ``events`` calls it unless a caller did.
@@ -338,20 +316,6 @@ class SessionRunner:
         end = ev.Interrupted if session.stop_requested and not session.clock.done() else ev.Done
         yield end(frame=session.clock.frame, total_reward_ma=last, checkpoint=False)
 
-    def finish_write(self, pending: tuple[int, Future, float] | None) -> Iterator[ev.Event]:
-        """Wait for the in-flight write (if any) and yield its ``checkpoint``/``checkpoint_failed`` event."""
-        if pending is None:
-            return
-        frame, future, blocked_s = pending
-        start = time.perf_counter()
-        ok = future.result()
-        blocked_s += time.perf_counter() - start
-        if ok:
-            self.committed = frame
-            yield ev.Checkpoint(frame=frame, seconds=blocked_s)
-        else:
-            yield ev.CheckpointFailed(frame=frame)
-
 
 def checkpoint_batches(runner: SessionRunner) -> Iterator[ev.Event]:
     """``runner.events()`` with the events of one checkpoint (its commit event and the chunk's log rows, which
@@ -377,8 +341,97 @@ def checkpoint_batches(runner: SessionRunner) -> Iterator[ev.Event]:
         yield ev.Batch([*batch, runner.fault_event(err, hint)])
 
 
-def _best_of(store: CheckpointStore) -> tuple[float, int] | None:
-    """(total_reward_ma, frame) of the best committed checkpoint, from the manifests."""
+def checkpoint_rounds(runners: list[SessionRunner], train: Callable[[int, list[list[dict[str, Any]]]], None],
+                      snapshots: Callable[[], list[tuple[int, dict[str, bytes], dict[str, Any]]]], clock: Any,
+                      stopped: Callable[[], bool], timer: Callable[[], float]) -> Iterator[tuple[int, ev.Event, bool]]:
+    """The checkpointed run of one session, or of a seed group whose sessions train together (``runners``, one per
+    session, all at ``clock.frame``): ``SessionRunner.events``'s cadence, yielding one ``Burst`` per checkpoint.
+
+    Cadence: training goes in chunks up to the next multiple of ``checkpoint_frequency`` frames (``train(until,
+    rows)``, appending each runner's train_df rows to ``rows[i]``); at the end of a chunk a checkpoint of every
+    runner (``snapshots()``: (frame, files, meta) per runner, taken on this thread) is taken once
+    ``checkpoint_gap_s(meta, cost)`` seconds of ``timer`` passed since the previous one ended (``cost``: its
+    ``timer`` seconds; for the first, ``checkpoint_interval_s`` since the start or the restore), and always at
+    ``max_frame`` and on a stop (``stopped()``). Which frames get a checkpoint never changes the training: chunks
+    end on the same boundaries either way.
+
+    One background writer thread commits the runners' checkpoints of a frame one after the other
+    (``SessionRunner.write``) while the next chunk trains; at most one frame's writes are in flight. A checkpoint's
+    events are each runner's ``checkpoint``/``checkpoint_failed`` event of the previous frame's write (its
+    ``seconds``: the time this thread spent on it, serializing plus waiting for the write, each wait counted once),
+    yielded before the next write is submitted, then each runner's ``Log`` rows of the chunk, written to log.txt
+    and the trackers (``SessionTracker.log``, not counted) first; the final write's events come last. Each
+    runner's ``committed`` is kept up to date.
+
+    Raises:
+        storage.StorageError / CheckpointError / OSError: a persistent fault of a write (``SessionRunner.write``).
+    """
+    spec_meta = MetaSpec.of(runners[0].spec)
+    freq, gap = checkpoint_frequency(spec_meta), checkpoint_gap_s(spec_meta)
+    rows: list[list[dict[str, Any]]] = [[] for _ in runners]
+    for runner in runners:
+        runner.committed = runner.restored_frame
+    last_end = timer()  # when the previous checkpoint's work on this thread ended
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-writer") as writer:
+        pending: tuple[int, Future, float] | None = None
+        while True:
+            if not clock.done() and not stopped():
+                train((clock.frame // freq + 1) * freq, rows)
+            due = clock.done() or stopped() or timer() - last_end >= gap
+            new = any(r.committed != clock.frame for r in runners) and clock.frame != (pending and pending[0])
+            if due and new:
+                start, timer_start = time.perf_counter(), timer()
+                snaps = snapshots()
+                snapshot_s = time.perf_counter() - start  # this one's wait for its write is added when it ends
+                # before the next write starts (a kill now loses nothing); adds the wait to the previous one's seconds
+                yield from _with_more(_finish_writes(runners, pending), any(rows))
+                gap = checkpoint_gap_s(spec_meta, timer() - timer_start)
+                for runner in runners:
+                    runner.tracker.log(runner.session, runner.committed)  # before this frame's write is submitted
+                pending = (snaps[0][0], writer.submit(_write_all, runners, snaps), snapshot_s)
+                logs = []
+                for runner, chunk in zip(runners, rows):
+                    runner.append_log(chunk)
+                    logs.append([ev.Log(row) for row in chunk])
+                    chunk.clear()
+                yield from _with_more(logs)
+                last_end = timer()
+            if clock.done() or stopped():
+                break
+        yield from _with_more(_finish_writes(runners, pending))
+
+
+def _with_more(events: list[list[ev.Event]], more_after: bool = False) -> Iterator[tuple[int, ev.Event, bool]]:
+    """Per-runner event lists as (runner index, event, more), runner by runner; ``more`` is False only for the last
+    event, unless ``more_after``."""
+    flat = [(i, event) for i, runner_events in enumerate(events) for event in runner_events]
+    for n, (i, event) in enumerate(flat):
+        yield i, event, n < len(flat) - 1 or more_after
+
+
+def _write_all(runners: list[SessionRunner], snaps: list[tuple[int, dict[str, bytes], dict[str, Any]]]) -> list[bool]:
+    """``SessionRunner.write`` of each runner's snapshot, in order (on the writer thread)."""
+    return [runner.write(*snap) for runner, snap in zip(runners, snaps)]
+
+
+def _finish_writes(runners: list[SessionRunner], pending: tuple[int, Future, float] | None) -> list[list[ev.Event]]:
+    """Wait for the in-flight writes (if any): per runner its ``checkpoint``/``checkpoint_failed`` event (or none)."""
+    if pending is None:
+        return [[] for _ in runners]
+    frame, future, blocked_s = pending
+    start = time.perf_counter()
+    oks = future.result()
+    blocked_s += time.perf_counter() - start
+    out: list[list[ev.Event]] = []
+    for runner, ok in zip(runners, oks):
+        if ok:
+            runner.committed = frame
+        out.append([ev.Checkpoint(frame=frame, seconds=blocked_s) if ok else ev.CheckpointFailed(frame=frame)])
+    return out
+
+
+def best_of(store: CheckpointStore) -> tuple[float, int] | None:
+    """(total_reward_ma, frame) of the best committed checkpoint of ``store``, from the manifests (None: none)."""
     best = None
     for frame in store.frames():
         try:

@@ -217,10 +217,26 @@ def check(spec: dict[str, Any]) -> dict[str, Any]:
     """
     spec = apply_key_aliases(copy.deepcopy(spec), warn=False)  # load_spec warned; saved specs map silently
     spec = fill_defaults(apply_use_same_optim(coerce_integral_floats(spec)))
-    problems = validate(spec)
+    problems = validate(spec) or session_batch_problems(spec)
     if problems:
         raise SpecError(problems)
     return spec
+
+
+def session_batch_problems(spec: dict[str, Any]) -> list[str]:
+    """Why a valid spec's ``meta.session_batch`` > 1 cannot run: an agent that does not run with seeds batched
+    (``agents.batched.batch_problem``) or ``meta.distributed`` (one global net per trial); [] when it can."""
+    k = spec["meta"].get("session_batch", 1)
+    if k == 1:
+        return []
+    if spec["meta"].get("distributed"):
+        return [f"meta.session_batch: {k} cannot run with meta.distributed (each session pushes to the trial's "
+                "global net on its own); set meta.session_batch to 1 or meta.distributed to false"]
+    from agents.batched import batch_problem
+
+    problem = batch_problem(build(spec).agent)
+    return [] if problem is None else [f"meta.session_batch: {k} needs an agent that runs with seeds batched: "
+                                       f"{problem}; set meta.session_batch to 1"]
 
 
 def _known(cls: type, section: dict[str, Any]) -> dict[str, Any]:

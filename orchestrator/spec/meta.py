@@ -18,6 +18,11 @@ class MetaSpec:
 
     Fields:
         max_session: sessions (seeds) per trial.
+        session_batch: seeds trained as one batched program in one actor: the trial's sessions are packed into
+            groups of this many consecutive session indexes (a smaller remainder group when it does not divide
+            ``max_session``; a group of one is a plain session), each group in one actor with one session's
+            ``resources``. Every session keeps its own directory, train_df and checkpoints (docs/batched-seeds.md).
+            1: off. Needs an algorithm and net that run batched (``agents.batched.batch_problem``).
         max_trial: search samples (Ray Tune ``num_samples``).
         log_frequency: frames between train_df rows.
         eval_frequency: frames between eval checkpoints (used when ``rigorous_eval`` > 0).
@@ -51,6 +56,7 @@ class MetaSpec:
     """
 
     max_session: int = field(default=1, metadata={"gt": 0})
+    session_batch: int = field(default=1, metadata={"origin": "lab", "gt": 0})
     max_trial: int = field(default=1, metadata={"gt": 0})
     log_frequency: int = field(default=1000, metadata={"gt": 0})
     eval_frequency: int = field(default=10000, metadata={"gt": 0})
@@ -70,6 +76,11 @@ class MetaSpec:
     tracking_options: dict = field(default_factory=dict, metadata={"origin": "lab"})
     search: str | None = None
     search_resources: dict | None = None
+
+    @property
+    def session_actors(self) -> int:
+        """Actors the sessions of a trial run in: one per seed group, ``ceil(max_session / session_batch)``."""
+        return -(-self.max_session // self.session_batch)
 
     @classmethod
     def of(cls, spec: dict) -> MetaSpec:

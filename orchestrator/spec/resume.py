@@ -76,7 +76,20 @@ def resume_edits(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, 
             node = node.setdefault(part, {})
         node[parts[-1]] = value
         applied.append(f"{key}: {old!r} -> {value!r}")
+    conflicts += _group_conflicts(saved, merged)
     return merged, applied, conflicts
+
+
+def _group_conflicts(saved: dict[str, Any], merged: dict[str, Any]) -> list[str]:
+    """A raised ``meta.max_session`` that would put new sessions into a saved seed group (``meta.session_batch``:
+    its remainder group), whose sessions must stay the ones it ran with to resume exactly."""
+    k = int(merged["meta"].get("session_batch") or 1)
+    old, new = int(saved["meta"].get("max_session") or 1), int(merged["meta"].get("max_session") or 1)
+    if k == 1 or new == old or old % k == 0:
+        return []
+    return [f"meta.max_session: the run was saved with {old!r}, the spec gives {new!r} (with meta.session_batch {k} "
+            f"the new sessions would join the group of sessions {old - old % k}..{old - 1}, which must keep running "
+            f"as it ran; raise it from a multiple of {k} only)"]
 
 
 def resume_spec(predir: str, new_spec: dict[str, Any],

@@ -150,7 +150,7 @@ def test_search_trial_that_can_never_fit_is_refused(ray_local, tmp_path, capsys)
     items = ['meta.resources={"num_cpus": 1, "num_gpus": 0}', "meta.max_session=8", GAMMA_GRID]
     assert run_cli(SPECS, "ppo_cartpole", "search", "--data-dir", str(data), *overrides(items)) == 2
     err = capsys.readouterr().err
-    assert "meta.resources.num_cpus=1.0 x meta.max_session=8" in err and "8 CPU can never fit" in err
+    assert "meta.resources.num_cpus=1.0 x 8 session actor(s)" in err and "8 CPU can never fit" in err
     assert "Traceback" not in err and not data.exists()
 
 
