@@ -207,10 +207,10 @@ def test_a2c_runs_batched_a_changed_session_batch_is_refused_and_a_passenger_res
 
 def test_an_algorithm_that_cannot_run_batched_is_refused_by_name_before_any_run_dir(ray_local, tmp_path, capsys):
     data = tmp_path / "data"
-    assert run_cli(SPECS, "dqn_cartpole", "train", "--data-dir", str(data),
+    assert run_cli(SPECS, "sarsa_cartpole", "train", "--data-dir", str(data),
                    *overrides(["meta.session_batch=2", "env.max_frame=1000"])) == 2
     err = capsys.readouterr().err
-    assert "meta.session_batch: 2 needs an agent that runs with seeds batched" in err and "DQN" in err
+    assert "meta.session_batch: 2 needs an agent that runs with seeds batched" in err and "SARSA" in err
     assert not data.exists() or not [p for p in data.iterdir() if not p.name.startswith(".")]
 
 
@@ -221,8 +221,8 @@ def test_session_batch_refusals_of_the_spec():
     from orchestrator.spec.pbt import population_problems
     from orchestrator.spec.resume import resume_edits
 
-    with pytest.raises(SpecError, match="meta.session_batch: 2 needs .*agent.algorithm.name 'DQN'"):
-        load_spec(SPECS, "dqn_cartpole", ["meta.session_batch=2"])
+    with pytest.raises(SpecError, match="meta.session_batch: 2 needs .*agent.algorithm.name 'SARSA'"):
+        load_spec(SPECS, "sarsa_cartpole", ["meta.session_batch=2"])
     with pytest.raises(SpecError, match="meta.session_batch: 2 cannot run with meta.distributed"):
         load_spec(SPECS, "a2c_gae_cartpole", ["meta.session_batch=2", "meta.distributed=synced"])
     assert any(p.startswith("meta.session_batch: a PBT population")
@@ -250,3 +250,20 @@ def test_a_plain_search_runs_each_trials_sessions_in_seed_groups(ray_local, tmp_
     ref = reference("a2c_gae_cartpole", [*items, "agent.algorithm.gamma=0.95"])
     assert_equals_reference(only_predir(data), ref, 1024, [2, 2, None])
     assert len(placement(MetaSpec(max_session=3, session_batch=2)).bundles) == 2  # the empty head bundle not listed
+
+
+DQN = ["meta.max_session=2", "meta.session_batch=2", "meta.random_seed=12", "env.num_envs=2",
+       "meta.log_frequency=256", "meta.checkpoint_frequency=512", "agent.memory.checkpoint=true",
+       "meta.tensorboard=false"]
+
+
+def test_dqn_runs_batched_through_the_trial_and_a_raised_max_frame_continues_exactly(ray_local, tmp_path):
+    """An off-policy group (DQN, per-seed replays stored in the checkpoints): a ``train`` to 1,024 frames, then
+    ``train@`` raised to 2,048, equals the uninterrupted batched run to 2,048 seed by seed."""
+    data = tmp_path / "data"
+    assert run_cli(SPECS, "dqn_cartpole", "train", "--data-dir", str(data),
+                   *overrides([*DQN, "env.max_frame=1024"])) == 0
+    predir = only_predir(data)
+    assert run_cli(SPECS, "dqn_cartpole", f"train@{predir}", "--data-dir", str(data),
+                   *overrides([*DQN, "env.max_frame=2048"])) == 0
+    assert_equals_reference(predir, reference("dqn_cartpole", [*DQN, "env.max_frame=2048"]), 2048, [2, 2])
