@@ -1,6 +1,6 @@
-"""Session groups (orchestrator.session.batched) of the batched REINFORCE and DQN family: exact resume from their
-checkpoints (in process, and after a SIGKILL by PID), a seed's checkpoint as a separate session's, the refill of a
-replay left out of the checkpoints."""
+"""Session groups (orchestrator.session.batched) of every batched algorithm: exact resume from their checkpoints (in
+process, and after a SIGKILL by PID of a ``GroupRunner``), a seed's checkpoint as a separate session's, the refill of
+a replay left out of the checkpoints."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
-from orchestrator.session.batched import SessionGroup, newest_common_frame, restore_group, run_checkpointed
+from orchestrator.session.batched import SessionGroup, newest_common_frame
 from orchestrator.session.loop import REPLAY_NOT_STORED, Session
 from orchestrator.spec.load import load_spec
 from orchestrator.store.checkpoint import CheckpointStore
@@ -107,21 +107,27 @@ def test_dqn_group_resumed_without_its_replays_refills_each_seed_first():
 CHILD = """
 import sys, time, torch
 torch.set_num_threads(1)
-from orchestrator.session.batched import SessionGroup, run_checkpointed
+from orchestrator.session.group_runner import GroupRunner
 from orchestrator.spec.load import load_spec
-from orchestrator.store.checkpoint import CheckpointStore
 from tests.agents.algorithms.helpers import SPECS
 spec = load_spec(SPECS.replace("cartpole", "pendulum") if sys.argv[2].endswith("_pendulum") else SPECS, sys.argv[2],
                  sys.argv[3:])
-group = SessionGroup(spec, [5, 6, 7], trial=0, sessions=[0, 1, 2])
-stores = [CheckpointStore(f"{sys.argv[1]}/t0/s{s}") for s in range(3)]
-run_checkpointed(group, stores, 128, on_log=lambda s, row: time.sleep(0.1))  # slow: the parent kills it midway
+for _ in GroupRunner(spec, sys.argv[1], 0, [0, 1, 2], [5, 6, 7], resume=False).events():
+    time.sleep(0.1)  # slow: the parent kills it midway
 """
 
+PPO = ["env.max_frame=768", "env.num_envs=4", "meta.log_frequency=128", "agent.algorithm.training_epoch=3",
+       "agent.algorithm.time_horizon=16", "meta.rigorous_eval=1", "meta.eval_frequency=512"]
+KILLED = {"ppo_cartpole": PPO, "dqn_cartpole": DQN, "reinforce_cartpole": REINFORCE, "sac_pendulum": SAC}
 
-@pytest.mark.parametrize("name", ["dqn_cartpole", "reinforce_cartpole", "sac_pendulum"])
+
+@pytest.mark.parametrize("name", list(KILLED))
 def test_group_killed_by_sigkill_resumes_from_its_common_checkpoint_bit_for_bit(tmp_path, name):
-    overrides = CASES[name]
+    """A ``GroupRunner`` (checkpoints every 128 frames) SIGKILLed by PID after its sessions' common checkpoint at
+    256 or later; a resumed ``GroupRunner`` restores that frame and ends equal to the uninterrupted group."""
+    from orchestrator.session.group_runner import GroupRunner
+
+    overrides = [*KILLED[name], "meta.checkpoint_frequency=128", "meta.tensorboard=false"]
     predir = str(tmp_path / f"{name}_2026_01_01_000000")
     stores = [CheckpointStore(f"{predir}/t0/s{s}") for s in range(3)]
     root = Path(__file__).resolve().parents[3]
@@ -143,13 +149,14 @@ def test_group_killed_by_sigkill_resumes_from_its_common_checkpoint_bit_for_bit(
     spec = spec_of(name, overrides)
     straight = SessionGroup(spec, SEEDS)
     straight.run_rl()
-    resumed = SessionGroup(spec, SEEDS, fresh=False)
-    frame = restore_group(resumed, stores)
+    resumed = GroupRunner(spec, predir, 0, [0, 1, 2], SEEDS, resume=True)
+    frame = resumed.runners[0].restored_frame
     assert 256 <= frame < 768 and frame % 128 == 0
-    assert all(s.clock.frame == frame and s.clock.resume_count == 1 for s in resumed.sessions)
-    run_checkpointed(resumed, stores, 128)
-    _assert_same_runs(straight, resumed)
+    assert all(s.clock.frame == frame and s.clock.resume_count == 1 for s in resumed.group.sessions)
+    list(resumed.events())
+    _assert_same_runs(straight, resumed.group)
     for store, sha in zip(stores, straight.weights_sha256()):  # the last committed manifests say the same
         manifest, _ = store.load(768)
         assert manifest.meta["weights_sha256"] == sha and manifest.meta["batched"] == 3
-        assert manifest.meta["memory"] and manifest.meta["exact"]
+        assert manifest.meta["exact"] and (manifest.meta["memory"] or name not in ("dqn_cartpole", "sac_pendulum"))
+        assert Path(store.session_dir, "train_df.parquet").exists()
