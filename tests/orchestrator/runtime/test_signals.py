@@ -10,16 +10,18 @@ processes) and the session actors it started are gone within seconds of its exit
 signal goes to the driver's whole process group (as a terminal's Ctrl-C sends it); the spec-check child runs in a
 session of its own (a SIGINT never reaches its interpreter while it starts), and the driver ends it.
 
-The same command run again must finish the run with the train_df of an uninterrupted run (``wall_t``/``fps`` aside).
+The same command run again (in-process, on the tests' shared Ray) must finish the run with the train_df of an
+uninterrupted run (``wall_t``/``fps`` aside).
 That re-run, a whole training each, is checked on a representative subset to keep the file short: per mode the
 training stop (SIGTERM: a resume) and the analysis stop (SIGINT: a complete run left as it is), and train's Ray-start
 stop (SIGUSR1: a fresh run); a spec-check or Ray-start stop must leave no run at all (its re-run is a fresh run).
 Spec check, Ray start and the second Ctrl-C run a local Ray per driver; training, analysis, the double SIGTERM and
 the grace case join the tests' shared Ray (``--address``).
 
-Also: stops while a resume verifies its checkpoints (the ``verify`` hook) exit 75 and leave the run resumable;
-two SIGTERMs 50 ms apart are one stop (exit 75, a final checkpoint committed, run.json not ``running``); a
-second SIGINT leaves at once (exit 75, no process left); a final commit that outlasts ``shutdown_grace_s`` exits 75.
+Before train's training stop (SIGTERM) is finished, its same command is stopped twice while it verifies the
+checkpoints (the ``verify`` hook: SIGINT, SIGUSR1): each exits 75 and leaves the run resumable. Also: two SIGTERMs
+50 ms apart are one stop (exit 75, a final checkpoint committed, run.json not ``running``); a second SIGINT leaves at
+once (exit 75, no process left); a final commit that outlasts ``shutdown_grace_s`` exits 75.
 """
 
 from __future__ import annotations
@@ -34,7 +36,17 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from lab_helpers import DRIVER_ENV, REPO, SPECS, descendants, kill_pids, overrides, pid_alive, uninterrupted_df
+from lab_helpers import (
+    DRIVER_ENV,
+    REPO,
+    SPECS,
+    descendants,
+    kill_pids,
+    overrides,
+    pid_alive,
+    run_cli,
+    uninterrupted_df,
+)
 
 from orchestrator.errors import EXIT_RESUMABLE
 from orchestrator.runtime import signals
@@ -151,14 +163,40 @@ def stop_all(stops: list[Stop], timeout: float = 240) -> None:
 
 
 def finished_df(stop: Stop) -> pd.DataFrame:
-    """Run the stopped command again (no hook); it must finish (exit 0). Returns t0_s0's train_df."""
-    driver = start(stop.argv, stop.cwd)
-    try:
-        out, err = driver.communicate(timeout=300)
-    finally:
-        kill_pids(descendants(driver.pid))
-    assert driver.returncode == 0, err[-3000:]
+    """Run the stopped command again (no hook), in-process on the tests' shared Ray (``run_cli``: a driver of its own
+    adds nothing a plain run needs); it must finish (exit 0). Returns t0_s0's train_df."""
+    assert run_cli(*stop.argv) == 0
     return pd.read_parquet(stop.predir / "t0/s0/train_df.parquet")
+
+
+def assert_verify_stops_keep_it_resumable(stop: Stop) -> None:
+    """The same command as ``stop`` (a run stopped in training) stopped twice while it verifies the session's
+    checkpoints (SIGINT, SIGUSR1): each exits 75 with no traceback and no process left, and the run stays
+    ``interrupted`` at its committed checkpoint."""
+    frames = committed(stop.predir)
+    for sig in (signal.SIGINT, signal.SIGUSR1):
+        (stop.cwd / "paused").unlink(missing_ok=True)
+        driver = start(stop.argv, stop.cwd, "verify")
+        tree = []
+        try:
+            deadline = time.time() + 240
+            while not (stop.cwd / "paused").exists():
+                assert driver.poll() is None and time.time() < deadline, driver.communicate()
+                time.sleep(0.05)
+            tree = descendants(driver.pid)
+            os.kill(driver.pid, sig)
+            out, err = driver.communicate(timeout=240)
+            deadline = time.time() + 20
+            while any(pid_alive(p) for p in tree) and time.time() < deadline:
+                time.sleep(0.2)
+            left = [p for p in tree if pid_alive(p)]
+        finally:
+            kill_pids(tree + descendants(driver.pid))
+        assert driver.returncode == EXIT_RESUMABLE, f"{sig.name}: exit {driver.returncode}\n{err[-3000:]}"
+        assert "Traceback" not in err and left == [], f"{sig.name}: {left}\n{err[-3000:]}"
+        assert f"{sig.name}: stopped before any session started; nothing is lost" in err, err[-3000:]
+        entry = json.loads((stop.predir / "run.json").read_text())["sessions"]["t0_s0"]
+        assert (entry["status"], committed(stop.predir)) == ("interrupted", frames), sig.name
 
 
 @pytest.mark.parametrize("mode", ["train", "search"])
@@ -188,6 +226,8 @@ def test_a_stop_in_any_phase_exits_75_and_the_same_command_finishes(ray_local, a
             assert f"{name}: stopped before any session started; nothing is lost" in stop.err, stop.err
             assert not list(stop.predir.glob("*_spec.json")), f"{name}: a run was started"
     rerun = next((s for s in stops if RERUN.get((mode, phase)) == s.sig), None)
+    if (mode, phase) == ("train", "training"):  # the run stopped by SIGTERM, stopped again while it resumes
+        assert_verify_stops_keep_it_resumable(rerun)
     if rerun is not None:
         pd.testing.assert_frame_equal(COMPARED(finished_df(rerun)), COMPARED(reference))
 
@@ -272,42 +312,3 @@ def test_the_handler_semantics_in_process(monkeypatch):
     monkeypatch.setattr(signals, "kill_descendants", lambda: None)
     handler.handle(signal.SIGINT, None)  # a stop already asked: leave at once
     assert exits == [EXIT_RESUMABLE]
-
-
-def test_stops_while_a_resume_verifies_its_checkpoints_exit_75_and_the_run_stays_resumable(address, reference,
-                                                                                          tmp_path):
-    """A ``train --name`` run stopped in training (SIGTERM), then its same command stopped twice while it verifies the
-    session's checkpoints (SIGINT, SIGUSR1): each exits 75 with no traceback and no process left, the run
-    stays ``interrupted`` at its committed checkpoint, and the same command then finishes it equal to an
-    uninterrupted run."""
-    stop = Stop("train", "training", signal.SIGTERM, tmp_path, address)
-    try:
-        stop_all([stop])
-    finally:
-        stop.collect()
-    assert stop.code == EXIT_RESUMABLE, stop.err[-3000:]
-    frames = committed(stop.predir)
-    for sig in (signal.SIGINT, signal.SIGUSR1):
-        (stop.cwd / "paused").unlink(missing_ok=True)
-        driver = start(stop.argv, stop.cwd, "verify")
-        tree = []
-        try:
-            deadline = time.time() + 240
-            while not (stop.cwd / "paused").exists():
-                assert driver.poll() is None and time.time() < deadline, driver.communicate()
-                time.sleep(0.05)
-            tree = descendants(driver.pid)
-            os.kill(driver.pid, sig)
-            out, err = driver.communicate(timeout=240)
-            deadline = time.time() + 20
-            while any(pid_alive(p) for p in tree) and time.time() < deadline:
-                time.sleep(0.2)
-            left = [p for p in tree if pid_alive(p)]
-        finally:
-            kill_pids(tree + descendants(driver.pid))
-        assert driver.returncode == EXIT_RESUMABLE, f"{sig.name}: exit {driver.returncode}\n{err[-3000:]}"
-        assert "Traceback" not in err and left == [], f"{sig.name}: {left}\n{err[-3000:]}"
-        assert f"{sig.name}: stopped before any session started; nothing is lost" in err, err[-3000:]
-        entry = json.loads((stop.predir / "run.json").read_text())["sessions"]["t0_s0"]
-        assert (entry["status"], committed(stop.predir)) == ("interrupted", frames), sig.name
-    pd.testing.assert_frame_equal(COMPARED(finished_df(stop)), COMPARED(reference))
