@@ -5,6 +5,8 @@ run then resumes to the end and equals an uninterrupted run."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import errno
 import functools
 import os
@@ -337,10 +339,63 @@ def local_run(tmp_path: Path, spec: str, mode: str, items: list[str]) -> str:
     return str(data / "job")
 
 
+@dataclasses.dataclass
+class ChaosRun:
+    """A ``lab ... --name job`` driver whose every request went through ``proxy`` at ``CHAOS_RATE``: its data dir,
+    exit code, stdout and stderr, and the predir of the same run on local disk."""
+
+    proxy: FaultProxy
+    data: str
+    local: str = ""
+    code: int | None = None
+    out: str = ""
+    err: str = ""
+
+
 @pytest.fixture(scope="module")
-def local_train(ray_local, tmp_path_factory) -> str:
-    """Predir of the REINFORCE ``TRAIN`` run on local disk, shared by the S3 and GCS tests."""
-    return local_run(tmp_path_factory.mktemp("local_train"), "reinforce_cartpole", "train", TRAIN)
+def chaos(ray_local, s3_server, gcs_server, new_s3_bucket, new_gcs_bucket, tmp_path_factory):
+    """The three runs through a proxy answering ``CHAOS_RATE`` of every request with 503 (``s3-train``: the REINFORCE
+    ``TRAIN`` run on ``s3://``; ``gcs-train``: the same run on ``gs://``; ``s3-pbt``: the ``PBT_SEARCH`` search on
+    ``s3://``), their drivers started at once: each spends most of its time in retries' back-off, so they overlap.
+    The same runs on local disk (in-process) run meanwhile. Each proxy stays open until the module ends."""
+    with contextlib.ExitStack() as stack:
+        proxies = {"s3-train": FaultProxy(s3_server), "gcs-train": FaultProxy(gcs_server, flavour="gcs"),
+                   "s3-pbt": FaultProxy(s3_server)}
+        for proxy in proxies.values():
+            stack.enter_context(proxy)
+        runs = {"s3-train": ChaosRun(proxies["s3-train"], f"{new_s3_bucket()}/runs"),
+                "gcs-train": ChaosRun(proxies["gcs-train"], f"{new_gcs_bucket()}/runs"),
+                "s3-pbt": ChaosRun(proxies["s3-pbt"], f"{new_s3_bucket()}/runs")}
+        envs = {"s3-train": via(proxies["s3-train"], attempts=7), "s3-pbt": via(proxies["s3-pbt"], attempts=7),
+                "gcs-train": {"STORAGE_EMULATOR_HOST": proxies["gcs-train"].endpoint}}
+        drivers = {}
+        try:
+            for name, run in runs.items():
+                spec, mode, items = ("ppo_cartpole", "search", PBT_SEARCH) if name == "s3-pbt" else \
+                    ("reinforce_cartpole", "train", TRAIN)
+                cwd = tmp_path_factory.mktemp(name)
+                run.proxy.chaos(CHAOS_RATE, seed=56)
+                drivers[name] = start_lab([SPECS, spec, mode, "--name", "job", "--data-dir", run.data,
+                                           *overrides(items)], cwd, **{"LAB_STORAGE_ATTEMPTS": "7", **envs[name]})
+            local_train = local_run(tmp_path_factory.mktemp("local_train"), "reinforce_cartpole", "train", TRAIN)
+            runs["s3-train"].local = runs["gcs-train"].local = local_train
+            runs["s3-pbt"].local = local_run(tmp_path_factory.mktemp("local_pbt"), "ppo_cartpole", "search",
+                                             PBT_SEARCH)
+            for name, run in runs.items():
+                run.code, run.out, run.err = run_through(drivers[name], timeout=300)
+                del drivers[name]
+                run.proxy.chaos(0.0, seed=0)
+        finally:
+            for driver in drivers.values():  # a local run failed: end the drivers still running
+                kill_pids([driver.pid, *descendants(driver.pid)])
+        yield runs
+
+
+def assert_rode_out(run: ChaosRun) -> None:
+    """The chaos run exited 0 with no traceback and no storage fault, and logged its retries."""
+    assert run.code == 0, run.err[-4000:]
+    assert "Traceback" not in run.err + run.out and "storage fault" not in run.err
+    assert "; retry 1 of 6" in run.err
 
 
 def assert_same_train_dfs(remote: str, local: str, sessions: list[str]) -> None:
@@ -351,18 +406,6 @@ def assert_same_train_dfs(remote: str, local: str, sessions: list[str]) -> None:
         pd.testing.assert_frame_equal(got, want, obj=session)
 
 
-def run_through_chaos(proxy: FaultProxy, argv: list[str], tmp_path: Path, env: dict[str, str]) -> tuple[str, str]:
-    """``lab *argv`` with every request through ``proxy`` at ``CHAOS_RATE``: exit 0, no traceback, and retries
-    logged; its stdout and stderr."""
-    proxy.chaos(CHAOS_RATE, seed=56)
-    code, out, err = run_through(start_lab(argv, tmp_path, **{"LAB_STORAGE_ATTEMPTS": "7", **env}), timeout=300)
-    proxy.chaos(0.0, seed=0)
-    assert code == 0, err[-4000:]
-    assert "Traceback" not in err + out and "storage fault" not in err
-    assert "; retry 1 of 6" in err
-    return out, err
-
-
 def assert_every_kind_faulted(proxy: FaultProxy, kinds: tuple[str, ...]) -> None:
     """Each request kind was faulted at least once, and about ``CHAOS_RATE`` of all requests were."""
     total, faulted = proxy.fault_counts()
@@ -371,52 +414,43 @@ def assert_every_kind_faulted(proxy: FaultProxy, kinds: tuple[str, ...]) -> None
     assert 0.05 < share < 0.2 and sum(total.values()) > 100, (total, faulted)
 
 
-def test_s3_train_and_multipart_writes_ride_out_503s_on_every_request_kind(local_train, tmp_path, s3_server, s3_bucket,
-                                                                           monkeypatch):
+def test_s3_train_and_multipart_writes_ride_out_503s_on_every_request_kind(chaos, monkeypatch):
     """REINFORCE CartPole, 2 sessions, through a proxy answering 10% of every kind of S3 request (and the first of each
     kind) with 503 SlowDown: exit 0 and train_dfs equal to the same run on local disk; multipart uploads (parts,
     create, complete) faulted the same way write whole objects."""
-    local = local_train
-    data = f"{s3_bucket}/runs"
-    with FaultProxy(s3_server) as proxy:
-        run_through_chaos(proxy, [SPECS, "reinforce_cartpole", "train", "--name", "job", "--data-dir", data,
-                                  *overrides(TRAIN)], tmp_path, via(proxy, attempts=7))
-        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
-        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
-        proxy.chaos(CHAOS_RATE, seed=57)
-        big = os.urandom(12 * 2**20)  # over pyarrow's 10 MiB upload part: a multipart upload of 2 parts
-        for i in range(3):
-            storage.write_bytes(f"{data}/big{i}.bin", big)
-            assert storage.read_bytes(f"{data}/big{i}.bin") == big
-        proxy.chaos(0.0, seed=0)
-        assert_every_kind_faulted(proxy, ("HEAD", "GET", "LIST", "PUT", "PART", "DELETE"))
-    assert_same_train_dfs(f"{data}/job", local, ["t0/s0", "t0/s1"])
+    run = chaos["s3-train"]
+    assert_rode_out(run)
+    proxy, data = run.proxy, run.data
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
+    proxy.chaos(CHAOS_RATE, seed=57)
+    big = os.urandom(12 * 2**20)  # over pyarrow's 10 MiB upload part: a multipart upload of 2 parts
+    for i in range(3):
+        storage.write_bytes(f"{data}/big{i}.bin", big)
+        assert storage.read_bytes(f"{data}/big{i}.bin") == big
+    proxy.chaos(0.0, seed=0)
+    assert_every_kind_faulted(proxy, ("HEAD", "GET", "LIST", "PUT", "PART", "DELETE"))
+    assert_same_train_dfs(f"{data}/job", run.local, ["t0/s0", "t0/s1"])
     assert storage.read_json(f"{data}/job/run.json")["sessions"]["t0_s1"]["status"] == "done"
 
 
-def test_gcs_train_rides_out_503s_on_every_request_kind(local_train, tmp_path, gcs_server, gcs_bucket):
+def test_gcs_train_rides_out_503s_on_every_request_kind(chaos):
     """The same REINFORCE run on ``gs://`` through a proxy answering 10% of every kind of GCS JSON-API request with
     503 backendError: exit 0 and train_dfs equal to the run on local disk."""
-    local = local_train
-    data = f"{gcs_bucket}/runs"
-    with FaultProxy(gcs_server, flavour="gcs") as proxy:
-        run_through_chaos(proxy, [SPECS, "reinforce_cartpole", "train", "--name", "job", "--data-dir", data,
-                                  *overrides(TRAIN)], tmp_path, {"STORAGE_EMULATOR_HOST": proxy.endpoint})
-        assert_every_kind_faulted(proxy, ("HEAD", "GET", "LIST", "PUT", "DELETE"))
-    assert_same_train_dfs(f"{data}/job", local, ["t0/s0", "t0/s1"])
+    run = chaos["gcs-train"]
+    assert_rode_out(run)
+    assert_every_kind_faulted(run.proxy, ("HEAD", "GET", "LIST", "PUT", "DELETE"))
+    assert_same_train_dfs(f"{run.data}/job", run.local, ["t0/s0", "t0/s1"])
 
 
-def test_s3_pbt_search_rides_out_503s_on_every_request_kind(ray_local, tmp_path, s3_server, s3_bucket):
+def test_s3_pbt_search_rides_out_503s_on_every_request_kind(chaos):
     """A PBT search (2 trials, 3 generations) on ``s3://`` through the 10% 503 proxy: exit 0, the same ``pbt.jsonl``
     decisions and every trial's train_df equal to the same search on local disk."""
-    local = local_run(tmp_path, "ppo_cartpole", "search", PBT_SEARCH)
-    data = f"{s3_bucket}/runs"
-    with FaultProxy(s3_server) as proxy:
-        run_through_chaos(proxy, [SPECS, "ppo_cartpole", "search", "--name", "job", "--data-dir", data,
-                                  *overrides(PBT_SEARCH)], tmp_path, via(proxy, attempts=7))
-        assert_every_kind_faulted(proxy, ("HEAD", "GET", "LIST", "PUT", "DELETE"))
-    assert storage.read_text(f"{data}/job/pbt.jsonl") == storage.read_text(f"{local}/pbt.jsonl")
-    assert_same_train_dfs(f"{data}/job", local, ["t0/s0", "t1/s0"])
+    run = chaos["s3-pbt"]
+    assert_rode_out(run)
+    assert_every_kind_faulted(run.proxy, ("HEAD", "GET", "LIST", "PUT", "DELETE"))
+    assert storage.read_text(f"{run.data}/job/pbt.jsonl") == storage.read_text(f"{run.local}/pbt.jsonl")
+    assert_same_train_dfs(f"{run.data}/job", run.local, ["t0/s0", "t1/s0"])
 
 
 def test_a_storage_fault_in_the_spec_check_child_keeps_its_hint():
