@@ -15,6 +15,7 @@ uninterrupted run (``wall_t``/``fps`` aside).
 That re-run, a whole training each, is checked on a representative subset to keep the file short: per mode the
 training stop (SIGTERM: a resume) and the analysis stop (SIGINT: a complete run left as it is), and train's Ray-start
 stop (SIGUSR1: a fresh run); a spec-check or Ray-start stop must leave no run at all (its re-run is a fresh run).
+The analysis-phase runs train 2,048 frames (``SHORT``: that phase needs a complete training, not a long one).
 Spec check, Ray start and the second Ctrl-C run a local Ray per driver; training, analysis, the double SIGTERM and
 the grace case join the tests' shared Ray (``--address``).
 
@@ -62,10 +63,19 @@ RERUN = {("train", "ray_start"): signal.SIGUSR1, ("train", "training"): signal.S
 COMPARED = lambda df: df.drop(columns=["wall_t", "fps"]).reset_index(drop=True)  # noqa: E731
 
 
+SHORT = "env.max_frame=2048"  # the analysis-phase runs: a complete training is all that phase needs
+
+
 @pytest.fixture(scope="module")
 def reference() -> pd.DataFrame:
     """train_df of t0_s0, uninterrupted (in-process, no Ray)."""
     return uninterrupted_df(ITEMS, 0)
+
+
+@pytest.fixture(scope="module")
+def short_reference() -> pd.DataFrame:
+    """train_df of t0_s0 of the analysis-phase runs (``SHORT``), uninterrupted (in-process, no Ray)."""
+    return uninterrupted_df([*ITEMS, SHORT], 0)
 
 
 @pytest.fixture(scope="module")
@@ -201,10 +211,11 @@ def assert_verify_stops_keep_it_resumable(stop: Stop) -> None:
 
 @pytest.mark.parametrize("mode", ["train", "search"])
 @pytest.mark.parametrize("phase", PHASES)
-def test_a_stop_in_any_phase_exits_75_and_the_same_command_finishes(ray_local, address, reference, tmp_path,
-                                                                    mode, phase):
+def test_a_stop_in_any_phase_exits_75_and_the_same_command_finishes(ray_local, address, reference, short_reference,
+                                                                    tmp_path, mode, phase):
     shared = address if phase in ("training", "analysis") else None
-    stops = [Stop(mode, phase, sig, tmp_path, shared) for sig in SIGNALS]
+    extra = ["-s", SHORT] if phase == "analysis" else []
+    stops = [Stop(mode, phase, sig, tmp_path, shared, *extra) for sig in SIGNALS]
     try:
         stop_all(stops)
     finally:
@@ -229,7 +240,8 @@ def test_a_stop_in_any_phase_exits_75_and_the_same_command_finishes(ray_local, a
     if (mode, phase) == ("train", "training"):  # the run stopped by SIGTERM, stopped again while it resumes
         assert_verify_stops_keep_it_resumable(rerun)
     if rerun is not None:
-        pd.testing.assert_frame_equal(COMPARED(finished_df(rerun)), COMPARED(reference))
+        want = short_reference if phase == "analysis" else reference
+        pd.testing.assert_frame_equal(COMPARED(finished_df(rerun)), COMPARED(want))
 
 
 def test_two_sigterms_50ms_apart_are_one_stop(address, tmp_path):
