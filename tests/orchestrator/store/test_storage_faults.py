@@ -269,21 +269,69 @@ def retries_of(lines: list[str], prefix: str) -> list[tuple[str, str, str]]:
     return out
 
 
-def test_transient_s3_errors_are_retried_and_logged(ray_local, tmp_path, s3_server, s3_bucket):
+@dataclasses.dataclass
+class ProxyRun:
+    """A ``lab ... --name job`` driver whose every request went through ``proxy``: its data dir, command line, exit
+    code, stdout and stderr, and (a chaos run) the predir of the same run on local disk."""
+
+    proxy: FaultProxy
+    data: str
+    argv: list[str] = dataclasses.field(default_factory=list)
+    local: str = ""
+    code: int | None = None
+    out: str = ""
+    err: str = ""
+
+
+@pytest.fixture(scope="module")
+def s3_faults(ray_local, s3_server, new_s3_bucket, tmp_path_factory):
+    """The ``train --name job`` runs of ``ITEMS`` on ``s3://`` through a proxy each, their drivers started at once
+    (they mostly wait on back-off and on the proxy, so they overlap), faulted once their first checkpoint is
+    committed: ``transient`` (503 and a reset connection to run.json from the start, then two 503 and one 500 to
+    the checkpoint writes; 7 attempts), ``503`` and ``403`` (every request from then on; 3 attempts). Each proxy
+    stays open until the module ends."""
+    with contextlib.ExitStack() as stack:
+        runs = {}
+        for name in ("transient", "503", "403"):
+            proxy = stack.enter_context(FaultProxy(s3_server))
+            runs[name] = ProxyRun(proxy, f"{new_s3_bucket()}/runs")
+        runs["transient"].proxy.inject("503", "PUT", times=1, path="/run.json")
+        runs["transient"].proxy.inject("reset", "PUT", times=1, path="/run.json")
+        drivers = {}
+        try:
+            for name, run in runs.items():
+                run.argv = [SPECS, "ppo_cartpole", "train", "--name", "job", "--data-dir", run.data,
+                            *overrides(ITEMS)]
+                drivers[name] = start_lab(run.argv, tmp_path_factory.mktemp(f"s3-{name}"),
+                                          **via(run.proxy, attempts=7 if name == "transient" else 3))
+            waiting, deadline = dict(runs), time.time() + 240
+            while waiting:
+                assert time.time() < deadline, f"no first checkpoint in time: {sorted(waiting)}"
+                for name, run in list(waiting.items()):
+                    if s3_manifests(run.data):
+                        if name == "transient":
+                            run.proxy.inject("503", "PUT", times=2, path="/ckpt/")
+                            run.proxy.inject("500", "PUT", times=1, path="/ckpt/")
+                        else:
+                            run.proxy.inject(name)
+                        del waiting[name]
+                time.sleep(0.05)
+            for name, run in runs.items():
+                run.code, run.out, run.err = run_through(drivers[name])
+                del drivers[name]
+        finally:
+            for driver in drivers.values():  # a run failed to start: end the drivers still running
+                kill_pids([driver.pid, *descendants(driver.pid)])
+        yield runs
+
+
+def test_transient_s3_errors_are_retried_and_logged(s3_faults):
     """503 SlowDown, 500 InternalError and a reset connection, to the driver's run.json and to a session's checkpoint
     writes: each is retried with back-off (one warning per retry on the driver's terminal, the session's also in its
     log.txt) and the run completes, equal to an uninterrupted one."""
-    data = f"{s3_bucket}/runs"
-    with FaultProxy(s3_server) as proxy:
-        proxy.inject("503", "PUT", times=1, path="/run.json")
-        proxy.inject("reset", "PUT", times=1, path="/run.json")
-        driver = start_lab([SPECS, "ppo_cartpole", "train", "--name", "job", "--data-dir", data, *overrides(ITEMS)],
-                           tmp_path, **via(proxy, attempts=7))
-        wait_for(lambda: s3_manifests(data), 120, "the first checkpoint")
-        proxy.inject("503", "PUT", times=2, path="/ckpt/")
-        proxy.inject("500", "PUT", times=1, path="/ckpt/")
-        code, out, err = run_through(driver)
-        faulted = proxy.faulted()
+    run = s3_faults["transient"]
+    code, err, data, proxy = run.code, run.err, run.data, run.proxy
+    faulted = proxy.faulted()
     assert code == 0, err
     assert "Traceback" not in err
     assert [fault for _, _, fault in faulted] == ["503", "reset", "503", "503", "500"] and not proxy.faults, faulted
@@ -303,21 +351,14 @@ def test_transient_s3_errors_are_retried_and_logged(ray_local, tmp_path, s3_serv
     ("503", ("HTTP status 503", "(failed 3 times)", "check the object store and the network, then run")),
     ("403", ("EXPIRED_TOKEN|ACCESS_DENIED", "renew the credentials or restore access to the bucket, then run")),
 ])
-def test_persistent_s3_errors_stop_cleanly_then_resume_exactly(ray_local, tmp_path, s3_server, s3_bucket, fault,
-                                                               needles):
+def test_persistent_s3_errors_stop_cleanly_then_resume_exactly(s3_faults, fault, needles):
     """Every request answered 503 SlowDown (the store stays down: retries exhausted) or 403 ExpiredToken (not
     retried; a HEAD's 403 has no body: ACCESS_DENIED) after the first checkpoint: exit 75 with the message; once
     the store answers again, the same ``train --name`` command completes the run exactly."""
-    data = f"{s3_bucket}/runs"
-    argv = [SPECS, "ppo_cartpole", "train", "--name", "job", "--data-dir", data, *overrides(ITEMS)]
-    with FaultProxy(s3_server) as proxy:
-        driver = start_lab(argv, tmp_path, **via(proxy, attempts=3))
-        wait_for(lambda: s3_manifests(data), 120, "the first checkpoint")
-        proxy.inject(fault)
-        code, out, err = run_through(driver)
-    predir = f"{data}/job"
-    assert_clean_stop(f"{predir}/t0/s0", code, err, out, predir, *needles)
-    assert run_cli(*argv) == 0
+    run = s3_faults[fault]
+    predir = f"{run.data}/job"
+    assert_clean_stop(f"{predir}/t0/s0", run.code, run.err, run.out, predir, *needles)
+    assert run_cli(*run.argv) == 0  # in-process: straight to the store, not through the proxy
     assert storage.read_json(f"{predir}/run.json")["sessions"]["t0_s0"]["status"] == "done"
     assert_resumed_equals_uninterrupted(storage.read_parquet(f"{predir}/t0/s0/train_df.parquet"))
 
@@ -339,19 +380,6 @@ def local_run(tmp_path: Path, spec: str, mode: str, items: list[str]) -> str:
     return str(data / "job")
 
 
-@dataclasses.dataclass
-class ChaosRun:
-    """A ``lab ... --name job`` driver whose every request went through ``proxy`` at ``CHAOS_RATE``: its data dir,
-    exit code, stdout and stderr, and the predir of the same run on local disk."""
-
-    proxy: FaultProxy
-    data: str
-    local: str = ""
-    code: int | None = None
-    out: str = ""
-    err: str = ""
-
-
 @pytest.fixture(scope="module")
 def chaos(ray_local, s3_server, gcs_server, new_s3_bucket, new_gcs_bucket, tmp_path_factory):
     """The three runs through a proxy answering ``CHAOS_RATE`` of every request with 503 (``s3-train``: the REINFORCE
@@ -363,9 +391,9 @@ def chaos(ray_local, s3_server, gcs_server, new_s3_bucket, new_gcs_bucket, tmp_p
                    "s3-pbt": FaultProxy(s3_server)}
         for proxy in proxies.values():
             stack.enter_context(proxy)
-        runs = {"s3-train": ChaosRun(proxies["s3-train"], f"{new_s3_bucket()}/runs"),
-                "gcs-train": ChaosRun(proxies["gcs-train"], f"{new_gcs_bucket()}/runs"),
-                "s3-pbt": ChaosRun(proxies["s3-pbt"], f"{new_s3_bucket()}/runs")}
+        runs = {"s3-train": ProxyRun(proxies["s3-train"], f"{new_s3_bucket()}/runs"),
+                "gcs-train": ProxyRun(proxies["gcs-train"], f"{new_gcs_bucket()}/runs"),
+                "s3-pbt": ProxyRun(proxies["s3-pbt"], f"{new_s3_bucket()}/runs")}
         envs = {"s3-train": via(proxies["s3-train"], attempts=7), "s3-pbt": via(proxies["s3-pbt"], attempts=7),
                 "gcs-train": {"STORAGE_EMULATOR_HOST": proxies["gcs-train"].endpoint}}
         drivers = {}
@@ -391,7 +419,7 @@ def chaos(ray_local, s3_server, gcs_server, new_s3_bucket, new_gcs_bucket, tmp_p
         yield runs
 
 
-def assert_rode_out(run: ChaosRun) -> None:
+def assert_rode_out(run: ProxyRun) -> None:
     """The chaos run exited 0 with no traceback and no storage fault, and logged its retries."""
     assert run.code == 0, run.err[-4000:]
     assert "Traceback" not in run.err + run.out and "storage fault" not in run.err
