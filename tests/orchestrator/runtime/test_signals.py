@@ -22,7 +22,8 @@ the grace case join the tests' shared Ray (``--address``).
 Before train's training stop (SIGTERM) is finished, its same command is stopped twice while it verifies the
 checkpoints (the ``verify`` hook: SIGINT, SIGUSR1): each exits 75 and leaves the run resumable. Also: two SIGTERMs
 50 ms apart are one stop (exit 75, a final checkpoint committed, run.json not ``running``); a second SIGINT leaves at
-once (exit 75, no process left); a final commit that outlasts ``shutdown_grace_s`` exits 75.
+once (exit 75, no process left); a final commit that outlasts ``shutdown_grace_s`` exits 75 (these three drivers run
+at once).
 """
 
 from __future__ import annotations
@@ -244,16 +245,40 @@ def test_a_stop_in_any_phase_exits_75_and_the_same_command_finishes(ray_local, a
         pd.testing.assert_frame_equal(COMPARED(finished_df(rerun)), COMPARED(want))
 
 
-def test_two_sigterms_50ms_apart_are_one_stop(address, tmp_path):
+@pytest.fixture(scope="module")
+def lone_stops(address, tmp_path_factory) -> dict[str, tuple[Stop, list[int]]]:
+    """Three ``train --name`` drivers started at once, each stopped at its first committed checkpoint, and the PIDs
+    each left alive (``Stop.collect``): ``two_sigterms`` (a second SIGTERM 50 ms after the first; shared Ray),
+    ``second_ctrl_c`` (a second SIGINT 0.3 s after the first; a local Ray), ``grace`` (SIGTERM with
+    ``meta.shutdown_grace_s=0.01``; shared Ray)."""
+    root = tmp_path_factory.mktemp("lone_stops")
+    stops = {"two_sigterms": Stop("train", "training", signal.SIGTERM, root / "two_sigterms", address),
+             "second_ctrl_c": Stop("train", "training", signal.SIGINT, root / "second_ctrl_c", None),
+             "grace": Stop("train", "training", signal.SIGTERM, root / "grace", address,
+                           "-s", "meta.shutdown_grace_s=0.01")}
+    again = {"two_sigterms": (0.05, signal.SIGTERM), "second_ctrl_c": (0.3, signal.SIGINT)}
+    try:
+        waiting, deadline = dict(stops), time.time() + 240
+        while waiting:
+            assert time.time() < deadline, f"not in their phase in time: {sorted(waiting)}"
+            for name, stop in list(waiting.items()):
+                if stop.ready():
+                    stop.send()
+                    if name in again:
+                        delay, sig = again[name]
+                        time.sleep(delay)
+                        os.kill(stop.driver.pid, sig)
+                    del waiting[name]
+            time.sleep(0.05)
+    finally:
+        left = {name: stop.collect() for name, stop in stops.items()}
+    return {name: (stop, left[name]) for name, stop in stops.items()}
+
+
+def test_two_sigterms_50ms_apart_are_one_stop(lone_stops):
     """SLURM/Kubernetes signal every process of a job, a batch trap adds its own: the second SIGTERM is the same
     request: the final checkpoint is committed, run.json says ``interrupted``, exit 75."""
-    stop = Stop("train", "training", signal.SIGTERM, tmp_path, address)
-    try:
-        stop_all([stop])
-        time.sleep(0.05)
-        os.kill(stop.driver.pid, signal.SIGTERM)
-    finally:
-        left = stop.collect()
+    stop, left = lone_stops["two_sigterms"]
     assert stop.code == EXIT_RESUMABLE, stop.err[-3000:]
     assert "Traceback" not in stop.err  # (two signals this close may reach Python's handler as one)
     assert left == []
@@ -262,28 +287,18 @@ def test_two_sigterms_50ms_apart_are_one_stop(address, tmp_path):
     assert run["frame"] == run["checkpoint"] and run["error"] is None  # the final checkpoint, at the stop's frame
 
 
-def test_a_second_ctrl_c_leaves_at_once(tmp_path):
+def test_a_second_ctrl_c_leaves_at_once(lone_stops):
     """A second SIGINT leaves at once, with a local Ray: exit 75, no process of the driver left."""
-    stop = Stop("train", "training", signal.SIGINT, tmp_path, None)
-    try:
-        stop_all([stop])
-        time.sleep(0.3)
-        os.kill(stop.driver.pid, signal.SIGINT)
-    finally:
-        left = stop.collect()
+    stop, left = lone_stops["second_ctrl_c"]
     assert stop.code == EXIT_RESUMABLE, stop.err[-3000:]
     assert "SIGINT again: leaving at once; every committed checkpoint stays resumable" in stop.err
     assert "Traceback" not in stop.err and left == []
 
 
-def test_a_final_commit_past_its_grace_exits_75(address, tmp_path):
+def test_a_final_commit_past_its_grace_exits_75(lone_stops):
     """``meta.shutdown_grace_s`` too short for the final commit: the run stops at its last committed checkpoint and
     exits 75 (resumable), not 1, naming the grace."""
-    stop = Stop("train", "training", signal.SIGTERM, tmp_path, address, "-s", "meta.shutdown_grace_s=0.01")
-    try:
-        stop_all([stop])
-    finally:
-        left = stop.collect()
+    stop, left = lone_stops["grace"]
     assert stop.code == EXIT_RESUMABLE, stop.err[-3000:]
     assert left == []
     entry = json.loads((stop.predir / "run.json").read_text())["sessions"]["t0_s0"]
