@@ -62,18 +62,30 @@ def s3_server():
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def new_s3_bucket(s3_server):
+    """A function that creates a fresh, empty bucket on the moto server and returns its ``s3://{bucket}`` (for
+    fixtures that outlive one test)."""
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1")
+
+    def create() -> str:
+        bucket = f"lab-test-{uuid.uuid4().hex[:12]}"
+        client.create_bucket(Bucket=bucket)
+        return f"s3://{bucket}"
+
+    return create
+
+
 @pytest.fixture
-def s3_bucket(s3_server):
+def s3_bucket(new_s3_bucket):
     """``s3://{bucket}`` of a fresh, empty bucket on the moto server (one per test).
 
     A hang (e.g. an S3 output stream left open) is ended by pytest-timeout (pyproject.toml's ``timeout``), which
     prints every thread's stack on the terminal and exits.
     """
-    import boto3
-
-    bucket = f"lab-test-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1").create_bucket(Bucket=bucket)
-    yield f"s3://{bucket}"
+    yield new_s3_bucket()
 
 
 # ---------------------------------------------------------------- GCS (gcp-storage-emulator) fixtures
@@ -132,18 +144,28 @@ def gcs_server(gcs_endpoint):
             server.wait()
 
 
-@pytest.fixture
-def gcs_bucket(gcs_server):
-    """``gs://{bucket}`` of a fresh, empty bucket on the GCS emulator (one per test)."""
+@pytest.fixture(scope="session")
+def new_gcs_bucket(gcs_server):
+    """A function that creates a fresh, empty bucket on the GCS emulator and returns its ``gs://{bucket}`` (for
+    fixtures that outlive one test)."""
     import json
     import urllib.request
 
-    bucket = f"lab-test-{uuid.uuid4().hex[:12]}"
-    request = urllib.request.Request(f"{gcs_server}/storage/v1/b?project=test", method="POST",
-                                     data=json.dumps({"name": bucket}).encode(),
-                                     headers={"Content-Type": "application/json"})
-    urllib.request.urlopen(request, timeout=10).close()  # GCS's JSON API: buckets.insert
-    yield f"gs://{bucket}"
+    def create() -> str:
+        bucket = f"lab-test-{uuid.uuid4().hex[:12]}"
+        request = urllib.request.Request(f"{gcs_server}/storage/v1/b?project=test", method="POST",
+                                         data=json.dumps({"name": bucket}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        urllib.request.urlopen(request, timeout=10).close()  # GCS's JSON API: buckets.insert
+        return f"gs://{bucket}"
+
+    return create
+
+
+@pytest.fixture
+def gcs_bucket(new_gcs_bucket):
+    """``gs://{bucket}`` of a fresh, empty bucket on the GCS emulator (one per test)."""
+    yield new_gcs_bucket()
 
 
 # ---------------------------------------------------------------- Ray

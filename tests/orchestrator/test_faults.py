@@ -86,7 +86,7 @@ def test_killed_session_actor_is_restarted_from_its_checkpoint(ray_local, tmp_pa
 def test_session_killed_more_than_max_restarts_is_failed(ray_local, tmp_path):
     data = tmp_path / "data"
     thread, result = run_in_thread(SPECS, "ppo_cartpole", "train", "--data-dir", str(data),
-                                   *overrides(PPO + ["env.max_frame=30000", "meta.max_restarts=1"]))
+                                   *overrides(PPO + ["env.max_frame=12000", "meta.max_restarts=1"]))
     pid = kill_when_checkpointed(data, "t0_s0", 2000)
     kill_when_checkpointed(data, "t0_s0", 2000, old_pid=pid)
     thread.join(timeout=300)
@@ -113,7 +113,7 @@ def test_raising_session_fails_alone(ray_local, tmp_path, capsys):
 
 
 def test_sigterm_to_driver_interrupts_then_train_latest_completes(ray_local, tmp_path):
-    items = PPO + ["env.max_frame=30000"]
+    items = PPO + ["env.max_frame=16000"]
     driver = start_driver([SPECS, "ppo_cartpole", "train", *overrides(items)], tmp_path, capture=True)
     tree = []
     try:
@@ -138,7 +138,7 @@ def test_sigterm_to_driver_interrupts_then_train_latest_completes(ray_local, tmp
     run = storage.read_json(str(predir / "run.json"))
     for s in (0, 1):
         assert run["sessions"][f"t0_s{s}"]["status"] == "done"
-        assert_rows(pd.read_parquet(predir / f"t0/s{s}/train_df.parquet"), 1000, 30000)
+        assert_rows(pd.read_parquet(predir / f"t0/s{s}/train_df.parquet"), 1000, 16000)
 
 
 def test_signal_while_the_driver_handles_a_batch_stops_cleanly(ray_local, tmp_path, monkeypatch, capsys):

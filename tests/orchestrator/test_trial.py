@@ -91,12 +91,24 @@ def test_refused_edit_names_key_and_values(ray_local, tmp_path, capsys):
     assert "agent.algorithm.gamma" in err and "Traceback" not in err
 
 
+STORE_ITEMS = PPO_SMALL + ["env.max_frame=1600", "meta.max_session=1"]
+
+
+@pytest.fixture(scope="module")
+def local_predir(ray_local, tmp_path_factory):
+    """Predir of a finished local ``STORE_ITEMS`` train run, which each object-store test copies into its bucket (the
+    copy is resumed; this run is only read)."""
+    local = tmp_path_factory.mktemp("local") / "data"
+    assert run_cli(SPECS, "ppo_cartpole", "train", "--data-dir", str(local), *overrides(STORE_ITEMS)) == 0
+    return only_predir(local)
+
+
 @pytest.mark.parametrize("store", ["s3", "gcs"])
-def test_resume_on_an_object_store_and_from_a_copied_predir(ray_local, tmp_path, request, store):
+def test_resume_on_an_object_store_and_from_a_copied_predir(ray_local, local_predir, request, store):
     """On S3 (moto server) and GCS (gcp-storage-emulator): train, resume with ``train@latest``, and resume a local
     run copied into the bucket."""
     bucket = request.getfixturevalue(f"{store}_bucket")
-    items = PPO_SMALL + ["env.max_frame=1600", "meta.max_session=1"]
+    items = STORE_ITEMS
     data = f"{bucket}/runs"
     assert run_cli(SPECS, "ppo_cartpole", "train", "--data-dir", data, *overrides(items)) == 0
     (name,) = [n for n in storage.listdir(data) if not n.startswith(".")]  # .assets: the graphs' plotly js
@@ -106,9 +118,7 @@ def test_resume_on_an_object_store_and_from_a_copied_predir(ray_local, tmp_path,
     assert_continuous(df, 800, 3200)
 
     # a local run copied into the bucket resumes from there
-    local = tmp_path / "data"
-    assert run_cli(SPECS, "ppo_cartpole", "train", "--data-dir", str(local), *overrides(items)) == 0
-    predir = only_predir(local)
+    predir = local_predir
     target = f"{bucket}/copied/{predir.name}"
     for path in predir.rglob("*"):
         if path.is_file():

@@ -10,16 +10,20 @@ processes) and the session actors it started are gone within seconds of its exit
 signal goes to the driver's whole process group (as a terminal's Ctrl-C sends it); the spec-check child runs in a
 session of its own (a SIGINT never reaches its interpreter while it starts), and the driver ends it.
 
-The same command run again must finish the run with the train_df of an uninterrupted run (``wall_t``/``fps`` aside).
+The same command run again (in-process, on the tests' shared Ray) must finish the run with the train_df of an
+uninterrupted run (``wall_t``/``fps`` aside).
 That re-run, a whole training each, is checked on a representative subset to keep the file short: per mode the
 training stop (SIGTERM: a resume) and the analysis stop (SIGINT: a complete run left as it is), and train's Ray-start
 stop (SIGUSR1: a fresh run); a spec-check or Ray-start stop must leave no run at all (its re-run is a fresh run).
+The analysis-phase runs train 2,048 frames (``SHORT``: that phase needs a complete training, not a long one).
 Spec check, Ray start and the second Ctrl-C run a local Ray per driver; training, analysis, the double SIGTERM and
 the grace case join the tests' shared Ray (``--address``).
 
-Also: stops while a resume verifies its checkpoints (the ``verify`` hook) exit 75 and leave the run resumable;
-two SIGTERMs 50 ms apart are one stop (exit 75, a final checkpoint committed, run.json not ``running``); a
-second SIGINT leaves at once (exit 75, no process left); a final commit that outlasts ``shutdown_grace_s`` exits 75.
+Before train's training stop (SIGTERM) is finished, its same command is stopped twice while it verifies the
+checkpoints (the ``verify`` hook: SIGINT, SIGUSR1): each exits 75 and leaves the run resumable. Also: two SIGTERMs
+50 ms apart are one stop (exit 75, a final checkpoint committed, run.json not ``running``); a second SIGINT leaves at
+once (exit 75, no process left); a final commit that outlasts ``shutdown_grace_s`` exits 75 (these three drivers run
+at once).
 """
 
 from __future__ import annotations
@@ -34,7 +38,17 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from lab_helpers import DRIVER_ENV, REPO, SPECS, descendants, kill_pids, overrides, pid_alive, uninterrupted_df
+from lab_helpers import (
+    DRIVER_ENV,
+    REPO,
+    SPECS,
+    descendants,
+    kill_pids,
+    overrides,
+    pid_alive,
+    run_cli,
+    uninterrupted_df,
+)
 
 from orchestrator.errors import EXIT_RESUMABLE
 from orchestrator.runtime import signals
@@ -50,10 +64,19 @@ RERUN = {("train", "ray_start"): signal.SIGUSR1, ("train", "training"): signal.S
 COMPARED = lambda df: df.drop(columns=["wall_t", "fps"]).reset_index(drop=True)  # noqa: E731
 
 
+SHORT = "env.max_frame=2048"  # the analysis-phase runs: a complete training is all that phase needs
+
+
 @pytest.fixture(scope="module")
 def reference() -> pd.DataFrame:
     """train_df of t0_s0, uninterrupted (in-process, no Ray)."""
     return uninterrupted_df(ITEMS, 0)
+
+
+@pytest.fixture(scope="module")
+def short_reference() -> pd.DataFrame:
+    """train_df of t0_s0 of the analysis-phase runs (``SHORT``), uninterrupted (in-process, no Ray)."""
+    return uninterrupted_df([*ITEMS, SHORT], 0)
 
 
 @pytest.fixture(scope="module")
@@ -151,22 +174,49 @@ def stop_all(stops: list[Stop], timeout: float = 240) -> None:
 
 
 def finished_df(stop: Stop) -> pd.DataFrame:
-    """Run the stopped command again (no hook); it must finish (exit 0). Returns t0_s0's train_df."""
-    driver = start(stop.argv, stop.cwd)
-    try:
-        out, err = driver.communicate(timeout=300)
-    finally:
-        kill_pids(descendants(driver.pid))
-    assert driver.returncode == 0, err[-3000:]
+    """Run the stopped command again (no hook), in-process on the tests' shared Ray (``run_cli``: a driver of its own
+    adds nothing a plain run needs); it must finish (exit 0). Returns t0_s0's train_df."""
+    assert run_cli(*stop.argv) == 0
     return pd.read_parquet(stop.predir / "t0/s0/train_df.parquet")
+
+
+def assert_verify_stops_keep_it_resumable(stop: Stop) -> None:
+    """The same command as ``stop`` (a run stopped in training) stopped twice while it verifies the session's
+    checkpoints (SIGINT, SIGUSR1): each exits 75 with no traceback and no process left, and the run stays
+    ``interrupted`` at its committed checkpoint."""
+    frames = committed(stop.predir)
+    for sig in (signal.SIGINT, signal.SIGUSR1):
+        (stop.cwd / "paused").unlink(missing_ok=True)
+        driver = start(stop.argv, stop.cwd, "verify")
+        tree = []
+        try:
+            deadline = time.time() + 240
+            while not (stop.cwd / "paused").exists():
+                assert driver.poll() is None and time.time() < deadline, driver.communicate()
+                time.sleep(0.05)
+            tree = descendants(driver.pid)
+            os.kill(driver.pid, sig)
+            out, err = driver.communicate(timeout=240)
+            deadline = time.time() + 20
+            while any(pid_alive(p) for p in tree) and time.time() < deadline:
+                time.sleep(0.2)
+            left = [p for p in tree if pid_alive(p)]
+        finally:
+            kill_pids(tree + descendants(driver.pid))
+        assert driver.returncode == EXIT_RESUMABLE, f"{sig.name}: exit {driver.returncode}\n{err[-3000:]}"
+        assert "Traceback" not in err and left == [], f"{sig.name}: {left}\n{err[-3000:]}"
+        assert f"{sig.name}: stopped before any session started; nothing is lost" in err, err[-3000:]
+        entry = json.loads((stop.predir / "run.json").read_text())["sessions"]["t0_s0"]
+        assert (entry["status"], committed(stop.predir)) == ("interrupted", frames), sig.name
 
 
 @pytest.mark.parametrize("mode", ["train", "search"])
 @pytest.mark.parametrize("phase", PHASES)
-def test_a_stop_in_any_phase_exits_75_and_the_same_command_finishes(ray_local, address, reference, tmp_path,
-                                                                    mode, phase):
+def test_a_stop_in_any_phase_exits_75_and_the_same_command_finishes(ray_local, address, reference, short_reference,
+                                                                    tmp_path, mode, phase):
     shared = address if phase in ("training", "analysis") else None
-    stops = [Stop(mode, phase, sig, tmp_path, shared) for sig in SIGNALS]
+    extra = ["-s", SHORT] if phase == "analysis" else []
+    stops = [Stop(mode, phase, sig, tmp_path, shared, *extra) for sig in SIGNALS]
     try:
         stop_all(stops)
     finally:
@@ -188,20 +238,47 @@ def test_a_stop_in_any_phase_exits_75_and_the_same_command_finishes(ray_local, a
             assert f"{name}: stopped before any session started; nothing is lost" in stop.err, stop.err
             assert not list(stop.predir.glob("*_spec.json")), f"{name}: a run was started"
     rerun = next((s for s in stops if RERUN.get((mode, phase)) == s.sig), None)
+    if (mode, phase) == ("train", "training"):  # the run stopped by SIGTERM, stopped again while it resumes
+        assert_verify_stops_keep_it_resumable(rerun)
     if rerun is not None:
-        pd.testing.assert_frame_equal(COMPARED(finished_df(rerun)), COMPARED(reference))
+        want = short_reference if phase == "analysis" else reference
+        pd.testing.assert_frame_equal(COMPARED(finished_df(rerun)), COMPARED(want))
 
 
-def test_two_sigterms_50ms_apart_are_one_stop(address, tmp_path):
+@pytest.fixture(scope="module")
+def lone_stops(address, tmp_path_factory) -> dict[str, tuple[Stop, list[int]]]:
+    """Three ``train --name`` drivers started at once, each stopped at its first committed checkpoint, and the PIDs
+    each left alive (``Stop.collect``): ``two_sigterms`` (a second SIGTERM 50 ms after the first; shared Ray),
+    ``second_ctrl_c`` (a second SIGINT 0.3 s after the first; a local Ray), ``grace`` (SIGTERM with
+    ``meta.shutdown_grace_s=0.01``; shared Ray)."""
+    root = tmp_path_factory.mktemp("lone_stops")
+    stops = {"two_sigterms": Stop("train", "training", signal.SIGTERM, root / "two_sigterms", address),
+             "second_ctrl_c": Stop("train", "training", signal.SIGINT, root / "second_ctrl_c", None),
+             "grace": Stop("train", "training", signal.SIGTERM, root / "grace", address,
+                           "-s", "meta.shutdown_grace_s=0.01")}
+    again = {"two_sigterms": (0.05, signal.SIGTERM), "second_ctrl_c": (0.3, signal.SIGINT)}
+    try:
+        waiting, deadline = dict(stops), time.time() + 240
+        while waiting:
+            assert time.time() < deadline, f"not in their phase in time: {sorted(waiting)}"
+            for name, stop in list(waiting.items()):
+                if stop.ready():
+                    stop.send()
+                    if name in again:
+                        delay, sig = again[name]
+                        time.sleep(delay)
+                        os.kill(stop.driver.pid, sig)
+                    del waiting[name]
+            time.sleep(0.05)
+    finally:
+        left = {name: stop.collect() for name, stop in stops.items()}
+    return {name: (stop, left[name]) for name, stop in stops.items()}
+
+
+def test_two_sigterms_50ms_apart_are_one_stop(lone_stops):
     """SLURM/Kubernetes signal every process of a job, a batch trap adds its own: the second SIGTERM is the same
     request: the final checkpoint is committed, run.json says ``interrupted``, exit 75."""
-    stop = Stop("train", "training", signal.SIGTERM, tmp_path, address)
-    try:
-        stop_all([stop])
-        time.sleep(0.05)
-        os.kill(stop.driver.pid, signal.SIGTERM)
-    finally:
-        left = stop.collect()
+    stop, left = lone_stops["two_sigterms"]
     assert stop.code == EXIT_RESUMABLE, stop.err[-3000:]
     assert "Traceback" not in stop.err  # (two signals this close may reach Python's handler as one)
     assert left == []
@@ -210,28 +287,18 @@ def test_two_sigterms_50ms_apart_are_one_stop(address, tmp_path):
     assert run["frame"] == run["checkpoint"] and run["error"] is None  # the final checkpoint, at the stop's frame
 
 
-def test_a_second_ctrl_c_leaves_at_once(tmp_path):
+def test_a_second_ctrl_c_leaves_at_once(lone_stops):
     """A second SIGINT leaves at once, with a local Ray: exit 75, no process of the driver left."""
-    stop = Stop("train", "training", signal.SIGINT, tmp_path, None)
-    try:
-        stop_all([stop])
-        time.sleep(0.3)
-        os.kill(stop.driver.pid, signal.SIGINT)
-    finally:
-        left = stop.collect()
+    stop, left = lone_stops["second_ctrl_c"]
     assert stop.code == EXIT_RESUMABLE, stop.err[-3000:]
     assert "SIGINT again: leaving at once; every committed checkpoint stays resumable" in stop.err
     assert "Traceback" not in stop.err and left == []
 
 
-def test_a_final_commit_past_its_grace_exits_75(address, tmp_path):
+def test_a_final_commit_past_its_grace_exits_75(lone_stops):
     """``meta.shutdown_grace_s`` too short for the final commit: the run stops at its last committed checkpoint and
     exits 75 (resumable), not 1, naming the grace."""
-    stop = Stop("train", "training", signal.SIGTERM, tmp_path, address, "-s", "meta.shutdown_grace_s=0.01")
-    try:
-        stop_all([stop])
-    finally:
-        left = stop.collect()
+    stop, left = lone_stops["grace"]
     assert stop.code == EXIT_RESUMABLE, stop.err[-3000:]
     assert left == []
     entry = json.loads((stop.predir / "run.json").read_text())["sessions"]["t0_s0"]
@@ -272,42 +339,3 @@ def test_the_handler_semantics_in_process(monkeypatch):
     monkeypatch.setattr(signals, "kill_descendants", lambda: None)
     handler.handle(signal.SIGINT, None)  # a stop already asked: leave at once
     assert exits == [EXIT_RESUMABLE]
-
-
-def test_stops_while_a_resume_verifies_its_checkpoints_exit_75_and_the_run_stays_resumable(address, reference,
-                                                                                          tmp_path):
-    """A ``train --name`` run stopped in training (SIGTERM), then its same command stopped twice while it verifies the
-    session's checkpoints (SIGINT, SIGUSR1): each exits 75 with no traceback and no process left, the run
-    stays ``interrupted`` at its committed checkpoint, and the same command then finishes it equal to an
-    uninterrupted run."""
-    stop = Stop("train", "training", signal.SIGTERM, tmp_path, address)
-    try:
-        stop_all([stop])
-    finally:
-        stop.collect()
-    assert stop.code == EXIT_RESUMABLE, stop.err[-3000:]
-    frames = committed(stop.predir)
-    for sig in (signal.SIGINT, signal.SIGUSR1):
-        (stop.cwd / "paused").unlink(missing_ok=True)
-        driver = start(stop.argv, stop.cwd, "verify")
-        tree = []
-        try:
-            deadline = time.time() + 240
-            while not (stop.cwd / "paused").exists():
-                assert driver.poll() is None and time.time() < deadline, driver.communicate()
-                time.sleep(0.05)
-            tree = descendants(driver.pid)
-            os.kill(driver.pid, sig)
-            out, err = driver.communicate(timeout=240)
-            deadline = time.time() + 20
-            while any(pid_alive(p) for p in tree) and time.time() < deadline:
-                time.sleep(0.2)
-            left = [p for p in tree if pid_alive(p)]
-        finally:
-            kill_pids(tree + descendants(driver.pid))
-        assert driver.returncode == EXIT_RESUMABLE, f"{sig.name}: exit {driver.returncode}\n{err[-3000:]}"
-        assert "Traceback" not in err and left == [], f"{sig.name}: {left}\n{err[-3000:]}"
-        assert f"{sig.name}: stopped before any session started; nothing is lost" in err, err[-3000:]
-        entry = json.loads((stop.predir / "run.json").read_text())["sessions"]["t0_s0"]
-        assert (entry["status"], committed(stop.predir)) == ("interrupted", frames), sig.name
-    pd.testing.assert_frame_equal(COMPARED(finished_df(stop)), COMPARED(reference))

@@ -245,7 +245,7 @@ def test_signal_stops_the_search_and_search_latest_finishes_it(ray_local, tmp_pa
     (exit 75, the resume command printed), the unfinished trial stays ``running`` (not ``stopped``, which ``search@``
     never resumes), and ``search@latest`` then runs every trial to ``max_frame``."""
     data = str(tmp_path / "data")
-    items = SMALL + ["meta.max_session=1", "env.max_frame=8000", GAMMA_GRID]
+    items = SMALL + ["meta.max_session=1", "env.max_frame=4800", GAMMA_GRID]
 
     def signal_at_first_checkpoint():
         deadline = time.time() + 180
@@ -269,9 +269,9 @@ def test_signal_stops_the_search_and_search_latest_finishes_it(ray_local, tmp_pa
     assert run_cli(SPECS, "ppo_cartpole", "search@latest", "--data-dir", data, "--max-concurrent-trials", "1",
                    *overrides(items)) == 0
     exp = pd.read_parquet(predir / "info/experiment_df.parquet")
-    assert len(exp) == 2 and set(exp["status"]) == {"done"} and (exp["frame"] == 8000).all()
+    assert len(exp) == 2 and set(exp["status"]) == {"done"} and (exp["frame"] == 4800).all()
     for t in (0, 1):
-        assert_continuous(pd.read_parquet(predir / f"t{t}/s0/train_df.parquet"), 800, 8000)
+        assert_continuous(pd.read_parquet(predir / f"t{t}/s0/train_df.parquet"), 800, 4800)
 
 
 def test_asha_stops_a_learning_rate_of_zero(ray_local, tmp_path):

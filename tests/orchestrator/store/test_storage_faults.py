@@ -5,6 +5,8 @@ run then resumes to the end and equals an uninterrupted run."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import errno
 import functools
 import os
@@ -267,21 +269,69 @@ def retries_of(lines: list[str], prefix: str) -> list[tuple[str, str, str]]:
     return out
 
 
-def test_transient_s3_errors_are_retried_and_logged(ray_local, tmp_path, s3_server, s3_bucket):
+@dataclasses.dataclass
+class ProxyRun:
+    """A ``lab ... --name job`` driver whose every request went through ``proxy``: its data dir, command line, exit
+    code, stdout and stderr, and (a chaos run) the predir of the same run on local disk."""
+
+    proxy: FaultProxy
+    data: str
+    argv: list[str] = dataclasses.field(default_factory=list)
+    local: str = ""
+    code: int | None = None
+    out: str = ""
+    err: str = ""
+
+
+@pytest.fixture(scope="module")
+def s3_faults(ray_local, s3_server, new_s3_bucket, tmp_path_factory):
+    """The ``train --name job`` runs of ``ITEMS`` on ``s3://`` through a proxy each, their drivers started at once
+    (they mostly wait on back-off and on the proxy, so they overlap), faulted once their first checkpoint is
+    committed: ``transient`` (503 and a reset connection to run.json from the start, then two 503 and one 500 to
+    the checkpoint writes; 7 attempts), ``503`` and ``403`` (every request from then on; 3 attempts). Each proxy
+    stays open until the module ends."""
+    with contextlib.ExitStack() as stack:
+        runs = {}
+        for name in ("transient", "503", "403"):
+            proxy = stack.enter_context(FaultProxy(s3_server))
+            runs[name] = ProxyRun(proxy, f"{new_s3_bucket()}/runs")
+        runs["transient"].proxy.inject("503", "PUT", times=1, path="/run.json")
+        runs["transient"].proxy.inject("reset", "PUT", times=1, path="/run.json")
+        drivers = {}
+        try:
+            for name, run in runs.items():
+                run.argv = [SPECS, "ppo_cartpole", "train", "--name", "job", "--data-dir", run.data,
+                            *overrides(ITEMS)]
+                drivers[name] = start_lab(run.argv, tmp_path_factory.mktemp(f"s3-{name}"),
+                                          **via(run.proxy, attempts=7 if name == "transient" else 3))
+            waiting, deadline = dict(runs), time.time() + 240
+            while waiting:
+                assert time.time() < deadline, f"no first checkpoint in time: {sorted(waiting)}"
+                for name, run in list(waiting.items()):
+                    if s3_manifests(run.data):
+                        if name == "transient":
+                            run.proxy.inject("503", "PUT", times=2, path="/ckpt/")
+                            run.proxy.inject("500", "PUT", times=1, path="/ckpt/")
+                        else:
+                            run.proxy.inject(name)
+                        del waiting[name]
+                time.sleep(0.05)
+            for name, run in runs.items():
+                run.code, run.out, run.err = run_through(drivers[name])
+                del drivers[name]
+        finally:
+            for driver in drivers.values():  # a run failed to start: end the drivers still running
+                kill_pids([driver.pid, *descendants(driver.pid)])
+        yield runs
+
+
+def test_transient_s3_errors_are_retried_and_logged(s3_faults):
     """503 SlowDown, 500 InternalError and a reset connection, to the driver's run.json and to a session's checkpoint
     writes: each is retried with back-off (one warning per retry on the driver's terminal, the session's also in its
     log.txt) and the run completes, equal to an uninterrupted one."""
-    data = f"{s3_bucket}/runs"
-    with FaultProxy(s3_server) as proxy:
-        proxy.inject("503", "PUT", times=1, path="/run.json")
-        proxy.inject("reset", "PUT", times=1, path="/run.json")
-        driver = start_lab([SPECS, "ppo_cartpole", "train", "--name", "job", "--data-dir", data, *overrides(ITEMS)],
-                           tmp_path, **via(proxy, attempts=7))
-        wait_for(lambda: s3_manifests(data), 120, "the first checkpoint")
-        proxy.inject("503", "PUT", times=2, path="/ckpt/")
-        proxy.inject("500", "PUT", times=1, path="/ckpt/")
-        code, out, err = run_through(driver)
-        faulted = proxy.faulted()
+    run = s3_faults["transient"]
+    code, err, data, proxy = run.code, run.err, run.data, run.proxy
+    faulted = proxy.faulted()
     assert code == 0, err
     assert "Traceback" not in err
     assert [fault for _, _, fault in faulted] == ["503", "reset", "503", "503", "500"] and not proxy.faults, faulted
@@ -301,21 +351,14 @@ def test_transient_s3_errors_are_retried_and_logged(ray_local, tmp_path, s3_serv
     ("503", ("HTTP status 503", "(failed 3 times)", "check the object store and the network, then run")),
     ("403", ("EXPIRED_TOKEN|ACCESS_DENIED", "renew the credentials or restore access to the bucket, then run")),
 ])
-def test_persistent_s3_errors_stop_cleanly_then_resume_exactly(ray_local, tmp_path, s3_server, s3_bucket, fault,
-                                                               needles):
+def test_persistent_s3_errors_stop_cleanly_then_resume_exactly(s3_faults, fault, needles):
     """Every request answered 503 SlowDown (the store stays down: retries exhausted) or 403 ExpiredToken (not
     retried; a HEAD's 403 has no body: ACCESS_DENIED) after the first checkpoint: exit 75 with the message; once
     the store answers again, the same ``train --name`` command completes the run exactly."""
-    data = f"{s3_bucket}/runs"
-    argv = [SPECS, "ppo_cartpole", "train", "--name", "job", "--data-dir", data, *overrides(ITEMS)]
-    with FaultProxy(s3_server) as proxy:
-        driver = start_lab(argv, tmp_path, **via(proxy, attempts=3))
-        wait_for(lambda: s3_manifests(data), 120, "the first checkpoint")
-        proxy.inject(fault)
-        code, out, err = run_through(driver)
-    predir = f"{data}/job"
-    assert_clean_stop(f"{predir}/t0/s0", code, err, out, predir, *needles)
-    assert run_cli(*argv) == 0
+    run = s3_faults[fault]
+    predir = f"{run.data}/job"
+    assert_clean_stop(f"{predir}/t0/s0", run.code, run.err, run.out, predir, *needles)
+    assert run_cli(*run.argv) == 0  # in-process: straight to the store, not through the proxy
     assert storage.read_json(f"{predir}/run.json")["sessions"]["t0_s0"]["status"] == "done"
     assert_resumed_equals_uninterrupted(storage.read_parquet(f"{predir}/t0/s0/train_df.parquet"))
 
@@ -338,9 +381,49 @@ def local_run(tmp_path: Path, spec: str, mode: str, items: list[str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def local_train(ray_local, tmp_path_factory) -> str:
-    """Predir of the REINFORCE ``TRAIN`` run on local disk, shared by the S3 and GCS tests."""
-    return local_run(tmp_path_factory.mktemp("local_train"), "reinforce_cartpole", "train", TRAIN)
+def chaos(ray_local, s3_server, gcs_server, new_s3_bucket, new_gcs_bucket, tmp_path_factory):
+    """The three runs through a proxy answering ``CHAOS_RATE`` of every request with 503 (``s3-train``: the REINFORCE
+    ``TRAIN`` run on ``s3://``; ``gcs-train``: the same run on ``gs://``; ``s3-pbt``: the ``PBT_SEARCH`` search on
+    ``s3://``), their drivers started at once: each spends most of its time in retries' back-off, so they overlap.
+    The same runs on local disk (in-process) run meanwhile. Each proxy stays open until the module ends."""
+    with contextlib.ExitStack() as stack:
+        proxies = {"s3-train": FaultProxy(s3_server), "gcs-train": FaultProxy(gcs_server, flavour="gcs"),
+                   "s3-pbt": FaultProxy(s3_server)}
+        for proxy in proxies.values():
+            stack.enter_context(proxy)
+        runs = {"s3-train": ProxyRun(proxies["s3-train"], f"{new_s3_bucket()}/runs"),
+                "gcs-train": ProxyRun(proxies["gcs-train"], f"{new_gcs_bucket()}/runs"),
+                "s3-pbt": ProxyRun(proxies["s3-pbt"], f"{new_s3_bucket()}/runs")}
+        envs = {"s3-train": via(proxies["s3-train"], attempts=7), "s3-pbt": via(proxies["s3-pbt"], attempts=7),
+                "gcs-train": {"STORAGE_EMULATOR_HOST": proxies["gcs-train"].endpoint}}
+        drivers = {}
+        try:
+            for name, run in runs.items():
+                spec, mode, items = ("ppo_cartpole", "search", PBT_SEARCH) if name == "s3-pbt" else \
+                    ("reinforce_cartpole", "train", TRAIN)
+                cwd = tmp_path_factory.mktemp(name)
+                run.proxy.chaos(CHAOS_RATE, seed=56)
+                drivers[name] = start_lab([SPECS, spec, mode, "--name", "job", "--data-dir", run.data,
+                                           *overrides(items)], cwd, **{"LAB_STORAGE_ATTEMPTS": "7", **envs[name]})
+            local_train = local_run(tmp_path_factory.mktemp("local_train"), "reinforce_cartpole", "train", TRAIN)
+            runs["s3-train"].local = runs["gcs-train"].local = local_train
+            runs["s3-pbt"].local = local_run(tmp_path_factory.mktemp("local_pbt"), "ppo_cartpole", "search",
+                                             PBT_SEARCH)
+            for name, run in runs.items():
+                run.code, run.out, run.err = run_through(drivers[name], timeout=300)
+                del drivers[name]
+                run.proxy.chaos(0.0, seed=0)
+        finally:
+            for driver in drivers.values():  # a local run failed: end the drivers still running
+                kill_pids([driver.pid, *descendants(driver.pid)])
+        yield runs
+
+
+def assert_rode_out(run: ProxyRun) -> None:
+    """The chaos run exited 0 with no traceback and no storage fault, and logged its retries."""
+    assert run.code == 0, run.err[-4000:]
+    assert "Traceback" not in run.err + run.out and "storage fault" not in run.err
+    assert "; retry 1 of 6" in run.err
 
 
 def assert_same_train_dfs(remote: str, local: str, sessions: list[str]) -> None:
@@ -351,18 +434,6 @@ def assert_same_train_dfs(remote: str, local: str, sessions: list[str]) -> None:
         pd.testing.assert_frame_equal(got, want, obj=session)
 
 
-def run_through_chaos(proxy: FaultProxy, argv: list[str], tmp_path: Path, env: dict[str, str]) -> tuple[str, str]:
-    """``lab *argv`` with every request through ``proxy`` at ``CHAOS_RATE``: exit 0, no traceback, and retries
-    logged; its stdout and stderr."""
-    proxy.chaos(CHAOS_RATE, seed=56)
-    code, out, err = run_through(start_lab(argv, tmp_path, **{"LAB_STORAGE_ATTEMPTS": "7", **env}), timeout=300)
-    proxy.chaos(0.0, seed=0)
-    assert code == 0, err[-4000:]
-    assert "Traceback" not in err + out and "storage fault" not in err
-    assert "; retry 1 of 6" in err
-    return out, err
-
-
 def assert_every_kind_faulted(proxy: FaultProxy, kinds: tuple[str, ...]) -> None:
     """Each request kind was faulted at least once, and about ``CHAOS_RATE`` of all requests were."""
     total, faulted = proxy.fault_counts()
@@ -371,52 +442,43 @@ def assert_every_kind_faulted(proxy: FaultProxy, kinds: tuple[str, ...]) -> None
     assert 0.05 < share < 0.2 and sum(total.values()) > 100, (total, faulted)
 
 
-def test_s3_train_and_multipart_writes_ride_out_503s_on_every_request_kind(local_train, tmp_path, s3_server, s3_bucket,
-                                                                           monkeypatch):
+def test_s3_train_and_multipart_writes_ride_out_503s_on_every_request_kind(chaos, monkeypatch):
     """REINFORCE CartPole, 2 sessions, through a proxy answering 10% of every kind of S3 request (and the first of each
     kind) with 503 SlowDown: exit 0 and train_dfs equal to the same run on local disk; multipart uploads (parts,
     create, complete) faulted the same way write whole objects."""
-    local = local_train
-    data = f"{s3_bucket}/runs"
-    with FaultProxy(s3_server) as proxy:
-        run_through_chaos(proxy, [SPECS, "reinforce_cartpole", "train", "--name", "job", "--data-dir", data,
-                                  *overrides(TRAIN)], tmp_path, via(proxy, attempts=7))
-        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
-        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
-        proxy.chaos(CHAOS_RATE, seed=57)
-        big = os.urandom(12 * 2**20)  # over pyarrow's 10 MiB upload part: a multipart upload of 2 parts
-        for i in range(3):
-            storage.write_bytes(f"{data}/big{i}.bin", big)
-            assert storage.read_bytes(f"{data}/big{i}.bin") == big
-        proxy.chaos(0.0, seed=0)
-        assert_every_kind_faulted(proxy, ("HEAD", "GET", "LIST", "PUT", "PART", "DELETE"))
-    assert_same_train_dfs(f"{data}/job", local, ["t0/s0", "t0/s1"])
+    run = chaos["s3-train"]
+    assert_rode_out(run)
+    proxy, data = run.proxy, run.data
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
+    proxy.chaos(CHAOS_RATE, seed=57)
+    big = os.urandom(12 * 2**20)  # over pyarrow's 10 MiB upload part: a multipart upload of 2 parts
+    for i in range(3):
+        storage.write_bytes(f"{data}/big{i}.bin", big)
+        assert storage.read_bytes(f"{data}/big{i}.bin") == big
+    proxy.chaos(0.0, seed=0)
+    assert_every_kind_faulted(proxy, ("HEAD", "GET", "LIST", "PUT", "PART", "DELETE"))
+    assert_same_train_dfs(f"{data}/job", run.local, ["t0/s0", "t0/s1"])
     assert storage.read_json(f"{data}/job/run.json")["sessions"]["t0_s1"]["status"] == "done"
 
 
-def test_gcs_train_rides_out_503s_on_every_request_kind(local_train, tmp_path, gcs_server, gcs_bucket):
+def test_gcs_train_rides_out_503s_on_every_request_kind(chaos):
     """The same REINFORCE run on ``gs://`` through a proxy answering 10% of every kind of GCS JSON-API request with
     503 backendError: exit 0 and train_dfs equal to the run on local disk."""
-    local = local_train
-    data = f"{gcs_bucket}/runs"
-    with FaultProxy(gcs_server, flavour="gcs") as proxy:
-        run_through_chaos(proxy, [SPECS, "reinforce_cartpole", "train", "--name", "job", "--data-dir", data,
-                                  *overrides(TRAIN)], tmp_path, {"STORAGE_EMULATOR_HOST": proxy.endpoint})
-        assert_every_kind_faulted(proxy, ("HEAD", "GET", "LIST", "PUT", "DELETE"))
-    assert_same_train_dfs(f"{data}/job", local, ["t0/s0", "t0/s1"])
+    run = chaos["gcs-train"]
+    assert_rode_out(run)
+    assert_every_kind_faulted(run.proxy, ("HEAD", "GET", "LIST", "PUT", "DELETE"))
+    assert_same_train_dfs(f"{run.data}/job", run.local, ["t0/s0", "t0/s1"])
 
 
-def test_s3_pbt_search_rides_out_503s_on_every_request_kind(ray_local, tmp_path, s3_server, s3_bucket):
+def test_s3_pbt_search_rides_out_503s_on_every_request_kind(chaos):
     """A PBT search (2 trials, 3 generations) on ``s3://`` through the 10% 503 proxy: exit 0, the same ``pbt.jsonl``
     decisions and every trial's train_df equal to the same search on local disk."""
-    local = local_run(tmp_path, "ppo_cartpole", "search", PBT_SEARCH)
-    data = f"{s3_bucket}/runs"
-    with FaultProxy(s3_server) as proxy:
-        run_through_chaos(proxy, [SPECS, "ppo_cartpole", "search", "--name", "job", "--data-dir", data,
-                                  *overrides(PBT_SEARCH)], tmp_path, via(proxy, attempts=7))
-        assert_every_kind_faulted(proxy, ("HEAD", "GET", "LIST", "PUT", "DELETE"))
-    assert storage.read_text(f"{data}/job/pbt.jsonl") == storage.read_text(f"{local}/pbt.jsonl")
-    assert_same_train_dfs(f"{data}/job", local, ["t0/s0", "t1/s0"])
+    run = chaos["s3-pbt"]
+    assert_rode_out(run)
+    assert_every_kind_faulted(run.proxy, ("HEAD", "GET", "LIST", "PUT", "DELETE"))
+    assert storage.read_text(f"{run.data}/job/pbt.jsonl") == storage.read_text(f"{run.local}/pbt.jsonl")
+    assert_same_train_dfs(f"{run.data}/job", run.local, ["t0/s0", "t1/s0"])
 
 
 def test_a_storage_fault_in_the_spec_check_child_keeps_its_hint():
