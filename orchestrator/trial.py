@@ -56,7 +56,7 @@ from orchestrator.session_hosts import SessionHosts, empty_session_actor, host_k
 from orchestrator.spec.meta import MetaSpec
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
-from orchestrator.store.checkpoint import CheckpointError
+from orchestrator.store.checkpoint import CheckpointError, CheckpointStore
 from orchestrator.store.lease import Lease
 from orchestrator.store.predir import session_seed
 from orchestrator.store.record import RunRecord, SessionPlan, now_iso
@@ -119,6 +119,7 @@ def seed_groups(plans: list[SessionPlan], meta: MetaSpec) -> dict[str, tuple[lis
 
 
 GRACE_PASSED = "no final checkpoint within shutdown_grace_s"  # the error of a session stopped by the grace's end
+ENDED_IN_STOP = "its actor ended during the stop"  # the error of a session whose process the stop's signal ended
 
 
 class Trial:
@@ -601,11 +602,14 @@ class Trial:
     def on_actor_died(self, plan: SessionPlan, err: Exception) -> None:
         """Schedule a replacement actor with back-off, or mark the session failed (died more than
         ``meta.max_restarts`` times, not counting deaths of a preempted node: Ray's ``preempted``, or a drain
-        noticed by ``leave_draining_nodes``)."""
+        noticed by ``leave_draining_nodes``); during a stop, ``interrupt_ended``."""
+        if self.stopping_since is not None:
+            self.interrupt_ended(plan, err)
+            return
         max_restarts = self.meta.max_restarts
         preempted = bool(getattr(err, "preempted", False)) or plan.key in self.preempting
         crashes = sum(1 for r in plan.restarts if r.get("cause") != "preempted")
-        if self.stopping_since is not None or (not preempted and crashes >= max_restarts):
+        if not preempted and crashes >= max_restarts:
             plan.status = "failed"
             plan.error = f"session actor died {crashes + 1} times (max_restarts={max_restarts}): " \
                          f"{type(err).__name__}"
@@ -613,6 +617,27 @@ class Trial:
             self.record.update(plan)
             return
         self.schedule_restart(plan, type(err).__name__, preempted)
+
+    def interrupt_ended(self, plan: SessionPlan, err: Exception) -> None:
+        """A session whose actor ended while the trial stops: ``interrupted`` at its newest committed checkpoint
+        (run.json's ``checkpoint``), which the resume verifies and continues from.
+
+        SLURM and Kubernetes signal every process of a job, Ray's own daemons included, so a stop can end an actor
+        (``ActorUnavailableError``, ``ActorDiedError``) before or while it commits its final checkpoint; the run is
+        as resumable as after a SIGKILL of the driver, and the exit code says so (75). Nothing is verified or set
+        aside here: an unreachable actor's process may still be committing."""
+        plan.status, plan.error = "interrupted", f"{ENDED_IN_STOP} ({type(err).__name__})"
+        self.progress.status(plan.key, "interrupted")
+        self.record.update(plan, checkpoint=self.newest_committed(plan))
+
+    def newest_committed(self, plan: SessionPlan) -> int | None:
+        """Frame of the session's newest committed checkpoint (manifest present; not verified), None without one or
+        when the store cannot be listed."""
+        try:
+            frames = CheckpointStore(predir_mod.session_dir(self.predir, plan.trial, plan.session)).frames()
+        except (CheckpointError, storage.StorageError, OSError):
+            return None
+        return frames[-1] if frames else None
 
     def schedule_restart(self, plan: SessionPlan, reason: str, preempted: bool) -> None:
         """Schedule a replacement actor for a session whose actor ended (at once after a preemption, else with
@@ -648,7 +673,7 @@ class Trial:
         plan.frame = restored
         plan.status = "restarting"
         self.progress.status(plan.key, f"restart {len(plan.restarts)}")
-        self.record.update(plan)
+        self.record.update(plan, checkpoint=selection.frame)
         crashes = sum(1 for r in plan.restarts if r.get("cause") != "preempted")
         self.pending_restart[plan.key] = time.monotonic() + (0.0 if preempted else min(2.0 ** (crashes - 1), 30.0))
 
@@ -743,6 +768,8 @@ class Trial:
 
         lines, fresh = ["interrupted:"], False
         for plan in self.plans:
+            if (plan.error or "").startswith(ENDED_IN_STOP):  # its process may have committed once more since
+                self.record.update(plan, checkpoint=self.newest_committed(plan))
             frame = self.record.data["sessions"].get(plan.key, {}).get("checkpoint")
             fresh = fresh or not frame
             if plan.status == "not started":

@@ -31,6 +31,7 @@ from lab_helpers import (
     start_driver,
 )
 
+from orchestrator.errors import EXIT_RESUMABLE
 from orchestrator.modes import search
 from orchestrator.search import trials as trials_mod
 from orchestrator.session.events import Started
@@ -173,6 +174,30 @@ def test_stop_during_a_restart_back_off_does_not_restart(run_copy):
     assert trial.actors == {} and trial.streams == {}
     entry = json.loads((run_copy / "run.json").read_text())["sessions"]["t0_s0"]
     assert entry["status"] == "interrupted" and len(entry["restarts"]) == 1
+
+
+def test_an_actor_that_ends_during_a_stop_leaves_its_session_interrupted_at_its_newest_checkpoint(run_copy, capsys):
+    """SLURM and Kubernetes signal every process of a job, Ray's own included: an actor that ends while the trial
+    stops leaves its session ``interrupted`` at its newest committed checkpoint, and the trial exits 75, as after a
+    driver SIGKILL; it is not ``failed``. A checkpoint its process commits after that is the one printed."""
+    from ray.exceptions import ActorUnavailableError
+
+    late = run_copy / "t0/s0/ckpt/000000003000"
+    hidden = late.with_name("000000003000.hidden")
+    late.rename(hidden)  # committed by the ended actor's process after the driver saw it end
+    spec = load_spec(SPECS, "ppo_cartpole", ITEMS)
+    plan = SessionPlan(0, 0, 7, resume=True, status="running", frame=3000)
+    trial = Trial(spec, str(run_copy), [plan], RunRecord.load_or_new(str(run_copy), "ppo_cartpole"), quiet=True,
+                  analyze=False)
+    trial.progress = _Progress()
+    trial.request_stop()
+    trial.on_actor_died(plan, ActorUnavailableError("the raylet got SIGTERM", None))
+    entry = json.loads((run_copy / "run.json").read_text())["sessions"]["t0_s0"]
+    assert (plan.status, entry["status"], entry["checkpoint"]) == ("interrupted", "interrupted", 2000)
+    assert entry["restarts"] == [] and "ActorUnavailableError" in entry["error"]
+    hidden.rename(late)
+    assert trial.finish() == EXIT_RESUMABLE
+    assert "t0_s0: interrupted, committed checkpoint at frame 3000" in capsys.readouterr().out
 
 
 def test_search_resume_verifies_sessions_in_the_driver(run_copy, capsys):
