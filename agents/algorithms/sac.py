@@ -52,10 +52,11 @@ critics), ``policy_loss``, ``alpha_loss``, ``alpha`` (temperature after the upda
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterator
 
 import numpy as np
 import torch
@@ -77,6 +78,19 @@ def step_mean(values: list[torch.Tensor]) -> torch.Tensor | float:
     if not values:
         return math.nan
     return values[0] if len(values) == 1 else torch.stack(values).mean()
+
+
+@contextlib.contextmanager
+def frozen(params: list[torch.nn.Parameter]) -> Iterator[None]:
+    """Inside the block, ``params`` take no gradient (``requires_grad`` False), then take it again, also on an
+    error: a loss that reads the critics for the actor keeps no gradient for their weights."""
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)
 
 
 @dataclass(frozen=True)
@@ -298,14 +312,8 @@ class SoftActorCritic(ReplayCadence, Algorithm):
             entropy = -(prob * logp).sum(-1).mean().detach()
             return policy_loss, -(exp_log_alpha * (self.target_entropy - entropy)).sum()
         act, logp = policy.tanh_gaussian_sample(pdparam, self.gen)
-        critics = self.critic_params()
-        for p in critics:  # gradients reach the actor through the critics' inputs; none is kept for their weights
-            p.requires_grad_(False)
-        try:
+        with frozen(self.critic_params()):  # gradients reach the actor through the critics' inputs, not their weights
             q = self.twin_q(obs, act).min(dim=0).values
-        finally:
-            for p in critics:
-                p.requires_grad_(True)
         policy_loss = (alpha * logp - q).mean()
         return policy_loss, -(exp_log_alpha * (logp.detach() + self.target_entropy)).mean()
 

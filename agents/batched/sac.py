@@ -37,7 +37,7 @@ from torch import nn
 from agents import policy
 from agents.algorithms import LossStats
 from agents.algorithms.base import TensorHolder
-from agents.algorithms.sac import SoftActorCritic
+from agents.algorithms.sac import SoftActorCritic, frozen
 from agents.batched.algorithm import SeedBatch
 from agents.batched.dqn import stack_seeds
 from agents.batched.memory import SeedReplays
@@ -185,13 +185,7 @@ class BatchedSAC(SeedBatch, SoftActorCritic):
         critics take no gradient, the actor's reaches them through a~."""
         exp_log_alpha = self.nets["log_alpha"].value.exp()  # (K, 1)
         act, logp = self.tanh_sample(obs)
-        critics = self.critic_params()
-        for p in critics:
-            p.requires_grad_(False)
-        try:
+        with frozen(self.critic_params()):
             q = self.seed_twin_q(obs, act).min(dim=1).values
-        finally:
-            for p in critics:
-                p.requires_grad_(True)
         policy_loss = (alpha * logp - q).mean(-1)
         return policy_loss, -(exp_log_alpha * (logp.detach() + self.target_entropy)).mean(-1)
