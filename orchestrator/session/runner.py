@@ -84,7 +84,7 @@ class SessionRunner:
         self.keep_live = False  # a ``done`` session keeps its envs open to continue (``extend``)
         self.session_dir = predir_mod.session_dir(predir, trial, session)
         self.store = CheckpointStore(self.session_dir, keep=MetaSpec.of(spec).keep_checkpoints)
-        self.session = prebuilt or Session(spec, seed, trial, session, fresh=not resume)
+        self.session = prebuilt if prebuilt is not None else Session(spec, seed, trial, session, fresh=not resume)
         self.resume, self.checkpoints = resume, checkpoints
         self.timer = timer
         self.restored_frame: int | None = None
