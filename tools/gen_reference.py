@@ -107,6 +107,8 @@ def checks(metadata: Any) -> str:
     parts = [f"{op} {metadata[key]}" for key, op in (("gt", ">"), ("ge", ">="), ("le", "<=")) if key in metadata]
     if "choices" in metadata:
         parts.append("one of " + ", ".join(show(choice) for choice in metadata["choices"]))
+    if "words" in metadata:
+        parts.append("or " + ", ".join(show(word) for word in metadata["words"]))
     mark = metadata.get("perturbable")
     if mark is True:
         parts.append("PBT may perturb")

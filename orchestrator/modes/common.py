@@ -9,7 +9,7 @@ from typing import Any
 
 from orchestrator.commandline import Command, lab_command, typed_options
 from orchestrator.errors import UsageError
-from orchestrator.spec.meta import MetaSpec, set_meta
+from orchestrator.spec.meta import MetaSpec, set_meta, with_meta
 from orchestrator.store import predir as predir_mod
 from orchestrator.store import storage
 from orchestrator.store.checkpoint import CheckpointStore
@@ -45,6 +45,48 @@ def draw_seed(spec: dict[str, Any]) -> int:
         seed = secrets.randbelow(2**31 - 1)
         set_meta(spec, random_seed=seed)
     return seed
+
+
+def resolve_session_batch(spec: dict[str, Any], trials: int = 1) -> int | None:
+    """``meta.session_batch: "auto"`` of a new run, resolved in place to the number it runs with and printed with
+    the reason, once Ray is up (the saved spec holds the number, so every resume keeps it); other values are left.
+
+    The trial's sessions share the session actors the cluster fits at once (``session_hosts.capacity`` of
+    ``meta.resources``, all its CPUs or GPUs, in use or not): ``ceil(max_session * trials / slots)`` seeds per
+    actor, at most ``max_session``, so every seed of ``trials`` trials running together gets a slot. 1 (separate
+    sessions) where that already fits, and where seeds cannot run batched (a PBT search, ``meta.distributed``, an
+    agent ``agents.batched.batch_problem`` refuses).
+
+    Args:
+        spec: a checked spec of a new run.
+        trials: trials that run at the same time (a search: ``max_trial``, or ``--max-concurrent-trials``).
+
+    Returns:
+        The number picked, or None when ``session_batch`` was not ``"auto"``.
+    """
+    if MetaSpec.of(spec).session_batch != "auto":
+        return None
+    from orchestrator.session_hosts import capacity, host_key
+    from orchestrator.spec.load import session_batch_problems
+    from orchestrator.spec.pbt import is_pbt
+
+    set_meta(spec, session_batch=1)
+    meta = MetaSpec.of(spec)
+    refusal = ["a PBT search runs its sessions one per actor"] if is_pbt(spec) else \
+        session_batch_problems(with_meta(spec, session_batch=2))
+    if refusal:
+        k, why = 1, refusal[0].removeprefix("meta.session_batch: 2 ").split("; set meta.session_batch")[0]
+    elif meta.max_session == 1:
+        k, why = 1, "one session per trial"
+    else:
+        slots, seeds = capacity(host_key(meta)), meta.max_session * trials
+        k = min(meta.max_session, -(-seeds // slots))
+        res = ", ".join(f"{v:g} {n}" for n, v in zip(("CPU", "GPU"), host_key(meta)) if v)
+        why = (f"{seeds} session(s) of {trials} trial(s) at once, {slots} session actor(s) of {res} fit the "
+               f"Ray cluster")
+    set_meta(spec, session_batch=k)
+    print(f"meta.session_batch auto: {k} ({why})")
+    return k
 
 
 def resolve_predir(target: str, data_dir: str, spec_name: str) -> str:

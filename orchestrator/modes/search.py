@@ -55,7 +55,14 @@ from ray import tune
 
 from orchestrator.commandline import Command, lab_command, mode_header
 from orchestrator.errors import EXIT_RESUMABLE, SpecError, UsageError
-from orchestrator.modes.common import check_named, draw_seed, missing_spec_message, resolve_predir, with_saved_overrides
+from orchestrator.modes.common import (
+    check_named,
+    draw_seed,
+    missing_spec_message,
+    resolve_predir,
+    resolve_session_batch,
+    with_saved_overrides,
+)
 from orchestrator.runtime.ray_start import check_resources, init_ray
 from orchestrator.runtime.signals import STOP, pause_point
 from orchestrator.search.console import CONSOLE, quiet_tune
@@ -234,6 +241,8 @@ def start_search(cmd: Command, spec: dict[str, Any], lease: SearchLease,
     alg = meta.search_scheduler["name"] if is_pbt(spec) else search_alg_name(spec, cmd.search_alg)
     settings = {"tune_name": spec["name"], "search_alg": alg, "max_concurrent_trials": cmd.max_concurrent_trials}
     init_ray(cmd.address, cmd.dashboard, prestart=False)
+    if resolve_session_batch(spec, min(meta.max_trial, cmd.max_concurrent_trials or meta.max_trial)) is not None:
+        meta = MetaSpec.of(spec)
     check_resources(meta.resources, meta.session_actors, together=True)
     if named is not None:
         storage.makedirs(named)

@@ -14,7 +14,14 @@ from typing import Any, Callable
 from orchestrator.commandline import Command, mode_header, typed_options
 from orchestrator.errors import UsageError
 from orchestrator.modes import spec_check
-from orchestrator.modes.common import check_named, draw_seed, refuse_dev_run, resolve_predir, with_saved_overrides
+from orchestrator.modes.common import (
+    check_named,
+    draw_seed,
+    refuse_dev_run,
+    resolve_predir,
+    resolve_session_batch,
+    with_saved_overrides,
+)
 from orchestrator.runtime.ray_start import check_resources, init_ray
 from orchestrator.runtime.signals import STOP, pause_point
 from orchestrator.spec.meta import MetaSpec
@@ -134,6 +141,7 @@ def run_train(cmd: Command, checked: Callable[[], dict[str, Any]] | None = None)
         checked = checked or spec_check.start(spec_check.request_of(cmd))  # a child process checks while Ray starts
         init_ray(cmd.address, cmd.dashboard)
         new_spec = checked()["spec"]
+        resolve_session_batch(new_spec)
         check_fits(new_spec)
         with STOP.deferred():  # the new run's files are written whole
             predir, plans = plan_fresh(new_spec, cmd.data_dir)
@@ -178,6 +186,7 @@ def run_named(cmd: Command) -> int:
         checked = spec_check.start(spec_check.request_of(cmd))  # a child process checks while Ray starts
         init_ray(cmd.address, cmd.dashboard)
         spec = checked()["spec"]
+        resolve_session_batch(spec)
         check_fits(spec)
     storage.makedirs(predir)
     with Lease(predir, f"train --name {cmd.name}", wait=True) as lease:
@@ -185,6 +194,8 @@ def run_named(cmd: Command) -> int:
             return resume_train(cmd, predir, lease, allow_fresh=True, complete_unchanged=True)
         if spec is None:  # the run was there, and is gone now
             spec = spec_check.start(spec_check.request_of(cmd))()["spec"]
+            init_ray(cmd.address, cmd.dashboard)  # a no-op when started above
+            resolve_session_batch(spec)
         with STOP.deferred():  # the new run's files are written whole
             _, plans = plan_fresh(spec, cmd.data_dir, predir)
             if cmd.overrides:

@@ -227,7 +227,7 @@ def session_batch_problems(spec: dict[str, Any]) -> list[str]:
     """Why a valid spec's ``meta.session_batch`` > 1 cannot run: an agent that does not run with seeds batched
     (``agents.batched.batch_problem``) or ``meta.distributed`` (one global net per trial); [] when it can."""
     k = spec["meta"].get("session_batch", 1)
-    if k == 1:
+    if k == 1 or k == "auto":  # "auto" picks 1 where seeds cannot run batched (modes.common.resolve_session_batch)
         return []
     if spec["meta"].get("distributed"):
         return [f"meta.session_batch: {k} cannot run with meta.distributed (each session pushes to the trial's "

@@ -22,7 +22,9 @@ class MetaSpec:
             groups of this many consecutive session indexes (a smaller remainder group when it does not divide
             ``max_session``; a group of one is a plain session), each group in one actor with one session's
             ``resources``. Every session keeps its own directory, train_df and checkpoints (docs/batched-seeds.md).
-            1: off. Needs an algorithm and net that run batched (``agents.batched.batch_problem``).
+            1: off. Needs an algorithm and net that run batched (``agents.batched.batch_problem``). ``"auto"``: a
+            new run picks it from the Ray cluster's resources when it starts (``resolve_session_batch`` in
+            ``orchestrator.modes.common``) and saves the number in its spec, so every resume keeps it.
         max_trial: search samples (Ray Tune ``num_samples``).
         log_frequency: frames between train_df rows.
         eval_frequency: frames between eval checkpoints (used when ``rigorous_eval`` > 0).
@@ -56,7 +58,7 @@ class MetaSpec:
     """
 
     max_session: int = field(default=1, metadata={"gt": 0})
-    session_batch: int = field(default=1, metadata={"origin": "lab", "gt": 0})
+    session_batch: int | str = field(default=1, metadata={"origin": "lab", "gt": 0, "words": ("auto",)})
     max_trial: int = field(default=1, metadata={"gt": 0})
     log_frequency: int = field(default=1000, metadata={"gt": 0})
     eval_frequency: int = field(default=10000, metadata={"gt": 0})
@@ -79,7 +81,13 @@ class MetaSpec:
 
     @property
     def session_actors(self) -> int:
-        """Actors the sessions of a trial run in: one per seed group, ``ceil(max_session / session_batch)``."""
+        """Actors the sessions of a trial run in: one per seed group, ``ceil(max_session / session_batch)``.
+
+        Raises:
+            ValueError: ``session_batch`` still ``"auto"`` (a new run resolves it first).
+        """
+        if not isinstance(self.session_batch, int):
+            raise ValueError(f"meta.session_batch {self.session_batch!r} is not resolved to a number yet")
         return -(-self.max_session // self.session_batch)
 
     @classmethod

@@ -24,6 +24,8 @@ RESUME_EDITABLE = ("env.max_frame", "meta.log_frequency", "meta.eval_frequency",
 # null in the spec given on train@ keeps the saved value: the seed, and the replay layout (null picks one by the
 # observations; a run saved with an explicit true/false keeps the layout its checkpointed replay is in)
 KEEP_SAVED_IF_UNSET = ("meta.random_seed", "agent.memory.optimize_memory_usage")
+# "auto" in the spec given on a resume keeps the number the run picked when it started
+KEEP_SAVED_IF_AUTO = ("meta.session_batch",)
 
 
 def _leaves(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -42,8 +44,9 @@ def resume_edits(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, 
     Edits under ``RESUME_EDITABLE`` are applied (``max_frame`` and ``max_session`` only upwards, and neither in a
     PBT search: ``PBT_RESUME_FIXED``); every other difference contradicts the past. ``meta.random_seed`` unset in
     the new spec means "keep the saved seed", ``agent.memory.optimize_memory_usage`` unset "keep the saved replay
-    layout". Keys the saved spec lacks (fields added to the lab since it was saved, e.g. ``env.noop_max``,
-    ``agent.net.conv_hid_layers``) take their current defaults, so older runs resume.
+    layout", ``meta.session_batch: "auto"`` "keep the number the run picked". Keys the saved spec lacks (fields
+    added to the lab since it was saved, e.g. ``env.noop_max``, ``agent.net.conv_hid_layers``) take their current
+    defaults, so older runs resume.
 
     Args:
         saved: the checked spec stored in the predir.
@@ -59,7 +62,8 @@ def resume_edits(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, 
     applied, conflicts = [], []
     for key in sorted(set(old_leaves) | set(new_leaves)):
         old, value = old_leaves.get(key), new_leaves.get(key)
-        if old == value or key == "name" or (key in KEEP_SAVED_IF_UNSET and value is None):
+        if old == value or key == "name" or (key in KEEP_SAVED_IF_UNSET and value is None) \
+                or (key in KEEP_SAVED_IF_AUTO and value == "auto"):
             continue
         editable = any(key == e or key.startswith(e + ".") for e in RESUME_EDITABLE)
         lowered = key in ("env.max_frame", "meta.max_session") and isinstance(old, int) and value < old

@@ -169,9 +169,18 @@ def type_ok(value: Any, hint: Any) -> bool:
     return isinstance(value, origin or hint)
 
 
-def type_name(hint: Any) -> str:
+def word_problems(value: str, words: Any, dotted: str) -> list[str]:
+    """[] when ``value`` is one of ``words`` (a key taking a number or these strings), else the problem."""
+    return [] if value in words else [f"{dotted}: expected a number or one of {list(words)}, got {value!r}"]
+
+
+def type_name(hint: Any, metadata: Any = None) -> str:
+    """The name of a type hint in messages; a field's ``metadata`` with ``words`` (the only strings a ``str`` in it
+    takes) names them instead of ``str``."""
     if typing.get_origin(hint) in (Union, types.UnionType):
-        return " or ".join(type_name(h) for h in typing.get_args(hint))
+        return " or ".join(type_name(h, metadata) for h in typing.get_args(hint))
+    if hint is str and (metadata or {}).get("words"):
+        return f"one of {list(metadata['words'])}"
     return "null" if hint is type(None) else getattr(hint, "__name__", str(hint))
 
 

@@ -46,6 +46,7 @@ from orchestrator.spec.schema import (
     type_name,
     type_ok,
     value_at,
+    word_problems,
 )
 from orchestrator.spec.search_space import search_problems
 from orchestrator.spec.slm_lab import SLM_LAB_KEYS, slm_lab_key_problem, slm_lab_name_problem
@@ -76,7 +77,7 @@ def _check_section(section: Any, cls: type, path: str, problems: list[str]) -> N
             problems.append(f"{dotted}: unknown key{hint}")
             continue
         if not type_ok(value, hints[key]):
-            problems.append(f"{dotted}: expected {type_name(hints[key])}, got {value!r}")
+            problems.append(f"{dotted}: expected {type_name(hints[key], fields[key].metadata)}, got {value!r}")
             continue
         _check_range(value, fields[key].metadata, dotted, problems)
         _check_range(value, RANGE_LIMITS.get(dotted, {}), dotted, problems)
@@ -85,6 +86,8 @@ def _check_section(section: Any, cls: type, path: str, problems: list[str]) -> N
 def _check_range(value: Any, meta: Any, dotted: str, problems: list[str]) -> None:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):  # see _check_finite
         return
+    if "words" in meta and isinstance(value, str):  # a number or one of these words (meta.session_batch: "auto")
+        return problems.extend(word_problems(value, meta["words"], dotted))
     if "choices" in meta and value not in meta["choices"]:
         problems.append(f"{dotted}: expected one of {list(meta['choices'])}, got {value!r}")
     if "gt" in meta and not value > meta["gt"]:

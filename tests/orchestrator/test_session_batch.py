@@ -183,13 +183,21 @@ def test_sigterm_commits_every_session_of_the_group_then_train_at_resumes_equal(
 
 
 def test_a2c_runs_batched_a_changed_session_batch_is_refused_and_a_passenger_resume_is_exact(ray_local, tmp_path,
-                                                                                              capsys):
+                                                                                              capsys, monkeypatch):
+    """``session_batch: auto`` on a cluster that fits one session actor picks 2 for 2 sessions and saves it; a
+    resume given ``auto`` keeps it, one given another number is refused; a passenger resume is exact."""
+    import orchestrator.session_hosts
+
+    monkeypatch.setattr(orchestrator.session_hosts, "capacity", lambda key: 1)
     data = tmp_path / "data"
-    assert run_cli(SPECS, "a2c_gae_cartpole", "train", "--data-dir", str(data), *overrides(A2C)) == 0
+    auto = [*A2C, "meta.session_batch=auto"]
+    assert run_cli(SPECS, "a2c_gae_cartpole", "train", "--data-dir", str(data), *overrides(auto)) == 0
+    assert "meta.session_batch auto: 2 (2 session(s) of 1 trial(s) at once, 1 session actor(s) of 1 CPU fit the " \
+           "Ray cluster)" in capsys.readouterr().out
     predir = only_predir(data)
+    assert storage.read_json(str(predir / "a2c_gae_cartpole_spec.json"))["meta"]["session_batch"] == 2
     ref = reference("a2c_gae_cartpole", A2C)
     assert_equals_reference(predir, ref, 2048, [2, 2])
-    capsys.readouterr()
     assert run_cli(SPECS, "a2c_gae_cartpole", f"train@{predir}", "--data-dir", str(data),
                    *overrides([*A2C, "meta.session_batch=1", "env.max_frame=4096"])) == 2
     assert "meta.session_batch: the run was saved with 2, the spec gives 1" in capsys.readouterr().err
@@ -198,7 +206,7 @@ def test_a2c_runs_batched_a_changed_session_batch_is_refused_and_a_passenger_res
 
     shutil.rmtree(predir / "t0/s1/ckpt/000000002048")
     before = files_digest(predir / "t0/s0/ckpt")
-    assert run_cli(SPECS, "a2c_gae_cartpole", f"train@{predir}", "--data-dir", str(data), *overrides(A2C)) == 0
+    assert run_cli(SPECS, "a2c_gae_cartpole", f"train@{predir}", "--data-dir", str(data), *overrides(auto)) == 0
     assert_equals_reference(predir, ref, 2048, [2, 2])
     assert files_digest(predir / "t0/s0/ckpt") == before  # the passenger wrote nothing
     run = storage.read_json(str(predir / "run.json"))
@@ -235,6 +243,44 @@ def test_session_batch_refusals_of_the_spec():
     _, applied, conflicts = resume_edits(saved, load_spec(SPECS, "ppo_cartpole", ["meta.session_batch=2",
                                                                                   "meta.max_session=4"]))
     assert conflicts == [] and applied == ["meta.max_session: 2 -> 4"]
+
+
+def test_session_batch_auto_picks_seeds_per_actor_from_the_slots_and_1_where_batching_is_refused(monkeypatch, capsys):
+    """``resolve_session_batch``: ceil(sessions x trials / slots), at most max_session; 1 where every seed has a
+    slot, for one session, for an agent that cannot run batched and for a PBT search; a number is left as it is."""
+    import orchestrator.session_hosts
+    from orchestrator.modes.common import resolve_session_batch
+    from orchestrator.spec.load import load_spec
+
+    slots = {"n": 2}
+    monkeypatch.setattr(orchestrator.session_hosts, "capacity", lambda key: slots["n"])
+
+    def picked(name: str, items: list[str], trials: int = 1) -> int:
+        spec = load_spec(SPECS, name, ["meta.session_batch=auto", *items])
+        assert resolve_session_batch(spec, trials) == spec["meta"]["session_batch"]
+        return spec["meta"]["session_batch"]
+
+    assert picked("ppo_cartpole", ["meta.max_session=8"]) == 4
+    assert "meta.session_batch auto: 4 (8 session(s) of 1 trial(s) at once, 2 session actor(s) of 1 CPU" \
+        in capsys.readouterr().out
+    assert picked("ppo_cartpole", ["meta.max_session=3"], trials=3) == 3  # ceil(9 / 2) = 5, at most max_session
+    slots["n"] = 4
+    assert picked("ppo_cartpole", ["meta.max_session=3"], trials=2) == 2  # ceil(6 / 4)
+    assert picked("ppo_cartpole", ["meta.max_session=4"]) == 1  # a slot for every seed
+    slots["n"] = 1
+    assert picked("ppo_cartpole", ["meta.max_session=1"]) == 1
+    assert picked("sarsa_cartpole", ["meta.max_session=4"]) == 1
+    assert "auto: 1 (needs an agent that runs with seeds batched: agent.algorithm.name 'SARSA' does not" \
+        in capsys.readouterr().out
+    pbt = ('meta.search_scheduler={"name": "PBT", "perturbation_interval": 4096}', "meta.max_trial=2",
+           'search={"agent": {"net": {"optim_spec": {"lr__uniform": [0.001, 0.01]}}}}', "meta.max_session=2")
+    spec = load_spec(SPECS, "ppo_cartpole", ["meta.session_batch=auto", *pbt], search=True)
+    assert resolve_session_batch(spec, 2) == 1
+    assert "auto: 1 (a PBT search runs its sessions one per actor)" in capsys.readouterr().out
+    spec = load_spec(SPECS, "ppo_cartpole", ["meta.session_batch=3", "meta.max_session=4"])
+    assert resolve_session_batch(spec) is None and spec["meta"]["session_batch"] == 3
+    with pytest.raises(SpecError, match=r"meta.session_batch: expected a number or one of \['auto'\], got 'max'"):
+        load_spec(SPECS, "ppo_cartpole", ["meta.session_batch=max"])
 
 
 def test_a_plain_search_runs_each_trials_sessions_in_seed_groups(ray_local, tmp_path):
