@@ -101,7 +101,8 @@ class SessionActor:
         self.runner = SessionRunner(spec, predir, trial, session, seed, resume, exchange, reseed=reseed)
 
     def open_group(self, spec: dict[str, Any], predir: str, trial: int, sessions: list[int], seeds: list[int],
-                   resume: bool, passengers: list[int], num_threads: int = 1) -> None:
+                   resume: bool, passengers: list[int], num_threads: int = 1,
+                   reseeds: dict[int, dict[str, int]] | None = None) -> None:
         """Build the ``GroupRunner`` of a seed group in this actor (arguments as its own; ``num_threads`` as
         ``open``'s), after dropping (and collecting) the previous runner."""
         import gc
@@ -111,7 +112,8 @@ class SessionActor:
         torch.set_num_threads(max(1, num_threads))
         self.drop()
         gc.collect()
-        self.runner = GroupRunner(spec, predir, trial, sessions, seeds, resume, passengers)
+        self.runner = GroupRunner(spec, predir, trial, sessions, seeds, resume, passengers,
+                                  reseeds={int(s): r for s, r in (reseeds or {}).items()})
 
     def drop(self) -> None:
         """Drop the hosted session, closing its envs when it was kept live (``keep_live``)."""

@@ -33,7 +33,8 @@ Seed groups (``meta.session_batch`` K > 1): the sessions of a trial are packed i
 indexes (``seed_groups``), each hosted by one actor with one session's resources (``SessionActor.run(group=...)``);
 a group of one session is a plain session. The group's stream carries each session's events tagged with its index
 (``Grouped``), handled as that session's own; a group actor that dies or is stopped ends (and restarts) all its
-sessions together, each counting the restart.
+sessions together, each counting the restart. A group is never kept live (``keep_live``): the next Trial restores it
+from its checkpoints, with its sessions' ``reseeds``.
 """
 
 from __future__ import annotations
@@ -266,7 +267,9 @@ class Trial:
         group = {"spec": self.specs.get(plan.trial, self.spec), "predir": self.predir, "trial": plan.trial,
                  "sessions": sessions, "passengers": passengers, "num_threads": max(1, int(self.host_key()[0])),
                  "seeds": [seeds.get(s, session_seed(self.meta.random_seed, plan.trial, s)) for s in sessions],
-                 "resume": bool(passengers) or any(p.resume for p in run)}
+                 "resume": bool(passengers) or any(p.resume for p in run),
+                 "reseeds": {s: self.reseeds[f"t{plan.trial}_s{s}"] for s in sessions
+                             if f"t{plan.trial}_s{s}" in self.reseeds}}
         self.streams[key] = actor.run.remote(group=group)
         for p in run:
             self.actors[p.key] = actor
@@ -396,7 +399,7 @@ class Trial:
             return
         if ended and self.hosts is not None and all(p.status == "done" and not p.error for p in members) \
                 and self.stopping_since is None:
-            if self.keep_live and len(members) == 1:
+            if self.keep_live and len(members) == 1 and self.unit(plan.key) not in self.groups:  # groups restore
                 self.hosts.put_live(self.host_key(), plan.key, plan.frame, actor)
             else:
                 self.hosts.put(self.host_key(), actor)

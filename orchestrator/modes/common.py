@@ -54,12 +54,13 @@ def resolve_session_batch(spec: dict[str, Any], trials: int = 1) -> int | None:
     The trial's sessions share the session actors the cluster fits at once (``session_hosts.capacity`` of
     ``meta.resources``, all its CPUs or GPUs, in use or not): ``ceil(max_session * trials / slots)`` seeds per
     actor, at most ``max_session``, so every seed of ``trials`` trials running together gets a slot. 1 (separate
-    sessions) where that already fits, and where seeds cannot run batched (a PBT search, ``meta.distributed``, an
+    sessions) where that already fits, and where seeds cannot run batched (``meta.distributed``, an
     agent ``agents.batched.batch_problem`` refuses).
 
     Args:
         spec: a checked spec of a new run.
-        trials: trials that run at the same time (a search: ``max_trial``, or ``--max-concurrent-trials``).
+        trials: trials that run at the same time (a search: ``max_trial``, or ``--max-concurrent-trials``; a PBT
+            population: ``max_trial``).
 
     Returns:
         The number picked, or None when ``session_batch`` was not ``"auto"``.
@@ -68,12 +69,10 @@ def resolve_session_batch(spec: dict[str, Any], trials: int = 1) -> int | None:
         return None
     from orchestrator.session_hosts import capacity, host_key
     from orchestrator.spec.load import session_batch_problems
-    from orchestrator.spec.pbt import is_pbt
 
     set_meta(spec, session_batch=1)
     meta = MetaSpec.of(spec)
-    refusal = ["a PBT search runs its sessions one per actor"] if is_pbt(spec) else \
-        session_batch_problems(with_meta(spec, session_batch=2))
+    refusal = session_batch_problems(with_meta(spec, session_batch=2))
     if refusal:
         k, why = 1, refusal[0].removeprefix("meta.session_batch: 2 ").split("; set meta.session_batch")[0]
     elif meta.max_session == 1:

@@ -25,7 +25,8 @@ a checkpoint, as ``train@`` with ``max_frame`` raised continues exactly). Then, 
 
 Kept trials continue with their live state: session actors survive between generations (``SessionHosts``), and a
 session that was not exploited goes on in the same process with everything in memory (``SessionActor.run(extend=
-...)``, no restore); a restore of its checkpoint would give the same state, which is what a resume does. A replay
+...)``, no restore); a restore of its checkpoint would give the same state, which is what a resume does (and what
+a seed group of ``meta.session_batch`` does at every generation: it is restored, with its sessions' reseeds). A replay
 buffer must therefore be in the checkpoints (``agent.memory.checkpoint: true``, required for replay-based
 algorithms in a PBT search by the spec check) so that a recipient, a resume and a replay get it. A population with
 more sessions than the cluster's resources hold at once runs as many at a time as fit (``session_hosts.capacity``),
@@ -175,9 +176,8 @@ class Population:
                       hosts=self.hosts, specs=at_frame, resume_mode="search",
                       max_running=capacity(host_key(self.meta)), keep_live=True,
                       continue_live={p.key for p in plans if p.trial in live},
-                      reseeds={p.key: {"frame": reseeds[p.trial].frame,
-                                       "seed": session_reseed(reseeds[p.trial].reseed, p.session)}
-                               for p in plans if p.trial in reseeds})
+                      reseeds={f"t{t}_s{s}": {"frame": reseeds[t].frame, "seed": session_reseed(reseeds[t].reseed, s)}
+                               for t in reseeds for s in range(self.sessions)})
         self.current = trial
         if self.stop_requested:
             trial.stop_requested = True

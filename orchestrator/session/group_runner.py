@@ -36,6 +36,9 @@ class GroupRunner:
         passengers: session indexes (of ``sessions``) that train with the group but write and report nothing
             (see module docstring).
         timer: as ``SessionRunner``'s.
+        reseeds: session index -> ``{"frame": F, "seed": S}``: restored from its checkpoint at frame F, that
+            session restarts its acting RNG streams at S (``SessionRunner``'s ``reseed``; PBT after an exploit),
+            in session order (the global RNGs, which every session of the group shares, end at the last one's).
 
     Attributes:
         runners: one ``SessionRunner`` per reporting session (its store, tracker, log.txt, commits), in order.
@@ -46,7 +49,8 @@ class GroupRunner:
     """
 
     def __init__(self, spec: dict[str, Any], predir: str, trial: int, sessions: Sequence[int], seeds: Sequence[int],
-                 resume: bool, passengers: Sequence[int] = (), timer: Callable[[], float] = time.monotonic) -> None:
+                 resume: bool, passengers: Sequence[int] = (), timer: Callable[[], float] = time.monotonic,
+                 reseeds: dict[int, dict[str, int]] | None = None) -> None:
         from orchestrator.session.batched import SessionGroup, newest_common_frame  # torch: inside the worker
 
         self.sessions, self.spec, self.keep_live = list(sessions), spec, False
@@ -66,6 +70,13 @@ class GroupRunner:
         self.timer = timer
         if frame is not None:
             self.group.restore([store.load(frame)[1] for store in stores])
+            for k, session in enumerate(self.sessions):
+                reseed = (reseeds or {}).get(session)
+                if reseed is not None and int(reseed["frame"]) == frame:
+                    self.group.sessions[k].reseed(int(reseed["seed"]))
+                    if session in self.reported:
+                        self.runners[self.reported.index(session)].log_line(
+                            f"acting RNG streams reseeded with {reseed['seed']} at frame {frame}")
         elif resume:
             for runner in self.runners:
                 runner.log_line("no checkpoint frame common to the sessions of its group "

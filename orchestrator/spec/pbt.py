@@ -272,10 +272,6 @@ def population_problems(meta: dict[str, Any], variables: list[Any], method: str 
     if meta.get("distributed"):
         problems.append("meta.distributed: PBT copies each session's own optimizer state; "
                         "a trial-wide global optimizer cannot be exploited session for session")
-    if isinstance(meta.get("session_batch"), int) and meta["session_batch"] > 1:  # "auto" picks 1 for PBT
-        problems.append("meta.session_batch: a PBT population runs its sessions one per actor; an exploit copies one "
-                        "trial's checkpoints onto another and continues it live, which a seed group does not do; "
-                        "set meta.session_batch to 1")
     for var in variables:
         name = f"search.{var.path}__{var.kind}"
         if var.kind not in types:

@@ -223,7 +223,7 @@ def test_an_algorithm_that_cannot_run_batched_is_refused_by_name_before_any_run_
 
 
 def test_session_batch_refusals_of_the_spec():
-    """Spec-level refusals: an unbatched agent, meta.distributed, a PBT population, and a raised max_session that
+    """Spec-level refusals: an unbatched agent, meta.distributed, and a raised max_session that
     would join a saved remainder group; session_batch 1 and a raise from a multiple of K pass."""
     from orchestrator.spec.load import load_spec
     from orchestrator.spec.pbt import population_problems
@@ -233,8 +233,7 @@ def test_session_batch_refusals_of_the_spec():
         load_spec(SPECS, "sarsa_cartpole", ["meta.session_batch=2"])
     with pytest.raises(SpecError, match="meta.session_batch: 2 cannot run with meta.distributed"):
         load_spec(SPECS, "a2c_gae_cartpole", ["meta.session_batch=2", "meta.distributed=synced"])
-    assert any(p.startswith("meta.session_batch: a PBT population")
-               for p in population_problems({"max_trial": 4, "session_batch": 2}, []))
+    assert population_problems({"max_trial": 4, "session_batch": 2}, []) == []  # a PBT population runs batched
     saved = load_spec(SPECS, "ppo_cartpole", ["meta.session_batch=2", "meta.max_session=3"])
     _, _, conflicts = resume_edits(saved, load_spec(SPECS, "ppo_cartpole", ["meta.session_batch=2",
                                                                             "meta.max_session=4"]))
@@ -246,8 +245,8 @@ def test_session_batch_refusals_of_the_spec():
 
 
 def test_session_batch_auto_picks_seeds_per_actor_from_the_slots_and_1_where_batching_is_refused(monkeypatch, capsys):
-    """``resolve_session_batch``: ceil(sessions x trials / slots), at most max_session; 1 where every seed has a
-    slot, for one session, for an agent that cannot run batched and for a PBT search; a number is left as it is."""
+    """``resolve_session_batch``: ceil(sessions x trials / slots), at most max_session (a PBT population too); 1
+    where every seed has a slot, for one session and for an agent that cannot run batched; a number is left."""
     import orchestrator.session_hosts
     from orchestrator.modes.common import resolve_session_batch
     from orchestrator.spec.load import load_spec
@@ -275,8 +274,8 @@ def test_session_batch_auto_picks_seeds_per_actor_from_the_slots_and_1_where_bat
     pbt = ('meta.search_scheduler={"name": "PBT", "perturbation_interval": 4096}', "meta.max_trial=2",
            'search={"agent": {"net": {"optim_spec": {"lr__uniform": [0.001, 0.01]}}}}', "meta.max_session=2")
     spec = load_spec(SPECS, "ppo_cartpole", ["meta.session_batch=auto", *pbt], search=True)
-    assert resolve_session_batch(spec, 2) == 1
-    assert "auto: 1 (a PBT search runs its sessions one per actor)" in capsys.readouterr().out
+    assert resolve_session_batch(spec, 2) == 2  # a PBT population's trials run at once: 4 seeds, 1 slot
+    assert "auto: 2 (4 session(s) of 2 trial(s) at once" in capsys.readouterr().out
     spec = load_spec(SPECS, "ppo_cartpole", ["meta.session_batch=3", "meta.max_session=4"])
     assert resolve_session_batch(spec) is None and spec["meta"]["session_batch"] == 3
     with pytest.raises(SpecError, match=r"meta.session_batch: expected a number or one of \['auto'\], got 'max'"):
