@@ -31,6 +31,7 @@ Usage:
     python bench/gpu_check.py --mode cpu      # the same flow with gpu false / num_gpus 0
     python bench/gpu_check.py --workload atari [--precision bfloat16]   # Atari PPO on Pong (issue 11)
     python bench/gpu_check.py --workload atari --vectorization spec,envpool --num-cpus 4
+    python bench/gpu_check.py --workload atari --session-batch 2   # the 2 sessions as one seed group
 
 ``--vectorization`` (comma-separated): run the whole flow once per ``env.vectorization`` (``spec``: the spec's own,
 ``auto`` for Atari; ``sync``, ``async``, ``envpool``), each in a fresh data dir, one figures line each (with
@@ -348,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated env.vectorization values, one flow each: spec, sync, async, envpool")
     parser.add_argument("--num-cpus", type=float, default=None,
                         help="meta.resources.num_cpus per session (default: the spec's)")
+    parser.add_argument("--session-batch", type=int, default=1,
+                        help="meta.session_batch: the 2 sessions as one seed group (2) or separate (1, default)")
     parser.add_argument("--out", default=None, help="JSON file for the figures (default: none)")
     args = parser.parse_args(argv)
     vecs = args.vectorization.split(",")
@@ -370,7 +373,8 @@ def main(argv: list[str] | None = None) -> int:
     figs = []
     for vec in vecs:
         ENV_ITEMS[:] = ([] if vec == "spec" else [f"env.vectorization={vec}"]) + \
-            ([] if args.num_cpus is None else [f"meta.resources.num_cpus={args.num_cpus}"])
+            ([] if args.num_cpus is None else [f"meta.resources.num_cpus={args.num_cpus}"]) + \
+            ([] if args.session_batch == 1 else [f"meta.session_batch={args.session_batch}"])
         start = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="gpu_check_") as data:
             try:
@@ -378,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
             except CheckFailed as err:
                 print(f"FAIL {vec}: {err}", file=sys.stderr)
                 return 1
-        fig.update(vectorization=vec, num_cpus=args.num_cpus or "spec", total_s=time.perf_counter() - start)
+        fig.update(vectorization=vec, num_cpus=args.num_cpus or "spec", session_batch=args.session_batch,
+                   total_s=time.perf_counter() - start)
         figs.append(fig)
         print(figures_line(fig), flush=True)
     if args.out:

@@ -12,11 +12,14 @@
 #   7. bench/throughput.py --device cuda: SAC (Hopper-v5 3,000 frames, Pendulum-v1 3,000 frames) vs SB3, both with
 #      their nets on the GPU, 2 alternating rounds each (needs the bundle's --mujoco part)
 #   8. bench/throughput.py: the same SAC Hopper comparison on this host's CPU (nets on one CPU thread)
+#   9. batched seeds on the GPU: step 4's command with the 4 sessions as one seed group (meta.session_batch=4, one
+#      actor with the 4 sessions' CPUs and one GPU), node frames/s and GPU busy share against step 4's; then the
+#      step-1 flow (train, SIGKILL, resume on GPU, CPU and back) with its 2 sessions as one group
 # Needs the tarball of bench/gpu_site.py at .whl/site.tar.xz (or SITE_TAR) (the packages a bare CUDA image lacks).
 # Writes every log and JSON to /tmp/gpu_run and, after each step, all of them as OUT/gpu_run.tgz (OUT default
 # ./gpu_out; one file, since a device call returns few); each step has its own time limit so a hang in one
 # still leaves the others' figures. MODE=cpu runs the same steps with no GPU (a rehearsal of the script).
-# Usage: OUT=/some/dir bash bench/gpu_run.sh [step ...]  (steps: 1-8, default 1 4 2 3 5 6)
+# Usage: OUT=/some/dir bash bench/gpu_run.sh [step ...]  (steps: 1-9, default 1 4 9 2 3 5 6)
 set -u
 OUT="${OUT:-$PWD/gpu_out}" MODE="${MODE:-gpu}" W=/tmp/gpu_run
 GPUS=$([ "$MODE" = gpu ] && echo 0.25 || echo 0) DEV=$([ "$MODE" = gpu ] && echo cuda || echo cpu) F4="${F4:-81920}" C4="${C4:-4}"  # step 4: frames, CPUs per session
@@ -30,37 +33,45 @@ python3 -c "import sys, torch, ray, gymnasium, ale_py; print(sys.version.split()
 'ray', ray.__version__, 'gymnasium', gymnasium.__version__, 'ale_py', ale_py.__version__, \
 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')" \
   2>&1 | tee "$W/versions.txt"
-steps=("${@:-1 4 2 3 5 6}")
+steps=("${@:-1 4 9 2 3 5 6}")
 for step in ${steps[*]}; do
   case $step in
     1) args=(--workload atari --out "$W/gpu_check_atari.json"); limit=330 ;;
     2) args=(--workload atari --precision bfloat16 --out "$W/gpu_check_atari_bf16.json"); limit=240 ;;
     3) args=(--workload cartpole --out "$W/gpu_check_cartpole.json"); limit=200 ;;
-    4) echo "== step 4: ppo_atari train, 4 sessions x 16 async envs on one GPU (limit 200 s)"
-       rm -rf /tmp/gpu4 "$W/step4_gpu.csv"  # a rerun on the same machine reads only its own run
-       timeout -k 10 200 python3 run_lab.py specs/benchmark/atari.json ppo_atari train --quiet --data-dir /tmp/gpu4 \
-         -s 'meta.resources={"num_cpus": '$C4', "num_gpus": '$GPUS'}' -s env.max_frame=$F4 -s meta.log_frequency=$((F4 / 10)) \
-         -s agent.net.gpu=true > "$W/step4.log" 2>&1 &
+    4|9) [ $step = 4 ] && res='{"num_cpus": '$C4', "num_gpus": '$GPUS'}' batch=1 \
+         || res='{"num_cpus": '$((C4 * 4))', "num_gpus": '$(python3 -c "print(min(1, 4 * $GPUS))")'}' batch=4
+       echo "== step $step: ppo_atari train, 4 sessions x 16 async envs on one GPU, session_batch $batch (limit 200 s)"
+       rm -rf /tmp/gpu$step "$W/step${step}_gpu.csv"  # a rerun on the same machine reads only its own run
+       timeout -k 10 200 python3 run_lab.py specs/benchmark/atari.json ppo_atari train --quiet --data-dir /tmp/gpu$step \
+         -s "meta.resources=$res" -s meta.session_batch=$batch -s env.max_frame=$F4 -s meta.log_frequency=$((F4 / 10)) \
+         -s agent.net.gpu=true > "$W/step$step.log" 2>&1 &
        pid=$!
        while kill -0 $pid 2>/dev/null; do
          nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader,nounits 2>/dev/null | head -1 \
-           >> "$W/step4_gpu.csv"; sleep 1
+           >> "$W/step${step}_gpu.csv"; sleep 1
        done
-       wait $pid; echo "== step 4 exit $?"
-       python3 - "$W" <<'PY'
+       wait $pid; echo "== step $step exit $?"
+       python3 - "$W" $step <<'PY'
 import glob, json, sys
 import pandas as pd
-rows = []
-for f in sorted(glob.glob("/tmp/gpu4/*/t0/s*/train_df.parquet")):
+rows, step = [], sys.argv[2]
+for f in sorted(glob.glob(f"/tmp/gpu{step}/*/t0/s*/train_df.parquet")):
     df = pd.read_parquet(f)
     rows.append({"session": f.split("/")[-2], "frames": int(df["frame"].max()), "fps_median": float(df["fps"].median()),
                  "fps_last": float(df["fps"].iloc[-1]), "total_reward_ma": float(df["total_reward_ma"].iloc[-1])})
-gpu = [tuple(float(x) for x in line.split(",")) for line in open(sys.argv[1] + "/step4_gpu.csv") if "," in line]
-out = {"sessions": rows, "gpu_mem_peak_mb": max((m for m, _ in gpu), default=None),
+gpu = [tuple(float(x) for x in line.split(",")) for line in open(f"{sys.argv[1]}/step{step}_gpu.csv") if "," in line]
+out = {"sessions": rows, "node_fps_median": sum(r["fps_median"] for r in rows),
+       "gpu_mem_peak_mb": max((m for m, _ in gpu), default=None),
        "gpu_util_median": sorted(u for _, u in gpu)[len(gpu) // 2] if gpu else None}
-json.dump(out, open(sys.argv[1] + "/gpu_atari4.json", "w"), indent=1)
+json.dump(out, open(sys.argv[1] + ("/gpu_atari4.json" if step == "4" else "/gpu_atari4_batched.json"), "w"), indent=1)
 print(json.dumps(out))
 PY
+       if [ $step = 9 ]; then
+         echo "== step 9b: gpu_check --workload atari --session-batch 2 (limit 330 s)"
+         timeout -k 10 330 python3 bench/gpu_check.py --mode "$MODE" --timeout 150 --workload atari --session-batch 2 \
+           --out "$W/gpu_check_atari_batched.json" 2>&1 | tee "$W/step9b.log" | tail -20
+       fi
        pack; continue ;;
     5) echo "== step 5: runs written on CUDA, packed as a test fixture"
        rm -rf /tmp/fixture && mkdir -p /tmp/fixture
