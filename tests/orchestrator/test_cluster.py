@@ -342,35 +342,43 @@ def spot_cluster(tmp_path_factory):
         c.kill_all()
 
 
-def test_drained_node_hands_its_sessions_over_from_a_checkpoint_taken_after_the_notice(spot_cluster, tmp_path):
+@pytest.mark.parametrize("sessions, batch", [(3, []), (6, ["meta.session_batch=2"])], ids=["sessions", "seed_groups"])
+def test_drained_node_hands_its_sessions_over_from_a_checkpoint_taken_after_the_notice(spot_cluster, tmp_path,
+                                                                                       sessions, batch):
     """``ray drain-node --reason DRAIN_NODE_REASON_PREEMPTION --deadline-remaining-seconds 30`` of the second node
     while its sessions train: each commits a checkpoint at once (later than its last periodic one) and restarts
     on the head from it (``cause: preempted`` in run.json, nothing lost); the run completes with every log row.
 
-    3 one-CPU sessions on two 2-CPU nodes: each node hosts one at least. ``SlowCartPole`` trains at most ~1,000
-    frames/s, so the notice lands between periodic checkpoints (every 8,192 frames)."""
+    3 one-CPU sessions on two 2-CPU nodes: each node hosts one at least; or 6 sessions in three one-CPU seed groups
+    of 2 (``meta.session_batch``), a drained group moving as a whole.
+    ``SlowCartPole`` trains at most ~1,000 frames/s, so the notice lands between periodic checkpoints (every 8,192
+    frames)."""
     head, spot = spot_cluster.nodes
     data = tmp_path / "data"
-    items = TINY + ["meta.max_session=3", "env.name=tests.fault_envs:SlowCartPole-v0", "env.max_frame=16384",
-                    "meta.log_frequency=1024", "meta.checkpoint_frequency=8192", "meta.max_restarts=0"]
+    items = TINY + [f"meta.max_session={sessions}", "env.name=tests.fault_envs:SlowCartPole-v0",
+                    "env.max_frame=16384", "meta.log_frequency=1024", "meta.checkpoint_frequency=8192",
+                    "meta.max_restarts=0", *batch]
     proc = subprocess.Popen([LAB, SPECS, "ppo_cartpole", "train", "--data-dir", str(data), "--address",
                              spot_cluster.address, "--quiet", *overrides(items)], env=spot_cluster.env,
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
-        deadline, periodic = time.time() + 120, None
+        deadline, periodic, plans = time.time() + 240, None, {}
         while periodic is None:
-            assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
+            if proc.poll() is not None or time.time() > deadline:
+                kill_pids([proc.pid, *descendants(proc.pid)])
+                raise AssertionError(f"{plans}\n{proc.communicate()[1][-3000:]}")
             time.sleep(0.2)
             try:
                 (predir,) = data.glob("ppo_cartpole_*")
-                sessions = storage.read_json(str(predir / "run.json"))["sessions"]
+                plans = storage.read_json(str(predir / "run.json"))["sessions"]
             except (ValueError, FileNotFoundError):
                 continue
-            on_spot = {k for k, s in sessions.items() if s.get("node_id") == spot.node_id}
+            on_spot = {k for k, s in plans.items() if s.get("node_id") == spot.node_id}
             # the checkpoints themselves: a commit reaches run.json only with the next one (one write in flight)
             committed = {k: committed_frames(predir / k.replace("_", "/")) for k in on_spot}
-            if len(sessions) == 3 and on_spot and all(max(committed[k], default=0) >= 8192 for k in on_spot):
+            if len(plans) == sessions and on_spot and \
+                    all(max(committed[k], default=0) >= 8192 for k in on_spot):
                 periodic = {k: max(committed_frames(predir / k.replace("_", "/"))) for k in on_spot}
                 subprocess.run([RAY, "drain-node", "--address", spot_cluster.address, "--node-id", spot.node_id,
                                 "--reason", "DRAIN_NODE_REASON_PREEMPTION", "--reason-message", "spot notice",
@@ -379,9 +387,11 @@ def test_drained_node_hands_its_sessions_over_from_a_checkpoint_taken_after_the_
     finally:
         kill_pids([proc.pid, *descendants(proc.pid)])
     assert proc.returncode == 0, err[-3000:]
-    sessions = storage.read_json(str(predir / "run.json"))["sessions"]
-    assert 0 < len(periodic) < 3  # both nodes were used
-    for key, entry in sessions.items():
+    plans = storage.read_json(str(predir / "run.json"))["sessions"]
+    assert 0 < len(periodic) < sessions  # both nodes were used
+    if batch:  # whole groups moved
+        assert {f"t0_s{int(k[-1]) ^ 1}" for k in periodic} == set(periodic), periodic
+    for key, entry in plans.items():
         assert entry["status"] == "done" and entry["frame"] == 16384 and entry["node_id"] == head.node_id
         if key in periodic:  # moved from the drained node
             (restart,) = entry["restarts"]
