@@ -172,3 +172,17 @@ def test_conv_and_shared_nets_refused_where_they_do_not_run_batched():
         SeedNet([ConvNet((4, 36, 36), 6, [[8, 8, 4], [8, 3, 1]], [16], batch_norm=True) for _ in SEEDS])
     with pytest.raises(ValueError, match="one architecture"):
         SeedNet([ConvNet((4, 36, 36), 6, [[8, 8, 4]], [16]), ConvNet((4, 36, 36), 6, [[8, 8, 4]], [8])])
+
+
+def test_seed_rows_of_channels_last_frames_keep_the_layout():
+    from agents.batched.algorithm import seed_rows
+    from agents.batched.nets import seed_channels_last
+
+    x = seed_channels_last(torch.randint(0, 256, (3, 10, 4, 6, 6), dtype=torch.uint8))
+    assert not x.is_contiguous() and x[1].is_contiguous(memory_format=torch.channels_last)
+    idx = torch.tensor([[9, 0, 3], [2, 2, 5], [7, 1, 1]])
+    out = seed_rows(x, idx)
+    for k in range(3):
+        assert torch.equal(out[k], x[k][idx[k]])
+        assert out[k].is_contiguous(memory_format=torch.channels_last)
+    assert seed_channels_last(out).data_ptr() == out.data_ptr()  # already laid out: no copy in SeedNet
