@@ -8,7 +8,7 @@ batch per seed instead of one batch for all. ``SeedNet`` does the same for a ``C
 for an ``MLPNet`` with several heads (a shared actor-critic): its linear layers by ``seed_linear``, its convolutions
 one ``conv2d`` per seed and layer on that seed's channels-last slice (on a CPU the K per-seed convolutions of the
 Nature CNN take the time one convolution of all K x B frames takes; a grouped convolution, ``groups=K`` over
-(B, K*C, H, W), took 1.3-1.9x that, forward and backward, one thread). ``seed_net`` picks the one for K members.
+(B, K*C, H, W), took 1.2-1.9x that, forward and backward, one thread). ``seed_net`` picks the one for K members.
 """
 
 from __future__ import annotations
