@@ -22,7 +22,9 @@ Usage:
         [--override key=value ...] [--out bench/results/batched_seeds_{spec}.json] [--rss]
 
 Specs: any of ``specs/benchmark/*.json`` that runs batched (PPO, A2C, REINFORCE with ``OnPolicyBatchReplay``, the
-DQN family), e.g. ``--spec dqn_cartpole`` (its ``training_start_step`` of 1,000 frames: the updates start there).
+DQN family, SAC), e.g. ``--spec dqn_cartpole`` (its ``training_start_step`` of 1,000 frames: the updates start
+there), or Atari PPO with its shared Nature CNN, ``--spec ppo_atari --seeds 4 --frames 2048`` (per seed one rollout
+of 16 envs x 128 steps and its update).
 """
 
 from __future__ import annotations

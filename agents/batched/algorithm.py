@@ -4,15 +4,19 @@
 ``ActorCritic`` / ``PPO`` built with seeds ``seeds[k]`` exactly as K separate sessions build them (same net init,
 same ``torch.Generator`` and ``np.random.Generator`` streams), and run them in lockstep:
 
-* nets: each member net becomes a view of its slice of a ``SeedMLP`` (weights (K, out, in)), so one batched
-  forward per step serves the K seeds, and every member's nets, ``state_dict`` and ``weights_sha256`` stay its own;
+* nets: each member net becomes a view of its slice of a ``SeedMLP`` (weights (K, out, in)) or, for a ``ConvNet`` or
+  a shared net (``net.shared``: one body, a policy and a value head), a ``SeedNet`` (``agents.batched.nets.seed_net``),
+  so one batched forward per step serves the K seeds, and every member's nets, ``state_dict`` and ``weights_sha256``
+  stay its own;
 * acting: one forward for the K x N observations of a vector env of K x N sub-envs (seed k's N are the k-th
   block), then each seed's actions drawn from its own generator (``agents.policy.sample``), as its separate
   session draws them;
 * learning: the lab's loss code (``ActorCritic.prepare``, ``minibatch_loss``, ``PPO.policy_loss`` / ``val_loss``,
   ``advantages``) on tensors with a leading seed dim, whose reductions are over the sample dim, so each seed gets
   its own loss, advantage normalization and metrics; the K losses are summed (seed k's parameters get exactly
-  the gradient of its own loss); gradients are clipped per seed (``clip_grads_per_seed``); one optimizer steps the
+  the gradient of its own loss; a shared net's policy and value losses in one backward, as the lab's); gradients
+  are clipped per seed (``clip_grads_per_seed``, over each param group: a shared net's body and both heads
+  together, as the lab clips one net); one optimizer steps the
   stacks (elementwise optimizers only: K separate optimizers, ``agents.batched.optim``). PPO shuffles each seed's
   rollout with that seed's generator, so seed k's minibatches hold the samples its separate run would take.
 * per-seed state: ``seed_state_dict(k)`` gives seed k's state in the format of its own algorithm's
@@ -24,8 +28,9 @@ batched/test_batched.py`` bounds it after an update); over a run the differences
 
 Supported (``BATCHED_LAB``): the lab's ``ActorCritic``, ``PPO`` and ``REINFORCE`` (``agents.batched.reinforce``)
 with ``OnPolicyBatchReplay``, the DQN family with its replays (``agents.batched.dqn``) and ``SoftActorCritic`` on
-Box actions (``agents.batched.sac``); plain ``MLPNet``s (for actor-critics separate actor and critic,
-``net.shared: false``), Discrete actions (SAC: Box), an elementwise optimizer (``ELEMENTWISE_OPTIMIZERS``), and
+Box actions (``agents.batched.sac``); plain ``MLPNet``s (``BATCHED_NETS``), for ``ActorCritic`` and ``PPO`` also
+``ConvNet``s and shared nets (``SHARED_NET_ALGORITHMS``), no layer or batch norm, no ``log_std_init``; Discrete
+actions (SAC: Box), an elementwise optimizer (``ELEMENTWISE_OPTIMIZERS``), and
 none of the stateful normalizers (``normalize_v_targets``, ``normalize_advantages: percentile``), whose running
 statistics are per session; ``batch_problem`` names what a spec asks beyond that.
 """
@@ -49,7 +54,7 @@ from agents.algorithms.reinforce import Reinforce
 from agents.algorithms.sac import SoftActorCritic
 from agents.algorithms.vanilla_dqn import VanillaDQN
 from agents.batched.memory import join_seed_memories, seed_memory
-from agents.batched.nets import SeedMLP
+from agents.batched.nets import seed_net
 from agents.batched.optim import (
     ELEMENTWISE_OPTIMIZERS,
     Slot,
@@ -57,7 +62,7 @@ from agents.batched.optim import (
     load_seed_optim_state,
     seed_optim_state,
 )
-from agents.nets import LOSSES, make_optim, stackable
+from agents.nets import LOSSES, make_optim
 from agents.schedules import FrameLR
 from envs.clock import Clock
 
@@ -67,6 +72,8 @@ BATCHED_LAB: dict[str, type[Algorithm]] = {"ActorCritic": ActorCritic, "PPO": PP
                                            "VanillaDQN": VanillaDQN, "SoftActorCritic": SoftActorCritic}
 BATCHED_ALGORITHMS = tuple(BATCHED_LAB)  # agent.algorithm.name values that run batched
 ON_POLICY = ("ActorCritic", "PPO", "REINFORCE", "Reinforce")  # batched with one group rollout (OnPolicyBatchReplay)
+BATCHED_NETS = ("MLPNet", "ConvNet")  # agent.net.type values that run batched (agents.batched.nets.seed_net)
+SHARED_NET_ALGORITHMS = ("ActorCritic", "PPO")  # the algorithms whose nets may also be ConvNets or shared
 
 
 def batch_problem(spec: AgentSpec) -> str | None:
@@ -97,14 +104,21 @@ def batch_problem(spec: AgentSpec) -> str | None:
 
 
 def _net_problem(spec: AgentSpec) -> str | None:
-    """Why ``agent.net`` (and SAC's critics) cannot run batched, None when they can."""
-    net, critic = spec.net, spec.critic_net
-    if net.type != "MLPNet" or net.shared or net.layer_norm or net.batch_norm:
-        return (f"agent.net.type '{net.type}' does not run batched: it must be an MLPNet with shared: false and "
-                f"no layer_norm/batch_norm (conv, recurrent, dueling and arc nets are not batched)")
+    """Why ``agent.net`` (and SAC's critics) cannot run batched, None when it can: an ``MLPNet``, or for the
+    actor-critics (``SHARED_NET_ALGORITHMS``) also a ``ConvNet`` and a shared net (``net.shared``); no layer or
+    batch norm, no ``log_std_init``."""
+    net, critic, name = spec.net, spec.critic_net, spec.algorithm.name
+    if net.type not in BATCHED_NETS:
+        return (f"agent.net.type '{net.type}' does not run batched: {' and '.join(BATCHED_NETS)} do (dueling, "
+                f"recurrent and arc nets are not batched)")
+    if net.layer_norm or net.batch_norm:
+        return f"agent.net.layer_norm / batch_norm do not run batched (agent.net.type '{net.type}')"
+    if (net.type != "MLPNet" or net.shared) and name not in SHARED_NET_ALGORITHMS:
+        return (f"agent.net.type '{net.type}'{' with shared: true' if net.shared else ''} runs batched only for "
+                f"{list(SHARED_NET_ALGORITHMS)}, not agent.algorithm.name '{name}'")
     if net.log_std_init is not None:
         return "agent.net.log_std_init does not run batched"
-    if spec.algorithm.name != "SoftActorCritic":
+    if name != "SoftActorCritic":
         return None
     if critic is not None and (critic.type != "MLPNet" or critic.layer_norm or critic.batch_norm):
         return (f"agent.critic_net.type '{critic.type}' does not run batched: it must be an MLPNet without "
@@ -175,6 +189,7 @@ class SeedBatch:
             [lab_cls(spec, obs_space, action_space, num_envs, int(s)) for s in seeds]
         super().__init__(spec, obs_space, action_space, num_envs * self.k, int(seeds[0]))  # type: ignore[call-arg]
         self._stack_members()
+        self._seed_obs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # see seed_obs
 
     # ---- construction ----
     def _stack_members(self) -> None:
@@ -184,9 +199,7 @@ class SeedBatch:
         names = {id(p): (net, pname) for net, m in first.nets.items() for pname, p in m.named_parameters()}
         layout = {oname: [[names[id(p)] for p in g["params"]] for g in optim.param_groups]
                   for oname, optim in first.optims.items()}
-        if not all(stackable(m.nets[net]) for m in self.members for net in first.nets):
-            raise ValueError("batched seeds need single-head MLPNets")
-        self.nets = {net: SeedMLP([m.nets[net] for m in self.members]) for net in first.nets}
+        self.nets = {net: seed_net([m.nets[net] for m in self.members]) for net in first.nets}
         stacks = {net: stack.stack_of() for net, stack in self.nets.items()}
         self.slots: dict[str, list[Slot]] = {o: [stacks[net][p] for g in groups for net, p in g]
                                              for o, groups in layout.items()}
@@ -199,21 +212,38 @@ class SeedBatch:
 
     # ---- layouts: vector rows (M*K*N, ...) in (m, k, n) order <-> per seed (K, M*N, ...) ----
     def to_seeds(self, x: torch.Tensor) -> torch.Tensor:
-        """Rows of the group's vector env (M*K*N, ...), ordered (step, seed, env), -> per seed (K, M*N, ...)."""
+        """Rows of the group's vector env (M*K*N, ...), ordered (step, seed, env), -> per seed (K, M*N, ...);
+        (C, H, W) frames for conv nets (``obs_channels_last``) with each seed's in channels-last memory, as
+        ``SeedNet`` takes them (one copy)."""
         rest = x.shape[1:]
-        return x.reshape(-1, self.k, self.n, *rest).transpose(0, 1).reshape(self.k, -1, *rest)
+        x = x.reshape(-1, self.k, self.n, *rest).transpose(0, 1)
+        if self.obs_channels_last and len(rest) == 3:
+            return x.permute(0, 1, 2, 4, 5, 3).reshape(self.k, -1, *rest[1:], rest[0]).permute(0, 1, 4, 2, 3)
+        return x.reshape(self.k, -1, *rest)
 
     def from_seeds(self, x: torch.Tensor) -> torch.Tensor:
         """Inverse of ``to_seeds``: (K, M*N, ...) -> (M*K*N, ...)."""
         rest = x.shape[2:]
         return x.reshape(self.k, -1, self.n, *rest).transpose(0, 1).reshape(-1, *rest)
 
+    def seed_obs(self, obs: torch.Tensor) -> torch.Tensor:
+        """``to_seeds`` of a rollout's observation rows, computed once per update: ``prepare`` lays them out for its
+        forward, ``update`` takes the same tensor (a copy of every frame of the rollout saved)."""
+        cached = self._seed_obs.get(id(obs))
+        if cached is None or cached[0] is not obs:
+            cached = self._seed_obs[id(obs)] = (obs, self.to_seeds(obs))
+        return cached[1]
+
+    def rollout_obs(self, obs: np.ndarray) -> torch.Tensor:
+        """A rollout's observations (B, *O) as ``obs_tensor`` (``to_seeds`` lays them out per seed)."""
+        return self.obs_tensor(obs)
+
     def pdparam_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Policy parameters and values of per-seed observations (K, B, *O) -> (K, B, pd), (K, B), or of vector
         rows (M*K*N, *O) -> (M*K*N, pd), (M*K*N,) (how ``ActorCritic.prepare`` passes a rollout)."""
         if obs.dim() == len(self.obs_space.shape) + 2:
             return super().pdparam_value(obs)  # type: ignore[misc]
-        pdparam, value = super().pdparam_value(self.to_seeds(obs))  # type: ignore[misc]
+        pdparam, value = super().pdparam_value(self.seed_obs(obs))  # type: ignore[misc]
         return self.from_seeds(pdparam), self.from_seeds(value)
 
     # ---- acting ----
@@ -221,7 +251,8 @@ class SeedBatch:
     def act(self, obs_NO: np.ndarray, clock: Clock, deterministic: bool = False) -> np.ndarray:
         """Actions (K*N,) for the group's observations (K*N, *O), seed k's N drawn from member k's generator."""
         obs = self.obs_tensor(obs_NO).reshape(self.k, self.n, *self.obs_space.shape)
-        pdparam = self.nets[self.policy_net](obs)
+        out = self.nets["net" if self.net_spec.shared else self.policy_net](obs)
+        pdparam = out[0] if isinstance(out, list) else out  # a shared net's heads: [policy, value]
         return torch.cat([policy.sample(pdparam[k], self.discrete, m.gen, deterministic)
                           for k, m in enumerate(self.members)]).cpu().numpy()
 
@@ -244,7 +275,9 @@ class SeedBatch:
 
     def update(self, clock: Clock) -> list[LossStats]:  # type: ignore[override]
         """One update of every seed (the lab class's steps, see ``minibatches``); per seed its ``LossStats``."""
-        data = {key: self.to_seeds(v) for key, v in self.prepare(self.memory.pop()).items()}
+        prepared = self.prepare(self.memory.pop())
+        data = {key: self.seed_obs(v) if key == "obs" else self.to_seeds(v) for key, v in prepared.items()}
+        self._seed_obs.clear()
         optim_names = tuple(self.optims)
         losses, entropies, grad_norms = [], [], []
         metrics: dict[str, list[Any]] = {name: [] for name in self.metric_names}
@@ -335,8 +368,15 @@ class SeedBatch:
 
 
 def seed_rows(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """Per seed rows: ``x[k][idx[k]]`` of ``x`` (K, S, ...) and ``idx`` (K, b) int64 -> (K, b, ...), one gather."""
-    return x.gather(1, idx.view(*idx.shape, *[1] * (x.dim() - 2)).expand(*idx.shape, *x.shape[2:]))
+    """Per seed rows: ``x[k][idx[k]]`` of ``x`` (K, S, ...) and ``idx`` (K, b) int64 -> (K, b, ...), one
+    ``index_select`` of whole rows (as ``take_rows``; an elementwise ``gather`` took 10x longer on Atari frames);
+    frames (K, S, C, H, W) with each seed's in channels-last memory (``SeedBatch.to_seeds``) give rows so laid out."""
+    k, s = x.shape[:2]
+    flat = (idx + torch.arange(k, device=idx.device).unsqueeze(1) * s).reshape(-1)
+    if x.dim() == 5 and not x.is_contiguous() and x.permute(0, 1, 3, 4, 2).is_contiguous():
+        rows = x.permute(0, 1, 3, 4, 2)
+        return rows.flatten(0, 1).index_select(0, flat).view(k, -1, *rows.shape[2:]).permute(0, 1, 4, 2, 3)
+    return x.flatten(0, 1).index_select(0, flat).view(k, -1, *x.shape[2:])
 
 
 class BatchedActorCritic(SeedBatch, ActorCritic):

@@ -25,6 +25,7 @@ import numpy as np
 from agents.batched import SeedBatch, batch_problem, batched_algorithm
 from envs.make import episode_returns, final_obs
 from orchestrator.errors import UsageError
+from orchestrator.runtime.allocator import TRIM_THRESHOLD_BYTES, retain_freed_memory
 from orchestrator.session.loop import LogCallback, Session
 from orchestrator.store.checkpoint import CheckpointError, CheckpointStore
 
@@ -50,6 +51,9 @@ class SessionGroup:
         if len(sessions) != len(seeds) or not seeds:
             raise ValueError(f"a session group needs one session index per seed, got {sessions} for {list(seeds)}")
         self.sessions = [Session(spec, seed, trial, s, fresh) for seed, s in zip(seeds, sessions)]
+        # a batched step holds K seeds' step buffers at once (Atari PPO: K x 60 MB): each seed keeps a session's
+        # allowance of freed heap (at most 1 GiB in all), else every step of K >= 3 seeds page-faults them afresh
+        retain_freed_memory(trim_threshold=min(TRIM_THRESHOLD_BYTES * len(seeds), 2**30))
         first = self.sessions[0]
         problem = batch_problem(first.spec.agent)
         if problem is not None:

@@ -17,16 +17,22 @@ def agent_spec(name: str, overrides: list[str] | None = None):
     return build(load_spec(SPECS, name, overrides or [])).agent
 
 
-def drive_pair(group, separate, n: int, steps: int, rng: np.random.Generator, obs: np.ndarray):
-    """Feed the same random transitions to a group and to its separate algorithms (seed k: columns k*n..); the
-    group's actions must equal the separate ones. Returns the last obs, the group's clock and the separate ones."""
+def normal_obs(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Standard-normal float32 observations of ``shape``."""
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def drive_pair(group, separate, n: int, steps: int, rng: np.random.Generator, obs: np.ndarray, draw=normal_obs):
+    """Feed the same random transitions to a group and to its separate algorithms (seed k: columns k*n..), the next
+    observations ``draw(rng, obs.shape)``; the group's actions must equal the separate ones. Returns the last obs,
+    the group's clock and the separate ones."""
     k = len(separate)
     clock, clocks = Clock(10 ** 9, n), [Clock(10 ** 9, n) for _ in separate]
     for _ in range(steps):
         act = group.act(obs, clock)
         acts = [algo.act(obs[i * n:(i + 1) * n], c) for i, (algo, c) in enumerate(zip(separate, clocks))]
         np.testing.assert_array_equal(act, np.concatenate(acts))
-        nxt = rng.standard_normal(obs.shape).astype(np.float32)
+        nxt = draw(rng, obs.shape)
         term, trunc = rng.random(k * n) < 0.05, np.zeros(k * n, bool)
         rew = rng.random(k * n).astype(np.float32)
         group.memory.add(obs, act, rew, nxt, term, trunc)

@@ -31,14 +31,19 @@ REINFORCE = ["env.max_frame=768", "meta.log_frequency=64", "agent.memory.name=On
 SAC = ["env.max_frame=768", "meta.log_frequency=64", "agent.algorithm.training_start_step=128",
        "agent.memory.batch_size=32", "agent.memory.max_size=2000", "agent.net.hid_layers=[32,32]",
        "agent.algorithm.training_iter=1", "agent.memory.checkpoint=true"]
+# Atari PPO with its shared ConvNet on 36x36 Pong frames, a tiny conv body
+ATARI = ["env.max_frame=768", "env.num_envs=2", "env.image_downsize=[36,36]", "meta.log_frequency=128",
+         "agent.algorithm.training_epoch=3", "agent.algorithm.time_horizon=16", "agent.algorithm.minibatch_size=16",
+         "agent.net.conv_hid_layers=[[8,8,4],[8,3,1]]", "agent.net.fc_hid_layers=[32]"]
 CASES = {"dqn_cartpole": DQN, "ddqn_per_cartpole": [*DQN, "agent.algorithm.training_iter=2", "env.max_frame=512"],
-         "reinforce_cartpole": REINFORCE, "sac_pendulum": SAC}
+         "reinforce_cartpole": REINFORCE, "sac_pendulum": SAC, "ppo_atari": ATARI}
 
 
 def spec_of(name: str, overrides: list[str]) -> dict:
-    """The flat spec of benchmark spec ``name`` (CartPole's file, or Pendulum's for ``*_pendulum``)."""
-    return load_spec(str(Path(SPECS).with_name("pendulum.json")) if name.endswith("_pendulum") else SPECS, name,
-                     overrides)
+    """The flat spec of benchmark spec ``name`` (CartPole's file, or Pendulum's for ``*_pendulum``, Atari's for
+    ``*_atari``)."""
+    other = next((f for f in ("pendulum", "atari") if name.endswith(f"_{f}")), None)
+    return load_spec(str(Path(SPECS).with_name(f"{other}.json")) if other else SPECS, name, overrides)
 
 
 @pytest.fixture(autouse=True)
@@ -108,17 +113,16 @@ CHILD = """
 import sys, time, torch
 torch.set_num_threads(1)
 from orchestrator.session.group_runner import GroupRunner
-from orchestrator.spec.load import load_spec
-from tests.agents.algorithms.helpers import SPECS
-spec = load_spec(SPECS.replace("cartpole", "pendulum") if sys.argv[2].endswith("_pendulum") else SPECS, sys.argv[2],
-                 sys.argv[3:])
+from tests.agents.batched.test_group_algorithms import spec_of
+spec = spec_of(sys.argv[2], sys.argv[3:])
 for _ in GroupRunner(spec, sys.argv[1], 0, [0, 1, 2], [5, 6, 7], resume=False).events():
     time.sleep(0.1)  # slow: the parent kills it midway
 """
 
 PPO = ["env.max_frame=768", "env.num_envs=4", "meta.log_frequency=128", "agent.algorithm.training_epoch=3",
        "agent.algorithm.time_horizon=16", "meta.rigorous_eval=1", "meta.eval_frequency=512"]
-KILLED = {"ppo_cartpole": PPO, "dqn_cartpole": DQN, "reinforce_cartpole": REINFORCE, "sac_pendulum": SAC}
+KILLED = {"ppo_cartpole": PPO, "dqn_cartpole": DQN, "reinforce_cartpole": REINFORCE, "sac_pendulum": SAC,
+          "ppo_atari": ATARI}
 
 
 @pytest.mark.parametrize("name", list(KILLED))
