@@ -8,25 +8,34 @@ seed+K-1`` (session indexes 0..K-1), in one process with one torch thread:
   other, as K session processes would (a session seeds the global RNGs when it is built);
 - ``batched``: one ``SessionGroup`` (``orchestrator.session.batched``, ``meta.session_batch: K``) of the same seeds.
 
-Recorded per session: its train_df curve (``frame``, ``epi``, ``total_reward``, ``total_reward_ma``) and its score,
-the lab's final ``total_reward_ma`` (the mean return of the last ``meta.ma_window`` episodes at the last log row: the
-number a trial's metrics summarise across sessions, ``across_sessions.total_reward_ma``). Per variant: the IQM of
-the K scores and its 95% stratified-bootstrap CI (``orchestrator.report.stats.summary``, as ``lab analyze``), and the
-IQM curve over frames with its CI band (``orchestrator.report.graphs.iqm_band``, as ``lab compare``). The verdict:
-whether the two CIs overlap, whether each IQM lies in the other's CI, and the difference of the IQMs (batched minus
-separate) with a 95% paired bootstrap CI (``stats.bootstrap_ci`` resampling seeds, the same resampled seeds for
-both variants, since seed k is the same seed in both); ``agree`` when that CI contains 0. Also per seed
+Recorded per session: its train_df curve (``frame``, ``epi``, ``total_reward``, ``total_reward_ma``) and two of
+the scores a trial's metrics summarise across sessions (``across_sessions`` in ``t{T}_trial_metrics.json``):
+
+- ``total_reward_ma``: the final ``total_reward_ma`` (the mean return of the last ``meta.ma_window`` episodes at the
+  last log row): where the seeds end;
+- ``strength``: SLM-Lab's strength, the mean over the log rows of ``total_reward`` minus the random policy's mean
+  return (``orchestrator.report.metrics.calc_strength``, ``compute_random_baseline``): the area under the return
+  curve, so how fast the seeds learn.
+
+Per variant and score: the IQM over the K seeds and its 95% stratified-bootstrap CI
+(``orchestrator.report.stats.summary``, as ``lab analyze``), and the IQM curve of ``total_reward_ma`` over frames
+with its CI band (``orchestrator.report.graphs.iqm_band``, as ``lab compare``). The verdict per score: whether the
+two CIs overlap, whether each IQM lies in the other's CI, and the difference of the IQMs (batched minus separate)
+with a 95% paired bootstrap CI (``stats.bootstrap_ci`` resampling seeds, the same resampled seeds for both variants,
+since seed k is the same seed in both); ``agree`` when that CI contains 0. Also per seed
 ``first_divergent_frame``: the first log frame where the two runs of the seed differ in ``epi``, ``total_reward``
 or ``total_reward_ma`` (None: never), i.e. from where float rounding has changed the seed's trajectory.
 
 Outputs: the JSON ``--out`` (default ``bench/results/batched_learning_{spec}.json``) and the graph ``--graph``
 (default ``docs/images/batched_learning_{spec}.png``: both IQM curves with their CI bands, as ``lab compare``
-draws them). ``--table JSON ...`` prints the docs' markdown table of result files instead.
+draws them). ``--table JSON ...`` prints the docs' markdown table of result files instead; ``--rescore JSON``
+recomputes the scores, verdicts, curves and graph of a result file from its recorded sessions.
 
 Usage:
     python bench/batched_learning.py [--spec ppo_cartpole] [--seeds 8] [--seed 1] [--frames N]
         [--override key=value ...] [--out PATH] [--graph PNG]
     python bench/batched_learning.py --table bench/results/batched_learning_*.json
+    python bench/batched_learning.py --rescore bench/results/batched_learning_ppo_cartpole.json [--graph PNG]
 """
 
 from __future__ import annotations
@@ -48,14 +57,27 @@ CURVE_COLUMNS = ("frame", "epi", "total_reward", "total_reward_ma")
 MAX_PNG_BYTES = 100_000
 
 
+SCORES = ("total_reward_ma", "strength")
+
+
 def session_record(session: Any) -> dict[str, Any]:
-    """One finished session as recorded: seed, session index, final frame, score (its last non-NaN
-    ``total_reward_ma``, None if no episode ended) and its train_df curve (``CURVE_COLUMNS``, NaN as None)."""
+    """One finished session as recorded: seed, session index, final frame and its train_df curve
+    (``CURVE_COLUMNS``, NaN as None)."""
     df = session.train_df
-    ma = df["total_reward_ma"].dropna()
     curve = {c: [None if v != v else v for v in df[c].tolist()] for c in CURVE_COLUMNS}
-    return {"seed": session.seed, "session": session.session, "frame": session.clock.frame,
-            "score": float(ma.iloc[-1]) if len(ma) else None, "curve": curve}
+    return {"seed": session.seed, "session": session.session, "frame": session.clock.frame, "curve": curve}
+
+
+def scores(record: dict[str, Any], rand_return: float) -> dict[str, float | None]:
+    """``SCORES`` of one recorded session (see the module docstring): None where no episode has ended."""
+    import pandas as pd
+
+    from orchestrator.report.metrics import calc_strength
+
+    ma = [v for v in record["curve"]["total_reward_ma"] if v is not None]
+    returns = pd.Series([v for v in record["curve"]["total_reward"] if v is not None], dtype=float)
+    return {"total_reward_ma": ma[-1] if ma else None,
+            "strength": calc_strength(returns, rand_return)[0] if len(returns) else None}
 
 
 def run_variant(variant: str, spec: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
@@ -72,7 +94,8 @@ def run_variant(variant: str, spec: dict[str, Any], seeds: list[int]) -> dict[st
             session.run_rl()
             records.append(session_record(session))
             session.close()
-            print(f"separate seed {seed}: score {records[-1]['score']}", flush=True)
+            print(f"separate seed {seed}: final total_reward_ma {records[-1]['curve']['total_reward_ma'][-1]}",
+                  flush=True)
     else:
         group = SessionGroup(spec, seeds)
         group.run_rl()
@@ -103,34 +126,54 @@ def first_divergent_frame(a: dict[str, Any], b: dict[str, Any]) -> int | None:
     return None
 
 
-def verdict(separate: list[dict[str, Any]], batched: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per variant the IQM of the scores and its 95% bootstrap CI (``stats.summary``); the CIs' overlap, each IQM in
-    the other's CI, and the IQM difference (batched - separate) with its paired bootstrap 95% CI.
+def verdict(separate: list[float | None], batched: list[float | None]) -> dict[str, Any]:
+    """For one score of the same seeds in the same order: per variant the IQM and its 95% bootstrap CI
+    (``stats.summary``); the CIs' overlap, each IQM in the other's CI, and the IQM difference (batched - separate)
+    with its paired bootstrap 95% CI; ``agree``: that CI contains 0.
 
     Raises:
-        ValueError: a session without a score (no episode ended: raise the frames), or the two lists are not the
-            same seeds in the same order.
+        ValueError: a seed without the score (no episode ended: raise the frames), or lists of different lengths.
     """
     import numpy as np
 
     from orchestrator.report import stats
 
-    if [r["seed"] for r in separate] != [r["seed"] for r in batched]:
-        raise ValueError("the separate and batched runs are not the same seeds")
-    if any(r["score"] is None for r in separate + batched):
-        raise ValueError("a session has no total_reward_ma (no episode ended): raise --frames")
-    scores = np.array([[r["score"] for r in batched], [r["score"] for r in separate]]).T  # (K seeds, 2 variants)
-    out: dict[str, Any] = {"score": "final total_reward_ma"}
-    out["batched"], out["separate"] = stats.summary(scores[:, 0]), stats.summary(scores[:, 1])
+    if len(separate) != len(batched) or any(v is None for v in separate + batched):
+        raise ValueError("a seed has no score (no episode ended: raise --frames) or the variants differ in seeds")
+    both = np.array([batched, separate], dtype=float).T  # (K seeds, 2 variants)
+    out: dict[str, Any] = {"batched": stats.summary(both[:, 0]), "separate": stats.summary(both[:, 1])}
     b, s = out["batched"], out["separate"]
     out["ci_overlap"] = b["ci"][0] <= s["ci"][1] and s["ci"][0] <= b["ci"][1]
     out["batched_iqm_in_separate_ci"] = s["ci"][0] <= b["iqm"] <= s["ci"][1]
     out["separate_iqm_in_batched_ci"] = b["ci"][0] <= s["iqm"] <= b["ci"][1]
-    low, high = stats.bootstrap_ci(scores, statistic=lambda x: stats.iqm(x[:, 0]) - stats.iqm(x[:, 1]))
+    low, high = stats.bootstrap_ci(both, statistic=lambda x: stats.iqm(x[:, 0]) - stats.iqm(x[:, 1]))
     out["iqm_diff"] = b["iqm"] - s["iqm"]
     out["iqm_diff_ci"] = [low, high]
     out["agree"] = bool(low <= 0 <= high)
     return out
+
+
+def analyse(result: dict[str, Any]) -> dict[str, Any]:
+    """Fill a result's scores (per session), verdicts (per score), IQM curves and first divergent frames from its
+    recorded sessions (``result["sessions"]``) and random baseline; returns ``result``.
+
+    Raises:
+        ValueError: the separate and batched sessions are not the same seeds in the same order; or ``verdict``'s.
+    """
+    runs, rand = result["sessions"], result["random_baseline"]["mean"]
+    if [r["seed"] for r in runs["separate"]] != [r["seed"] for r in runs["batched"]]:
+        raise ValueError("the separate and batched runs are not the same seeds")
+    for records in runs.values():
+        for r in records:
+            r.pop("score", None)  # a result written before the scores were a dict
+            r["scores"] = scores(r, rand)
+    result["verdict"] = {key: verdict([r["scores"][key] for r in runs["separate"]],
+                                      [r["scores"][key] for r in runs["batched"]]) for key in SCORES}
+    result["first_divergent_frame"] = {str(a["seed"]): first_divergent_frame(a, b)
+                                       for a, b in zip(runs["separate"], runs["batched"])}
+    result["iqm_curves"] = {variant: {k: v.tolist() for k, v in band(records).reset_index(names="frame").items()}
+                            for variant, records in runs.items()}
+    return result
 
 
 def write_graph(path: Path, env: str, spec_name: str, frames: int, runs: dict[str, list[dict[str, Any]]]) -> None:
@@ -154,19 +197,34 @@ def write_graph(path: Path, env: str, spec_name: str, frames: int, runs: dict[st
 
 
 def table(paths: list[str]) -> str:
-    """The docs' markdown table of result files (one row each)."""
-    lines = ["| spec | seeds | frames per seed | IQM batched [95% CI] | IQM separate [95% CI] | "
-             "IQM difference [95% CI] | verdict |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    """The docs' markdown table of result files (one row per file and score)."""
+    lines = ["| spec | seeds | frames per seed | score | IQM batched [95% CI] | IQM separate [95% CI] | "
+             "IQM difference [95% CI] | verdict |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for path in paths:
         r = json.loads(Path(path).read_text())
-        v = r["verdict"]
-        b, s, d = v["batched"], v["separate"], v["iqm_diff_ci"]
-        said = "agree: 0 in the difference's CI" if v["agree"] else "differ: 0 outside the difference's CI"
-        said += ", CIs overlap" if v["ci_overlap"] else ", CIs disjoint"
-        lines.append(f"| `{r['spec']}` | {r['seeds']} | {r['frames_per_seed']:,} | {b['iqm']:.1f} "
-                     f"[{b['ci'][0]:.1f}, {b['ci'][1]:.1f}] | {s['iqm']:.1f} [{s['ci'][0]:.1f}, {s['ci'][1]:.1f}] | "
-                     f"{v['iqm_diff']:+.1f} [{d[0]:+.1f}, {d[1]:+.1f}] | {said} |")
+        for key in SCORES:
+            v = r["verdict"][key]
+            b, s, d = v["batched"], v["separate"], v["iqm_diff_ci"]
+            said = "same: 0 in the difference's CI" if v["agree"] else "differ: 0 outside the difference's CI"
+            said += ", CIs overlap" if v["ci_overlap"] else ", CIs disjoint"
+            lines.append(f"| `{r['spec']}` | {r['seeds']} | {r['frames_per_seed']:,} | `{key}` | {b['iqm']:.1f} "
+                         f"[{b['ci'][0]:.1f}, {b['ci'][1]:.1f}] | {s['iqm']:.1f} [{s['ci'][0]:.1f}, "
+                         f"{s['ci'][1]:.1f}] | {v['iqm_diff']:+.1f} [{d[0]:+.1f}, {d[1]:+.1f}] | {said} |")
     return "\n".join(lines)
+
+
+def report(result: dict[str, Any], out: Path, graph: Path, env: str) -> None:
+    """Write the result JSON to ``out`` and its graph to ``graph``, and print the verdicts."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    ordered = {**{k: v for k, v in result.items() if k != "sessions"}, "sessions": result["sessions"]}
+    out.write_text(json.dumps(ordered, indent=1) + "\n")
+    write_graph(graph, env, result["spec"], result["frames_per_seed"], result["sessions"])
+    for key in SCORES:
+        v = result["verdict"][key]
+        b, s = v["batched"], v["separate"]
+        print(f"IQM {key}: batched {b['iqm']:.1f} {b['ci']}, separate {s['iqm']:.1f} {s['ci']}; difference "
+              f"{v['iqm_diff']:+.1f} {v['iqm_diff_ci']}: {'same' if v['agree'] else 'DIFFER'}")
+    print(f"first divergent log frame per seed: {result['first_divergent_frame']}\nresults: {out}\ngraph: {graph}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,44 +238,49 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="default bench/results/batched_learning_{spec}.json")
     ap.add_argument("--graph", default=None, help="default docs/images/batched_learning_{spec}.png")
     ap.add_argument("--table", nargs="+", metavar="JSON", help="print the markdown table of these result files")
+    ap.add_argument("--rescore", metavar="JSON", help="recompute a result file's analysis from its sessions")
     args = ap.parse_args(argv)
     if args.table:
         print(table(args.table))
+        return 0
+    if args.rescore:
+        out = Path(args.rescore)
+        result = json.loads(out.read_text())
+        if "random_baseline" not in result:  # a result written before it recorded the env and baseline
+            from orchestrator.report.metrics import compute_random_baseline
+
+            env_spec = json.loads(spec_file(result["spec"]).read_text())[result["spec"]]["env"]
+            result["env"] = env_spec["name"]
+            result["random_baseline"] = compute_random_baseline(env_spec["name"], env_spec.get("max_t"))
+        result = analyse(result)
+        env = result["env"]
+        report(result, out, Path(args.graph or ROOT / f"docs/images/batched_learning_{result['spec']}.png"), env)
         return 0
     if args.seeds < 1:
         ap.error("--seeds must be at least 1")
     import torch
 
+    from orchestrator.report.metrics import compute_random_baseline
     from orchestrator.spec.load import load_spec
 
     torch.set_num_threads(1)
     overrides = ["meta.rigorous_eval=0", *([f"env.max_frame={args.frames}"] if args.frames else []), *args.override]
     spec = load_spec(str(spec_file(args.spec)), args.spec, overrides)
-    frames = spec["env"]["max_frame"]
+    env = spec["env"]["name"]
     seeds = list(range(args.seed, args.seed + args.seeds))
     runs, walls = {}, {}
     for variant in ("batched", "separate"):
         rec = run_variant(variant, spec, seeds)
         runs[variant], walls[variant] = rec["sessions"], rec["wall_s"]
-        print(f"{variant}: {rec['wall_s']:.0f} s, scores {[r['score'] for r in rec['sessions']]}", flush=True)
-    result = verdict(runs["separate"], runs["batched"])
-    divergent = {str(a["seed"]): first_divergent_frame(a, b) for a, b in zip(runs["separate"], runs["batched"])}
-    curves = {variant: {k: v.tolist() for k, v in band(records).reset_index(names="frame").items()}
-              for variant, records in runs.items()}
-    out = Path(args.out or ROOT / f"bench/results/batched_learning_{args.spec}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
-        "spec": args.spec, "spec_file": spec_file(args.spec).relative_to(ROOT).as_posix(), "overrides": overrides,
-        "seeds": args.seeds, "session_seeds": seeds, "frames_per_seed": frames, "torch_threads": 1,
-        "cpu_count": os.cpu_count(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "wall_s": walls, "verdict": result, "first_divergent_frame": divergent, "iqm_curves": curves,
-        "sessions": runs}, indent=1) + "\n")
-    graph = Path(args.graph or ROOT / f"docs/images/batched_learning_{args.spec}.png")
-    write_graph(graph, spec["env"]["name"], args.spec, frames, runs)
-    b, s = result["batched"], result["separate"]
-    print(f"IQM final total_reward_ma: batched {b['iqm']:.1f} {b['ci']}, separate {s['iqm']:.1f} {s['ci']}; "
-          f"difference {result['iqm_diff']:+.1f} {result['iqm_diff_ci']}: {'agree' if result['agree'] else 'DIFFER'}"
-          f"\nfirst divergent log frame per seed: {divergent}\nresults: {out}\ngraph: {graph}")
+        print(f"{variant}: {rec['wall_s']:.0f} s", flush=True)
+    result = analyse({
+        "spec": args.spec, "spec_file": spec_file(args.spec).relative_to(ROOT).as_posix(), "env": env,
+        "overrides": overrides, "seeds": args.seeds, "session_seeds": seeds,
+        "frames_per_seed": spec["env"]["max_frame"], "torch_threads": 1, "cpu_count": os.cpu_count(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "wall_s": walls,
+        "random_baseline": compute_random_baseline(env, spec["env"].get("max_t")), "sessions": runs})
+    report(result, Path(args.out or ROOT / f"bench/results/batched_learning_{args.spec}.json"),
+           Path(args.graph or ROOT / f"docs/images/batched_learning_{args.spec}.png"), env)
     return 0
 
 

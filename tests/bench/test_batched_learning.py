@@ -1,6 +1,6 @@
 """``bench/batched_learning.py`` (docs/batched-seeds.md "Learning"): a tiny run of both variants records the same
-seeds, its separate sessions are the lab's plain sessions row for row, and its IQMs, CIs and verdict are the lab's
-statistics of the recorded scores."""
+seeds, its separate sessions are the lab's plain sessions row for row, its scores are the lab's session metrics, and
+its IQMs, CIs and verdicts are the lab's statistics of the recorded scores; ``--rescore`` recomputes the same."""
 
 from __future__ import annotations
 
@@ -39,43 +39,58 @@ def test_batched_learning_records_the_same_seeds_and_the_labs_statistics(tmp_pat
                                                                                   (SEED + 1, 1, FRAMES)]
         assert [r["curve"]["frame"] for r in runs[variant]] == [[256, 512, 768, 1024]] * 2
 
-    # the separate variant is the lab's plain session of each seed, row for row
+    # the separate variant is the lab's plain session of each seed, row for row, and its scores the lab's metrics
     from bench.batched_seeds import spec_file
+    from orchestrator.report.metrics import compute_random_baseline, session_metrics
     from orchestrator.session.loop import Session
     from orchestrator.spec.load import load_spec
 
+    rand = compute_random_baseline("CartPole-v1", None)
+    assert record["random_baseline"] == rand
     spec = load_spec(str(spec_file("ppo_cartpole")), "ppo_cartpole", OVERRIDES)
     for k, seed in enumerate((SEED, SEED + 1)):
         session = Session(spec, seed, session=k)
         session.run_rl()
         df = session.train_df
         session.close()
-        for column, values in runs["separate"][k]["curve"].items():
-            expected = [None if math.isnan(v) else v for v in df[column].tolist()]
-            assert values == expected, (seed, column)
-        assert runs["separate"][k]["score"] == final_ma(runs["separate"][k]["curve"]) == df["total_reward_ma"].iloc[-1]
+        rec = runs["separate"][k]
+        for column, values in rec["curve"].items():
+            assert values == [None if math.isnan(v) else v for v in df[column].tolist()], (seed, column)
+        assert rec["scores"] == {"total_reward_ma": df["total_reward_ma"].iloc[-1],
+                                 "strength": session_metrics(df, rand["mean"])[0]["strength"]}
+    for r in runs["batched"]:
+        assert r["scores"]["total_reward_ma"] == final_ma(r["curve"])
 
-    # the verdict is the lab's IQM and bootstrap CI of the recorded final total_reward_ma
+    # the verdicts are the lab's IQM and bootstrap CI of the recorded scores
     from orchestrator.report import stats
 
-    v = record["verdict"]
-    scores = {variant: [final_ma(r["curve"]) for r in runs[variant]] for variant in runs}
-    for variant in ("separate", "batched"):
-        assert v[variant]["iqm"] == stats.iqm(np.array(scores[variant])) == np.mean(scores[variant])
-        assert v[variant]["ci"] == list(stats.bootstrap_ci(np.array(scores[variant])))
-    assert v["iqm_diff"] == v["batched"]["iqm"] - v["separate"]["iqm"]
-    low, high = v["iqm_diff_ci"]
-    assert low <= v["iqm_diff"] <= high and v["agree"] == (low <= 0 <= high)
-    assert v["ci_overlap"] == (v["batched"]["ci"][0] <= v["separate"]["ci"][1]
-                               and v["separate"]["ci"][0] <= v["batched"]["ci"][1])
-    # the IQM curve's last point is the IQM of the final scores (every session logs at the same frames)
+    for key in ("total_reward_ma", "strength"):
+        v = record["verdict"][key]
+        for variant in ("separate", "batched"):
+            values = np.array([r["scores"][key] for r in runs[variant]])
+            assert v[variant]["iqm"] == stats.iqm(values) and v[variant]["ci"] == list(stats.bootstrap_ci(values))
+        assert v["iqm_diff"] == v["batched"]["iqm"] - v["separate"]["iqm"]
+        low, high = v["iqm_diff_ci"]
+        assert low <= v["iqm_diff"] <= high and v["agree"] == (low <= 0 <= high)
+        assert v["ci_overlap"] == (v["batched"]["ci"][0] <= v["separate"]["ci"][1]
+                                   and v["separate"]["ci"][0] <= v["batched"]["ci"][1])
+    # the IQM curve's last point is the IQM of the final total_reward_ma (every session logs at the same frames)
     for variant in ("separate", "batched"):
         assert record["iqm_curves"][variant]["frame"][-1] == FRAMES
-        assert record["iqm_curves"][variant]["iqm"][-1] == v[variant]["iqm"]
+        assert record["iqm_curves"][variant]["iqm"][-1] == record["verdict"]["total_reward_ma"][variant]["iqm"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size < 100_000
 
-    table = subprocess.run([sys.executable, str(REPO / "bench/batched_learning.py"), "--table", str(out)], cwd=tmp_path,
-                           env=env, capture_output=True, text=True, timeout=120)
-    assert table.returncode == 0, table.stderr[-3000:]
-    row = table.stdout.strip().splitlines()[-1]
-    assert row.startswith(f"| `ppo_cartpole` | 2 | {FRAMES:,} | {v['batched']['iqm']:.1f} ")
+    from bench.batched_learning import main, table
+
+    v = record["verdict"]["total_reward_ma"]
+    assert f"| `ppo_cartpole` | 2 | {FRAMES:,} | `total_reward_ma` | {v['batched']['iqm']:.1f} " in table([str(out)])
+
+    # --rescore of the file (its analysis dropped) writes the same record again
+    stripped = {k: v for k, v in json.loads(out.read_text()).items()
+                if k not in ("verdict", "iqm_curves", "first_divergent_frame")}
+    for r in stripped["sessions"]["separate"] + stripped["sessions"]["batched"]:
+        del r["scores"]
+    out.write_text(json.dumps(stripped))
+    png.unlink()
+    assert main(["--rescore", str(out), "--graph", str(png)]) == 0
+    assert json.loads(out.read_text()) == record and png.exists()
