@@ -55,8 +55,6 @@ from bench.batched_seeds import spec_file  # noqa: E402
 
 CURVE_COLUMNS = ("frame", "epi", "total_reward", "total_reward_ma")
 MAX_PNG_BYTES = 100_000
-
-
 SCORES = ("total_reward_ma", "strength")
 
 

@@ -80,7 +80,18 @@ def test_batched_learning_records_the_same_seeds_and_the_labs_statistics(tmp_pat
         assert record["iqm_curves"][variant]["iqm"][-1] == record["verdict"]["total_reward_ma"][variant]["iqm"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size < 100_000
 
-    from bench.batched_learning import main, table
+    from bench.batched_learning import first_divergent_frame, main, table
+
+    assert record["first_divergent_frame"] == {str(a["seed"]): first_divergent_frame(a, b)
+                                               for a, b in zip(runs["separate"], runs["batched"])}
+    a = {"curve": {"frame": [256, 512, 768], "epi": [3, 7, 9], "total_reward": [None, 20.0, 21.0],
+                   "total_reward_ma": [None, 20.0, 20.5]}}
+    b = json.loads(json.dumps(a))
+    assert first_divergent_frame(a, b) is None
+    b["curve"]["total_reward"][2] = 21.5
+    assert first_divergent_frame(a, b) == 768
+    b["curve"]["epi"][1] = 8
+    assert first_divergent_frame(a, b) == 512
 
     v = record["verdict"]["total_reward_ma"]
     assert f"| `ppo_cartpole` | 2 | {FRAMES:,} | `total_reward_ma` | {v['batched']['iqm']:.1f} " in table([str(out)])
