@@ -204,7 +204,9 @@ def table(paths: list[str]) -> str:
             v = r["verdict"][key]
             b, s, d = v["batched"], v["separate"], v["iqm_diff_ci"]
             said = "same: 0 in the difference's CI" if v["agree"] else "differ: 0 outside the difference's CI"
-            said += ", CIs overlap" if v["ci_overlap"] else ", CIs disjoint"
+            said += "; CIs overlap" if v["ci_overlap"] else "; CIs disjoint"
+            inside = v["batched_iqm_in_separate_ci"] + v["separate_iqm_in_batched_ci"]
+            said += f"; {('neither IQM', 'one IQM', 'each IQM')[inside]} in the other's CI"
             lines.append(f"| `{r['spec']}` | {r['seeds']} | {r['frames_per_seed']:,} | `{key}` | {b['iqm']:.1f} "
                          f"[{b['ci'][0]:.1f}, {b['ci'][1]:.1f}] | {s['iqm']:.1f} [{s['ci'][0]:.1f}, "
                          f"{s['ci'][1]:.1f}] | {v['iqm_diff']:+.1f} [{d[0]:+.1f}, {d[1]:+.1f}] | {said} |")
