@@ -39,7 +39,7 @@ from orchestrator.errors import EXIT_RESUMABLE, SpecError, UsageError
 from orchestrator.runtime.console import install_warning_format
 from orchestrator.runtime.signals import STOP, Stopped, signal_name
 from orchestrator.runtime.workdir import make_importable
-from orchestrator.store import storage
+from orchestrator.store import faults, storage
 
 # orchestrator.spec (and with it torch and gymnasium) is imported only by the modes that check in this
 # process: a ``train`` driver checks its spec in a child process (orchestrator/modes/spec_check.py).
@@ -267,6 +267,7 @@ def dispatch(cmd: Command) -> int:
         from orchestrator.store.predir import named_predir
         named_predir(cmd.data_dir, cmd.name)  # a bad name exits 2 before anything starts
     check_mode_options(cmd)
+    faults.check_settings()  # LAB_STORAGE_ATTEMPTS, LAB_STORAGE_RETRY_WAIT_S
     if row.preflight:  # train, train@: in orchestrator.modes.spec_check, while Ray starts
         from orchestrator.modes.common import preflight
         preflight(cmd)  # env dependencies and memory sizes, before any run dir or actor exists

@@ -3,15 +3,15 @@ the machine or the store (and what to do about each), and the retry of transient
 
 A transient object-store error (HTTP 500/503, SlowDown, throttling, a timeout, a reset connection), and a
 transient error of a local disk or a network file system (``LOCAL_TRANSIENT``: EIO, ESTALE, ETIMEDOUT, a lost
-connection), is retried with exponential back-off (0.2 s, doubled each time)
-up to ``LAB_STORAGE_ATTEMPTS`` attempts (default
-``STORAGE_ATTEMPTS``: 12.6 s of waits), each retry reported to the process's retry listener
-(``set_retry_listener``; stderr by default, a session's log.txt and the driver's terminal in a session actor).
-pyarrow's S3 retry strategies (``AwsStandardS3RetryStrategy``, ``AwsDefaultS3RetryStrategy``) retry inside the
-C++ client, where no retry can be seen or logged, and offer only an attempt count: the lab sets them to one
-attempt and retries here. A persistent fault (disk full, permission denied, a read-only file system, rejected or
-expired credentials, a store or file system still failing after every attempt) raises a ``StorageError`` whose ``hint``
-says what to do; a trial stops cleanly on it (``orchestrator.trial``).
+connection), is retried with exponential back-off (``LAB_STORAGE_RETRY_WAIT_S``, default ``RETRY_FIRST_WAIT_S``
+= 0.2 s, doubled each time) up to ``LAB_STORAGE_ATTEMPTS`` attempts (default ``STORAGE_ATTEMPTS``: 12.6 s of
+waits; ``check_settings`` rejects a bad value of either before a run starts), each retry reported to the
+process's retry listener (``set_retry_listener``; stderr by default, a session's log.txt and the driver's terminal
+in a session actor). pyarrow's S3 retry strategies (``AwsStandardS3RetryStrategy``, ``AwsDefaultS3RetryStrategy``)
+retry inside the C++ client, where no retry can be seen or logged, and offer only an attempt count: the lab sets
+them to one attempt and retries here. A persistent fault (disk full, permission denied, a read-only file system,
+rejected or expired credentials, a store or file system still failing after every attempt) raises a
+``StorageError`` whose ``hint`` says what to do; a trial stops cleanly on it (``orchestrator.trial``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import sys
 import time
 from typing import Any, Callable, TypeVar
 from urllib.parse import urlparse
+
+from orchestrator.errors import UsageError
 
 
 class StorageError(Exception):
@@ -112,18 +114,50 @@ def storage_attempts() -> int:
         return STORAGE_ATTEMPTS
 
 
+def retry_first_wait_s() -> float:
+    """Seconds before the first retry of a transient storage error, doubled for each next one:
+    ``LAB_STORAGE_RETRY_WAIT_S`` or ``RETRY_FIRST_WAIT_S``."""
+    try:
+        wait = float(os.environ.get("LAB_STORAGE_RETRY_WAIT_S", RETRY_FIRST_WAIT_S))
+    except ValueError:
+        return RETRY_FIRST_WAIT_S
+    return wait if 0 < wait < float("inf") else RETRY_FIRST_WAIT_S
+
+
+def check_settings() -> None:
+    """Check the retry settings of the environment before a run starts (the readers above, called in every actor,
+    fall back to the defaults instead of failing mid-run).
+
+    Raises:
+        UsageError: ``LAB_STORAGE_ATTEMPTS`` is not a whole number >= 1, or ``LAB_STORAGE_RETRY_WAIT_S`` not a
+            positive number of seconds.
+    """
+    attempts = os.environ.get("LAB_STORAGE_ATTEMPTS")
+    if attempts is not None and not (attempts.strip().isdigit() and int(attempts) >= 1):
+        raise UsageError(f"LAB_STORAGE_ATTEMPTS={attempts!r}: expected a whole number of attempts >= 1")
+    wait = os.environ.get("LAB_STORAGE_RETRY_WAIT_S")
+    if wait is not None:
+        try:
+            ok = 0 < float(wait) < float("inf")
+        except ValueError:
+            ok = False
+        if not ok:
+            raise UsageError(f"LAB_STORAGE_RETRY_WAIT_S={wait!r}: expected a positive number of seconds")
+
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def retried(fn: F) -> F:
-    """Retry ``fn(uri, ...)`` on a transient object-store ``StorageError``: exponential back-off (0.2 s, doubled
-    each time) up to ``storage_attempts()`` attempts, each retry reported to the retry listener; the last failure
-    raises with a ``hint`` (the store kept failing: a persistent fault). Every wrapped call is idempotent (whole
-    objects are written from bytes serialized before; reads, lists and deletes repeat safely)."""
+    """Retry ``fn(uri, ...)`` on a transient object-store ``StorageError``: exponential back-off
+    (``retry_first_wait_s()``, 0.2 s by default, doubled each time) up to ``storage_attempts()`` attempts, each
+    retry reported to the retry listener; the last failure raises with a ``hint`` (the store kept failing: a
+    persistent fault). Every wrapped call is idempotent (whole objects are written from bytes serialized before;
+    reads, lists and deletes repeat safely)."""
 
     @functools.wraps(fn)
     def wrapper(uri: str, *args: Any, **kwargs: Any) -> Any:
-        attempts, wait = storage_attempts(), RETRY_FIRST_WAIT_S
+        attempts, wait = storage_attempts(), retry_first_wait_s()
         for attempt in range(1, attempts + 1):
             try:
                 return fn(uri, *args, **kwargs)
@@ -134,7 +168,7 @@ def retried(fn: F) -> F:
                     raise StorageError(f"{err} (failed {attempts} times)", err.uri,
                                        hint=err.hint or OBJECT_STORE_HINT) from None
                 _retry_listener[0](f"{fn.__name__} {err.uri or uri}: {err}; retry {attempt} of {attempts - 1} "
-                                   f"in {wait:.1f} s")
+                                   f"in {wait:g} s")
                 time.sleep(wait)
                 wait *= 2
         raise AssertionError("unreachable")

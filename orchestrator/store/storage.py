@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from orchestrator.store import faults
 from orchestrator.store.faults import StorageError, fault_of, retried, set_retry_listener, storage_error
 
 # re-exported: callers name storage.StorageError
@@ -68,22 +69,25 @@ def _cached_s3(bucket: str, endpoint: str, region: str, default_region: str, key
                              retry_strategy=pafs.AwsStandardS3RetryStrategy(1), allow_delayed_open=True)
 
 
-GCS_RETRY_LIMIT_S = 1.0  # seconds google-cloud-cpp may retry inside pyarrow, unlogged (then ``retried`` retries)
+# seconds google-cloud-cpp may retry inside pyarrow, unlogged (then ``retried`` retries): 5 first back-off waits
+GCS_RETRY_LIMIT_S = 1.0
 
 
 def _gcs_filesystem() -> pafs.FileSystem:
     """A GCS filesystem: Google's default credentials, or with ``STORAGE_EMULATOR_HOST`` (``http://host:port``, as
     Google's own clients read it) that emulator, anonymously. Its own retries are limited to ``GCS_RETRY_LIMIT_S``
-    so that transient errors reach ``retried``, where each retry is logged."""
-    return _cached_gcs(os.environ.get("STORAGE_EMULATOR_HOST", ""))
+    (scaled with ``LAB_STORAGE_RETRY_WAIT_S``) so that transient errors reach ``retried``, where each retry is
+    logged."""
+    return _cached_gcs(os.environ.get("STORAGE_EMULATOR_HOST", ""),
+                       GCS_RETRY_LIMIT_S * faults.retry_first_wait_s() / faults.RETRY_FIRST_WAIT_S)
 
 
 @functools.lru_cache(maxsize=4)
-def _cached_gcs(emulator: str) -> pafs.FileSystem:
-    """The filesystem of ``_gcs_filesystem`` (the argument is its cache key)."""
+def _cached_gcs(emulator: str, retry_limit_s: float) -> pafs.FileSystem:
+    """The filesystem of ``_gcs_filesystem`` (the arguments are its cache key)."""
     import datetime
 
-    limit = datetime.timedelta(seconds=GCS_RETRY_LIMIT_S)
+    limit = datetime.timedelta(seconds=retry_limit_s)
     if not emulator:
         return pafs.GcsFileSystem(retry_time_limit=limit)
     parsed = urlparse(emulator if "://" in emulator else f"http://{emulator}")

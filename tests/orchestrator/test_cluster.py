@@ -17,11 +17,14 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -193,19 +196,31 @@ class Cluster:
         kill_pids(sorted(set(pids)))
 
 
+@contextmanager
+def short_dir():
+    """A fresh folder directly under the system temp dir, removed at the end: Ray's socket paths below a cluster's
+    temp dir must fit 107 bytes, which pytest's temp dirs (``.../pytest-N/popen-gwN/...`` under xdist) can exceed."""
+    path = Path(tempfile.mkdtemp(prefix="ray-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
-def cluster(s3_server, tmp_path_factory):
+def cluster(s3_server):
     """A head (2 CPUs, dashboard for jobs) and a second node (2 CPUs, resource ``worker_node``).
 
     Started after ``s3_server`` set the AWS_* variables: the raylets pass them to every worker.
     """
-    c = Cluster(Path(tmp_path_factory.mktemp("ray")), {**os.environ, **DRIVER_ENV})
-    try:
-        c.start_head()
-        c.add_node({"worker_node": 2})
-        yield c
-    finally:
-        c.kill_all()
+    with short_dir() as root:
+        c = Cluster(root, {**os.environ, **DRIVER_ENV})
+        try:
+            c.start_head()
+            c.add_node({"worker_node": 2})
+            yield c
+        finally:
+            c.kill_all()
 
 
 def zipped_bytes(root: Path) -> int:
@@ -329,17 +344,18 @@ def committed_frames(session_dir: Path) -> list[int]:
 
 
 @pytest.fixture
-def spot_cluster(tmp_path_factory):
+def spot_cluster():
     """A head and a second node (2 CPUs each) whose workers can import ``tests.fault_envs`` (PYTHONPATH)."""
     env = {**os.environ, **DRIVER_ENV, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
                                                                                      os.environ.get("PYTHONPATH")]))}
-    c = Cluster(Path(tmp_path_factory.mktemp("ray")), env)  # short: Ray's socket paths must fit 107 bytes
-    try:
-        c.start_head()
-        c.add_node({"spot": 2})
-        yield c
-    finally:
-        c.kill_all()
+    with short_dir() as root:
+        c = Cluster(root, env)
+        try:
+            c.start_head()
+            c.add_node({"spot": 2})
+            yield c
+        finally:
+            c.kill_all()
 
 
 @pytest.mark.parametrize("sessions, batch", [(3, []), (6, ["meta.session_batch=2"])], ids=["sessions", "seed_groups"])

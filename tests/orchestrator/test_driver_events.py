@@ -179,7 +179,8 @@ node_table = ray._private.state.GlobalState.node_table
 ray._private.state.GlobalState.node_table = lambda self: tables.append(node_table(self)) or tables[-1]
 init_ray(None)
 ray._private.state.GlobalState.node_table = node_table
-agent = [line for line in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout.splitlines()
+ps = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout  # -ww: whole lines
+agent = [line for line in ps.splitlines()
          if "dashboard/agent.py" in line and ray._private.worker._global_node.get_session_dir_path() in line]
 @ray.remote
 def pid():

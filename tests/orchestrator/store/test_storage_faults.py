@@ -202,13 +202,13 @@ def flaky(monkeypatch, root: Path, code: int, times: int | None = None) -> Flaky
 def test_transient_local_errors_are_retried(tmp_path, monkeypatch, capsys, code):
     """EIO, ESTALE, ETIMEDOUT, a lost connection (an NFS or Lustre mount that hiccups): retried with a logged line,
     and the write then succeeds."""
-    monkeypatch.setattr(faults, "RETRY_FIRST_WAIT_S", 0.01)
+    monkeypatch.setenv("LAB_STORAGE_RETRY_WAIT_S", "0.01")
     storage.set_retry_listener(None)  # the default, stderr (an in-process SessionRunner of another test sets its own)
     fs = flaky(monkeypatch, tmp_path, code, times=2)
     storage.write_text(str(tmp_path / "run.json"), "{}")
     assert fs.calls == 2 and (tmp_path / "run.json").read_text() == "{}"
     err = capsys.readouterr().err
-    assert "retry 1 of 6" in err and "retry 2 of 6" in err and os.strerror(code) in err, err
+    assert "retry 1 of 6 in 0.01 s" in err and "retry 2 of 6 in 0.02 s" in err and os.strerror(code) in err, err
 
 
 def test_delete_whose_lookup_fails_on_a_missing_path(tmp_path, monkeypatch):
@@ -221,7 +221,7 @@ def test_delete_whose_lookup_fails_on_a_missing_path(tmp_path, monkeypatch):
 
 def test_persistent_local_error_is_a_resumable_fault(tmp_path, monkeypatch):
     """A file system still failing after every attempt: a ``StorageError`` with the hint (exit 75 at the command)."""
-    monkeypatch.setattr(faults, "RETRY_FIRST_WAIT_S", 0.01)
+    monkeypatch.setenv("LAB_STORAGE_RETRY_WAIT_S", "0.01")
     monkeypatch.setenv("LAB_STORAGE_ATTEMPTS", "3")
     fs = flaky(monkeypatch, tmp_path, errno.ESTALE)
     with pytest.raises(storage.StorageError, match=r"Stale file handle.*\(failed 3 times\)") as err:
@@ -233,7 +233,7 @@ def test_persistent_local_error_is_a_resumable_fault(tmp_path, monkeypatch):
 def test_train_on_a_failing_network_file_system_exits_75(tmp_path, monkeypatch, capsys):
     """``train --name`` on a data dir whose mount answers EIO to every call: exit 75 (resumable), one message with
     the error and what to do, no traceback."""
-    monkeypatch.setattr(faults, "RETRY_FIRST_WAIT_S", 0.01)
+    monkeypatch.setenv("LAB_STORAGE_RETRY_WAIT_S", "0.01")
     monkeypatch.setenv("LAB_STORAGE_ATTEMPTS", "2")
     data = tmp_path / "nfs"
     flaky(monkeypatch, data, errno.EIO)
@@ -244,11 +244,30 @@ def test_train_on_a_failing_network_file_system_exits_75(tmp_path, monkeypatch, 
     assert f"{faults.LOCAL_TRANSIENT_HINT}, then run the same command" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(("name", "value"), [("LAB_STORAGE_RETRY_WAIT_S", "fast"), ("LAB_STORAGE_RETRY_WAIT_S", "0"),
+                                             ("LAB_STORAGE_RETRY_WAIT_S", "nan"), ("LAB_STORAGE_ATTEMPTS", "0"),
+                                             ("LAB_STORAGE_ATTEMPTS", "2.5")])
+def test_a_bad_retry_setting_exits_2_before_anything_starts(tmp_path, monkeypatch, capsys, name, value):
+    """A retry setting that is not a number, or out of range: one error line naming the variable, its value and
+    what is expected; exit 2, no traceback, no run directory."""
+    monkeypatch.setenv(name, value)
+    data = tmp_path / "data"
+    assert run_cli(SPECS, "reinforce_cartpole", "train", "--data-dir", str(data)) == 2
+    err = capsys.readouterr().err
+    expected = "a positive number of seconds" if name == "LAB_STORAGE_RETRY_WAIT_S" else "a whole number of attempts"
+    assert f"error: {name}={value!r}: expected {expected}" in err and "Traceback" not in err, err
+    assert not data.exists()
+
+
 # ---------------------------------------------------------------- object store: faults through a proxy
+RETRY_WAIT = {"LAB_STORAGE_RETRY_WAIT_S": "0.02"}  # a tenth of the default back-off: the same retries, sooner
+
+
 def via(proxy: FaultProxy, attempts: int) -> dict[str, str]:
-    """The environment of a driver whose S3 client goes through ``proxy`` and tries each call ``attempts`` times."""
+    """The environment of a driver whose S3 client goes through ``proxy`` and tries each call ``attempts`` times
+    (first back-off ``RETRY_WAIT``)."""
     return {"AWS_ENDPOINT_URL": proxy.endpoint, "AWS_ENDPOINT_URL_S3": proxy.endpoint,
-            "LAB_STORAGE_ATTEMPTS": str(attempts)}
+            "LAB_STORAGE_ATTEMPTS": str(attempts), **RETRY_WAIT}
 
 
 def s3_manifests(data: str) -> list[str]:
@@ -342,6 +361,8 @@ def test_transient_s3_errors_are_retried_and_logged(s3_faults):
     assert [(code, n) for _, code, n in session] == [("SLOW_DOWN", "retry 1 of 6"), ("SLOW_DOWN", "retry 2 of 6"),
                                                      ("INTERNAL_FAILURE", "retry 3 of 6")], err
     assert len({name for name, _, _ in session}) == 1  # one checkpoint file, written at the fourth attempt
+    waits = sorted(line.rsplit(" in ", 1)[1] for line in lines if "; retry " in line)  # LAB_STORAGE_RETRY_WAIT_S
+    assert waits == ["0.02 s", "0.02 s", "0.04 s", "0.04 s", "0.08 s"], err
     log = storage.read_text(f"{data}/job/t0/s0/log.txt").splitlines()
     assert retries_of(log, "storage retry: write_bytes ") == session
     assert_resumed_equals_uninterrupted(storage.read_parquet(f"{data}/job/t0/s0/train_df.parquet"))
@@ -395,7 +416,7 @@ def chaos(ray_local, s3_server, gcs_server, new_s3_bucket, new_gcs_bucket, tmp_p
                 "gcs-train": ProxyRun(proxies["gcs-train"], f"{new_gcs_bucket()}/runs"),
                 "s3-pbt": ProxyRun(proxies["s3-pbt"], f"{new_s3_bucket()}/runs")}
         envs = {"s3-train": via(proxies["s3-train"], attempts=7), "s3-pbt": via(proxies["s3-pbt"], attempts=7),
-                "gcs-train": {"STORAGE_EMULATOR_HOST": proxies["gcs-train"].endpoint}}
+                "gcs-train": {"STORAGE_EMULATOR_HOST": proxies["gcs-train"].endpoint, **RETRY_WAIT}}
         drivers = {}
         try:
             for name, run in runs.items():
