@@ -8,14 +8,7 @@ import pytest
 
 # ---------------------------------------------------------------- SLM-Lab's spec files
 def pytest_configure(config):
-    """Register the markers; in a pytest-xdist worker (``-n 2``), compute on one torch thread."""
     config.addinivalue_line("markers", "slm_lab_specs: reads SLM-Lab's own spec files (tests/slm_lab_fetch.py)")
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        # torch's default, one thread per core in each worker, oversubscribes the cores, and its spinning threads
-        # slow in-process training many times over; the lab's session actors set their own thread counts
-        import torch
-
-        torch.set_num_threads(1)
 
 
 @pytest.hookimpl(trylast=True)  # after -k / -m deselection: only the tests that will run count

@@ -4,6 +4,7 @@ and ``lab compare`` writing a valid PNG and HTML page."""
 import json
 import struct
 from importlib.metadata import version
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -64,23 +65,35 @@ def png_size(data: bytes) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
-def test_lab_compare_writes_png_and_html(tmp_path, capsys):
+@pytest.fixture
+def outside():
+    """A new directory under the system temp dir, removed after the test: no data dir above it (pytest's basetemp,
+    above ``tmp_path``, holds the ``.assets`` of runs other tests wrote directly in their ``tmp_path``)."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="lab_compare_"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_lab_compare_writes_png_and_html(tmp_path, capsys, outside):
     a = fake_run(tmp_path, "2026_01_01_000000", [100.0, 200.0, 300.0, 400.0])
     b = fake_run(tmp_path, "2026_01_02_000000", [50.0, 60.0])
-    out = tmp_path / "out" / "cmp"
+    out = outside / "out" / "cmp"
     assert run_cli("compare", str(a), f"{b}/t0", "--out", str(out)) == 0
     printed = capsys.readouterr().out
     assert f"{a.name}: frame=1200 IQM total_reward_ma=250" in printed
     assert f"{b.name}/t0: frame=1200 IQM total_reward_ma=55" in printed
-    width, height = png_size((tmp_path / "out/cmp.png").read_bytes())
+    width, height = png_size((outside / "out/cmp.png").read_bytes())
     assert (width, height) == (720, 432)  # 9 x 5.4 in: the legend below the plot area
-    html = (tmp_path / "out/cmp.html").read_text()
+    html = (outside / "out/cmp.html").read_text()
     assert html.lower().startswith("<!doctype html>") and html.rstrip().endswith("</html>")
     js = f"plotly-{version('plotly')}.min.js"  # outside a data dir: one named copy beside the page
     assert f'src="{js}"' in html
     assert f"{a.name} (4 sessions)" in html and "CartPole-v1 reward_threshold 475" in html
-    assert (tmp_path / "out" / js).stat().st_size > 1_000_000
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(["cmp.png", "cmp.html", js])
+    assert (outside / "out" / js).stat().st_size > 1_000_000
+    assert sorted(p.name for p in (outside / "out").iterdir()) == sorted(["cmp.png", "cmp.html", js])
 
 
 @pytest.mark.parametrize("given, png, html", [("cmp2.png", "cmp2.png", "cmp2.html"),
