@@ -68,10 +68,18 @@ class GroupRunner:
                                       prebuilt=self.group.sessions[k]) for k in reporting]
         storage.set_retry_listener(self.runners[0].retry_lines.append)  # the group's retries: its first session's
         self.timer = timer
+        self.restore(frame, stores, reseeds or {}, resume)
+
+    def restore(self, frame: int | None, stores: list[CheckpointStore], reseeds: dict[int, dict[str, int]],
+                resume: bool) -> None:
+        """Restore the group from its sessions' checkpoints at ``frame`` (None: none in common; with ``resume`` each
+        session's log says the group starts at frame 0), apply the ``reseeds`` of that frame, and refresh each
+        reporting session's user copies from its checkpoint (``SessionRunner.export_restored``)."""
+        files = [store.load(frame)[1] for store in stores] if frame is not None else []
         if frame is not None:
-            self.group.restore([store.load(frame)[1] for store in stores])
+            self.group.restore(files)
             for k, session in enumerate(self.sessions):
-                reseed = (reseeds or {}).get(session)
+                reseed = reseeds.get(session)
                 if reseed is not None and int(reseed["frame"]) == frame:
                     self.group.sessions[k].reseed(int(reseed["seed"]))
                     if session in self.reported:
@@ -84,6 +92,8 @@ class GroupRunner:
         for runner in self.runners:
             runner.restored_frame = frame
             runner.best = best_of(runner.store)
+            if frame is not None:
+                runner.export_restored(files[self.sessions.index(runner.index)])
 
     def stop(self) -> None:
         """Ask every session of the group to stop after the current step and commit a final checkpoint."""

@@ -127,6 +127,16 @@ class SessionRunner:
             self.log_line(f"acting RNG streams reseeded with {self.reseed['seed']} at frame {self.reseed['frame']}")
         self.restored_frame = selection.manifest.frame
         self.best = best_of(self.store)
+        self.export_restored(selection.files)
+
+    def export_restored(self, files: dict[str, bytes]) -> None:
+        """The user copies (train_df, eval_df) from the restored checkpoint's ``files`` where they differ: a process
+        killed between a commit and its export left them older than the checkpoint, and a restore at ``max_frame``
+        writes no checkpoint that would refresh them. A fault is logged, not raised (the checkpoint holds them)."""
+        try:
+            self.store.export(files, changed_only=True)
+        except (CheckpointError, storage.StorageError, OSError) as err:
+            self.log_line(f"after restoring checkpoint {self.restored_frame}: {err}")
 
     def extend(self, spec: dict[str, Any]) -> None:
         """Continue the live session (ended ``done``, envs open: ``keep_live``) to ``spec``'s larger ``env.max_frame``

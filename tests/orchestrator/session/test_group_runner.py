@@ -89,6 +89,21 @@ def test_group_killed_between_its_sessions_final_commits_resumes_with_a_passenge
     assert manifest.meta["batched"] == 2 and manifest.meta["batch_sessions"] == [0, 1]
 
 
+def test_a_group_killed_between_a_final_commit_and_its_export_restores_the_user_copies(straight, tmp_path):
+    """Both sessions committed the final frame but session 1's user train_df is an older one: the restored group
+    (nothing left to train) rewrites it from the checkpoint."""
+    spec = load_spec(SPECS, "ppo_cartpole", OVERRIDES)
+    list(GroupRunner(spec, str(tmp_path), 0, [0, 1], SEEDS, resume=False).events())
+    copy = tmp_path / "t0/s1/train_df.parquet"
+    full = pd.read_parquet(copy)
+    full.iloc[:5].to_parquet(copy)
+    resumed = GroupRunner(spec, str(tmp_path), 0, [0, 1], SEEDS, resume=True)
+    assert [r.restored_frame for r in resumed.runners] == [1024, 1024]
+    pd.testing.assert_frame_equal(pd.read_parquet(copy), full)
+    assert [e.kind for _, e, _ in resumed.events()] == ["started", "started", "done", "done"]
+    pd.testing.assert_frame_equal(pd.read_parquet(copy), full)
+
+
 def test_group_with_no_common_checkpoint_starts_at_frame_zero_and_says_so(straight, tmp_path):
     spec = load_spec(SPECS, "ppo_cartpole", OVERRIDES)
     list(GroupRunner(spec, str(tmp_path), 0, [0, 1], SEEDS, resume=False).events())
