@@ -197,13 +197,18 @@ class Cluster:
 
 
 @contextmanager
-def short_dir():
-    """A fresh folder directly under the system temp dir, removed at the end: Ray's socket paths below a cluster's
-    temp dir must fit 107 bytes, which pytest's temp dirs (``.../pytest-N/popen-gwN/...`` under xdist) can exceed."""
+def two_nodes(env: dict[str, str], resources: dict[str, float]):
+    """A started head and a second node with custom ``resources`` (2 CPUs each), in a fresh folder directly under
+    the system temp dir (Ray's socket paths below a cluster's temp dir must fit 107 bytes, which pytest's temp dirs
+    can exceed); every process and the folder are removed at the end."""
     path = Path(tempfile.mkdtemp(prefix="ray-"))
+    c = Cluster(path, env)
     try:
-        yield path
+        c.start_head()
+        c.add_node(resources)
+        yield c
     finally:
+        c.kill_all()
         shutil.rmtree(path, ignore_errors=True)
 
 
@@ -213,14 +218,8 @@ def cluster(s3_server):
 
     Started after ``s3_server`` set the AWS_* variables: the raylets pass them to every worker.
     """
-    with short_dir() as root:
-        c = Cluster(root, {**os.environ, **DRIVER_ENV})
-        try:
-            c.start_head()
-            c.add_node({"worker_node": 2})
-            yield c
-        finally:
-            c.kill_all()
+    with two_nodes({**os.environ, **DRIVER_ENV}, {"worker_node": 2}) as c:
+        yield c
 
 
 def zipped_bytes(root: Path) -> int:
@@ -348,14 +347,8 @@ def spot_cluster():
     """A head and a second node (2 CPUs each) whose workers can import ``tests.fault_envs`` (PYTHONPATH)."""
     env = {**os.environ, **DRIVER_ENV, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
                                                                                      os.environ.get("PYTHONPATH")]))}
-    with short_dir() as root:
-        c = Cluster(root, env)
-        try:
-            c.start_head()
-            c.add_node({"spot": 2})
-            yield c
-        finally:
-            c.kill_all()
+    with two_nodes(env, {"spot": 2}) as c:
+        yield c
 
 
 @pytest.mark.parametrize("sessions, batch", [(3, []), (6, ["meta.session_batch=2"])], ids=["sessions", "seed_groups"])
