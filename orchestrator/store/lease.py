@@ -18,7 +18,8 @@ sets ``lost`` (the trial then asks its sessions to stop at their next checkpoint
 ``LeaseLostError`` before a step that must not run twice, such as a PBT exploit). A store that ignores preconditions
 (some emulators) is detected at acquisition; there the lease falls back to a confirming re-read after
 ``CONFIRM_DELAY_S`` and a read before each heartbeat, which leaves a race window (two drivers whose writes land
-more than ``CONFIRM_DELAY_S`` apart after both read no record).
+more than ``CONFIRM_DELAY_S`` apart after both read no record). A driver whose record is gone when it reads it back
+lost the race: it exits 2, or with ``wait=True`` waits for the winner as below.
 
 Heartbeat deadline: a heartbeat slowed or failed by storage retries is tried again at once; once no heartbeat was
 written for ``fence_s()`` (the stale time less two heartbeats), the holder counts the lease as lost and stops at its
@@ -159,7 +160,7 @@ class Lease:
         self._lost: dict[str, Any] | None = None  # see ``lost``
         self._version: str | None = None  # of the record this driver last wrote
         self._last_ok: float | None = None  # time.monotonic() of its last write
-        self.unconditional = False  # the store ignores preconditions (``_confirm_if_unconditional``)
+        self.unconditional = False  # the store ignores preconditions (``_confirmed``)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -220,38 +221,39 @@ class Lease:
                 current = self._wait_stale(current, deadline)
             if current is not None:
                 self._check_stale(self._parse(current) or {})
-            if self._write(None if current is None else current.version):
+            if self._write(None if current is None else current.version) and self._confirmed():
                 break
             if not self.wait:  # another driver created it, or took it over, first
                 raise LeaseHeldError(self._held_message(self.read() or {}))
         else:
             raise LeaseHeldError(self._held_message(self.read() or {}))
-        self._confirm_if_unconditional()
         self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
         self._thread.start()
 
-    def _confirm_if_unconditional(self) -> None:
-        """On a store that ignores preconditions (``conditional.ignores_preconditions``; some emulators): warn once,
-        then wait ``CONFIRM_DELAY_S`` and re-read, proceeding only if the record is still this driver's.
+    def _confirmed(self) -> bool:
+        """Whether the record this driver just wrote is still its own when read back: False when another driver's
+        write replaced it (two writes at once on a store that does not apply preconditions atomically; some
+        emulators), which ``acquire`` treats as a lost race. On a store that ignores preconditions
+        (``conditional.ignores_preconditions``): warn once, wait ``CONFIRM_DELAY_S`` and read it back again.
 
         Raises:
-            LeaseHeldError: another driver's write replaced this one's meanwhile.
+            storage.StorageError: the store cannot be read or written.
         """
         written = conditional.read(self.uri)
         if written is None or (self._parse(written) or {}).get("driver_id") != self.driver_id:
-            raise LeaseHeldError(self._held_message(self._parse(written) or {}))
+            return False
         new = conditional.ignores_preconditions(self.uri, written)
         if new is None:
-            return
+            return True
         self.unconditional, self._version = True, new
         print(f"warning: the store of {self.uri} ignores write preconditions: two drivers starting at once may both "
               f"write the lease; it is confirmed by a re-read after {CONFIRM_DELAY_S:g} s", file=sys.stderr)
         time.sleep(CONFIRM_DELAY_S)
         confirmed = conditional.read(self.uri)
-        record = self._parse(confirmed) or {}
-        if confirmed is None or record.get("driver_id") != self.driver_id:
-            raise LeaseHeldError(self._held_message(record))
+        if confirmed is None or (self._parse(confirmed) or {}).get("driver_id") != self.driver_id:
+            return False
         self._version = confirmed.version
+        return True
 
     def _wait_stale(self, current: conditional.Versioned | None, deadline: float) -> conditional.Versioned | None:
         """Poll the record until it is released (None) or stale; returns the last read.

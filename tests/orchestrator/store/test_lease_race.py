@@ -54,7 +54,7 @@ import os, sys, time
 from orchestrator.store import conditional
 from orchestrator.store.lease import Lease, LeaseHeldError
 conditional.read(sys.argv[1] + "/warm-up")  # the store's client is built before the race
-lease = Lease(sys.argv[1], "train --name job")
+lease = Lease(sys.argv[1], "train --name job", wait=sys.argv[4] == "wait")
 print("ready", flush=True)
 while not os.path.exists(sys.argv[2]):
     time.sleep(0.001)
@@ -63,16 +63,19 @@ try:
 except LeaseHeldError:
     print("held", flush=True)
     sys.exit(2)
-print("won", flush=True)
+won = time.time()
 time.sleep(float(sys.argv[3]))
+print("won", won, time.time(), flush=True)
 lease.release()
 """
 
 
-def race(predir: str, go: str, drivers: int, hold_s: float) -> list[str]:
+def race(predir: str, go: str, drivers: int, hold_s: float, wait: bool = False) -> list[str]:
     """``drivers`` processes that try to take the lease of ``predir`` at the same instant (once all are ready, a
-    file they poll for appears); each one's answer."""
-    procs = [subprocess.Popen([sys.executable, "-c", RACER, predir, go, str(hold_s)], env={**os.environ},
+    file they poll for appears), with ``Lease(wait=wait)``; each one's answer: ``held``, or ``won {t0} {t1}`` with
+    the wall times (s) between which it held the lease."""
+    procs = [subprocess.Popen([sys.executable, "-c", RACER, predir, go, str(hold_s), "wait" if wait else "no"],
+                              env={**os.environ},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(drivers)]
     try:
         for proc in procs:
@@ -97,8 +100,19 @@ def test_racing_drivers_exactly_one_holds_the_lease(store, tmp_path):
             storage.write_json(uri, {"driver_id": "dead", "host": "elsewhere", "pid": 1, "mode": "train",
                                      "heartbeat_unix": time.time() - 3600})
         outs = race(store, str(tmp_path / f"go{round_}"), 3, hold_s=1.5)
-        assert sorted(outs) == ["held"] * 2 + ["won"], (round_, outs)
+        assert sorted(out.split()[0] for out in outs) == ["held"] * 2 + ["won"], (round_, outs)
         assert not storage.exists(uri)  # the winner released it
+
+
+def test_racing_drivers_that_wait_hold_the_lease_one_after_another(store, tmp_path):
+    """Two drivers that wait for the lease (``train --name``) take it at the same instant: both hold it in turn,
+    never at once. On the GCS emulator both writes succeed (it ignores preconditions): the driver whose record was
+    overwritten finds the other's on reading it back and waits for it, as after any lost race (it used to exit 2)."""
+    outs = race(store, str(tmp_path / "go"), 2, hold_s=1.0, wait=True)
+    held = sorted(tuple(map(float, out.split()[1:])) for out in outs if out.startswith("won"))
+    assert len(held) == 2, outs
+    assert held[0][1] <= held[1][0], held  # the second took it after the first released it
+    assert not storage.exists(storage.join(store, "lease.json"))
 
 
 def test_heartbeat_fence_stops_the_holder_before_its_lease_goes_stale(tmp_path, monkeypatch):
