@@ -28,11 +28,12 @@ batched/test_batched.py`` bounds it after an update); over a run the differences
 
 Supported (``BATCHED_LAB``): the lab's ``ActorCritic``, ``PPO`` and ``REINFORCE`` (``agents.batched.reinforce``)
 with ``OnPolicyBatchReplay``, the DQN family with its replays (``agents.batched.dqn``) and ``SoftActorCritic`` on
-Box actions (``agents.batched.sac``); plain ``MLPNet``s (``BATCHED_NETS``), for ``ActorCritic`` and ``PPO`` also
-``ConvNet``s and shared nets (``SHARED_NET_ALGORITHMS``), no layer or batch norm, no ``log_std_init``; Discrete
-actions (SAC: Box), an elementwise optimizer (``ELEMENTWISE_OPTIMIZERS``), and
-none of the stateful normalizers (``normalize_v_targets``, ``normalize_advantages: percentile``), whose running
-statistics are per session; ``batch_problem`` names what a spec asks beyond that.
+Box actions (``agents.batched.sac``); plain ``MLPNet``s (``BATCHED_NETS``), for ``ActorCritic``, ``PPO`` and the DQN
+family also ``ConvNet``s (``CONV_NET_ALGORITHMS``), for the actor-critics shared nets (``SHARED_NET_ALGORITHMS``), no
+layer or batch norm, no ``log_std_init``; Discrete actions (SAC: Box), an elementwise optimizer
+(``ELEMENTWISE_OPTIMIZERS``), and none of the stateful normalizers (``normalize_v_targets``,
+``normalize_advantages: percentile``), whose running statistics are per session; ``batch_problem`` names what a spec
+asks beyond that.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ BATCHED_LAB: dict[str, type[Algorithm]] = {"ActorCritic": ActorCritic, "PPO": PP
 BATCHED_ALGORITHMS = tuple(BATCHED_LAB)  # agent.algorithm.name values that run batched
 ON_POLICY = ("ActorCritic", "PPO", "REINFORCE", "Reinforce")  # batched with one group rollout (OnPolicyBatchReplay)
 BATCHED_NETS = ("MLPNet", "ConvNet")  # agent.net.type values that run batched (agents.batched.nets.seed_net)
-SHARED_NET_ALGORITHMS = ("ActorCritic", "PPO")  # the algorithms whose nets may also be ConvNets or shared
+SHARED_NET_ALGORITHMS = ("ActorCritic", "PPO")  # the algorithms whose nets may also be shared (net.shared)
+CONV_NET_ALGORITHMS = (*SHARED_NET_ALGORITHMS, "DQN", "DoubleDQN", "VanillaDQN")  # ... whose nets may be ConvNets
 
 
 def batch_problem(spec: AgentSpec) -> str | None:
@@ -105,7 +107,8 @@ def batch_problem(spec: AgentSpec) -> str | None:
 
 def _net_problem(spec: AgentSpec) -> str | None:
     """Why ``agent.net`` (and SAC's critics) cannot run batched, None when it can: an ``MLPNet``, or for the
-    actor-critics (``SHARED_NET_ALGORITHMS``) also a ``ConvNet`` and a shared net (``net.shared``); no layer or
+    actor-critics and the DQN family also a ``ConvNet`` (``CONV_NET_ALGORITHMS``), for the actor-critics a shared
+    net (``net.shared``, ``SHARED_NET_ALGORITHMS``); no layer or
     batch norm, no ``log_std_init``."""
     net, critic, name = spec.net, spec.critic_net, spec.algorithm.name
     if net.type not in BATCHED_NETS:
@@ -113,9 +116,12 @@ def _net_problem(spec: AgentSpec) -> str | None:
                 f"recurrent and arc nets are not batched)")
     if net.layer_norm or net.batch_norm:
         return f"agent.net.layer_norm / batch_norm do not run batched (agent.net.type '{net.type}')"
-    if (net.type != "MLPNet" or net.shared) and name not in SHARED_NET_ALGORITHMS:
-        return (f"agent.net.type '{net.type}'{' with shared: true' if net.shared else ''} runs batched only for "
-                f"{list(SHARED_NET_ALGORITHMS)}, not agent.algorithm.name '{name}'")
+    if net.type != "MLPNet" and name not in CONV_NET_ALGORITHMS:
+        return (f"agent.net.type '{net.type}' runs batched only for {list(CONV_NET_ALGORITHMS)}, not "
+                f"agent.algorithm.name '{name}'")
+    if net.shared and name not in SHARED_NET_ALGORITHMS:
+        return (f"agent.net.type '{net.type}' with shared: true runs batched only for {list(SHARED_NET_ALGORITHMS)}, "
+                f"not agent.algorithm.name '{name}'")
     if net.log_std_init is not None:
         return "agent.net.log_std_init does not run batched"
     if name != "SoftActorCritic":

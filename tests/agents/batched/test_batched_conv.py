@@ -1,5 +1,6 @@
 """Seed-batched conv and shared nets (agents.batched.nets.SeedNet) against K separate nets, and seed-batched PPO
-and A2C with a shared ConvNet against K separate lab algorithms fed the same frames, value by value."""
+and A2C with a shared ConvNet and DQN / DoubleDQN with a ConvNet and frame-stack replays against K separate lab
+algorithms fed the same frames, value by value."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ import pytest
 import torch
 from torch import nn
 
-from agents.batched import BatchedActorCritic, BatchedPPO, batch_problem, batched_algorithm
+from agents.batched import (
+    BatchedActorCritic,
+    BatchedDoubleDQN,
+    BatchedDQN,
+    BatchedPPO,
+    batch_problem,
+    batched_algorithm,
+)
 from agents.batched.nets import SeedMLP, SeedNet, seed_net
 from agents.batched.optim import clip_grads_per_seed
 from agents.nets import ConvNet, DuelingConvNet, MLPNet
@@ -153,6 +161,72 @@ def test_batched_shared_net_updates_equal_separate_updates(spec_file, name, cls,
     assert len({m.weights_sha256()["net"] for m in group.members}) == len(SEEDS)
 
 
+class FrameStream:
+    """Atari-like frame stacks (K*N, 4, 36, 36) uint8: each call shifts every stack by one new random frame, so the
+    frame-stack replays store each frame once and rebuild stacks from earlier rows (``FrameStackReplay``)."""
+
+    def __init__(self, rows: int, seed: int = 2) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.obs = _frames(self.rng, (rows, 4, 36, 36))
+
+    def __call__(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+        self.obs = np.concatenate([self.obs[:, 1:], _frames(self.rng, (shape[0], 1, 36, 36))], axis=1)
+        return self.obs
+
+
+DQN_TINY = [*TINY, "agent.net.gpu=false", "agent.algorithm.training_start_step=32", "agent.memory.batch_size=8",
+            "agent.memory.max_size=64", "agent.algorithm.training_iter=3", "agent.algorithm.training_batch_iter=2",
+            "agent.net.update_frequency=8", "agent.net.clip_grad_val=0.5",
+            "agent.algorithm.explore_var_spec.start_step=0", "agent.algorithm.explore_var_spec.end_step=200",
+            "agent.algorithm.explore_var_spec.end_val=0.3"]
+
+
+@pytest.mark.parametrize("name,cls", [("dqn_atari", BatchedDQN), ("ddqn_atari", BatchedDoubleDQN)])
+def test_batched_conv_dqn_updates_equal_separate_updates(name, cls):
+    """A group of 3 seeds of Atari DQN / DoubleDQN (a ConvNet on uint8 frame stacks, each seed its own
+    ``FrameStackReplay``) against 3 separate lab algorithms on the same frames: actions, two rounds of updates
+    (6 gradient steps each, the target replaced on its cadence): losses, grad norms (clipped per seed), metrics,
+    replays and sampling streams, weights."""
+    from agents.memory.frames import FrameStackReplay
+
+    n = 2
+    spec = build(load_spec(ATARI, name, DQN_TINY)).agent
+    group = batched_algorithm(spec.algorithm.name)(spec, FRAMES, ACTIONS, n, SEEDS)
+    assert isinstance(group, cls) and isinstance(group.nets["net"], SeedNet)
+    separate = [make_algo(name, DQN_TINY, n, s, ATARI, FRAMES, ACTIONS) for s in SEEDS]
+    for member, algo in zip(group.members, separate):
+        assert member.weights_sha256() == algo.weights_sha256()
+        assert isinstance(member.memory, FrameStackReplay)
+    stream, rng = FrameStream(len(SEEDS) * n), np.random.default_rng(3)
+    obs, clock, clocks = drive_pair(group, separate, n, 10, rng, stream.obs, stream)
+    assert not group.train_ready(clock)
+    for _ in range(2):
+        obs, clock2, clocks2 = drive_pair(group, separate, n, 8, rng, obs, stream)
+        for c, c2 in zip([clock, *clocks], [clock2, *clocks2]):
+            c.frame += c2.frame
+        assert group.train_ready(clock) and all(a.train_ready(c) for a, c in zip(separate, clocks))
+        stats = group.update(clock)
+        for k, (algo, c) in enumerate(zip(separate, clocks)):
+            ref = algo.update(c)
+            assert clock.opt_step == c.opt_step
+            assert stats[k].loss == pytest.approx(ref.loss, rel=1e-4, abs=1e-7)
+            assert stats[k].grad_norm == pytest.approx(ref.grad_norm, rel=1e-4)
+            for metric in ("q_mean", "td_error"):
+                assert stats[k].metrics[metric] == pytest.approx(ref.metrics[metric], rel=1e-4, abs=1e-6), metric
+            member = group.members[k]
+            assert member.rng.bit_generator.state == algo.rng.bit_generator.state
+            assert len(member.memory) == len(algo.memory) and member.memory.head == algo.memory.head
+            np.testing.assert_array_equal(member.memory.is_head, algo.memory.is_head)
+            assert member.memory.is_head.sum() < len(member.memory) / 2  # most rows keep one frame, as alone
+            mine, theirs = member.state_dict()["nets"], algo.state_dict()["nets"]
+            for net in theirs:
+                for key in theirs[net]:
+                    torch.testing.assert_close(mine[net][key], theirs[net][key], rtol=0, atol=1e-5)
+        assert group.last_target_frame == separate[0].last_target_frame == clock.frame
+    assert max(s.grad_norm for s in stats) > 0.5  # clip_grad_val 0.5: some seeds clipped to their own norm
+    assert len({m.weights_sha256()["net"] for m in group.members}) == len(SEEDS)
+
+
 def test_conv_and_shared_nets_refused_where_they_do_not_run_batched():
     atari = atari_agent
     assert batch_problem(atari([])) is None
@@ -161,8 +235,11 @@ def test_conv_and_shared_nets_refused_where_they_do_not_run_batched():
         "agent.net.type=RecurrentNet", "agent.net.rnn_hidden_size=8", "agent.net.seq_len=4"]))
     assert "batch_norm do not run batched" in batch_problem(atari(["agent.net.batch_norm=true"]))
     assert "batch_norm do not run batched" in batch_problem(agent_spec("ppo_cartpole", ["agent.net.layer_norm=true"]))
-    problem = batch_problem(agent_spec("dqn_cartpole", ["agent.net.type=ConvNet"]))
-    assert "'ConvNet' runs batched only for ['ActorCritic', 'PPO'], not agent.algorithm.name 'DQN'" in problem
+    assert batch_problem(agent_spec("dqn_cartpole", ["agent.net.type=ConvNet"])) is None
+    problem = batch_problem(agent_spec("reinforce_cartpole", ["agent.memory.name=OnPolicyBatchReplay",
+                                                              "agent.net.type=ConvNet"]))
+    assert ("'ConvNet' runs batched only for ['ActorCritic', 'PPO', 'DQN', 'DoubleDQN', 'VanillaDQN'], not "
+            "agent.algorithm.name 'REINFORCE'") in problem
     problem = batch_problem(agent_spec("reinforce_cartpole", ["agent.memory.name=OnPolicyBatchReplay",
                                                               "agent.net.shared=true"]))
     assert "with shared: true runs batched only for" in problem

@@ -35,8 +35,15 @@ SAC = ["env.max_frame=768", "meta.log_frequency=64", "agent.algorithm.training_s
 ATARI = ["env.max_frame=768", "env.num_envs=2", "env.image_downsize=[36,36]", "meta.log_frequency=128",
          "agent.algorithm.training_epoch=3", "agent.algorithm.time_horizon=16", "agent.algorithm.minibatch_size=16",
          "agent.net.conv_hid_layers=[[8,8,4],[8,3,1]]", "agent.net.fc_hid_layers=[32]"]
+# Atari DQN: its ConvNet on 36x36 Pong frames (tiny), each seed's frame-stack replay stored in its checkpoint
+DQN_ATARI = ["env.max_frame=768", "env.num_envs=2", "env.image_downsize=[36,36]", "meta.log_frequency=128",
+             "agent.net.conv_hid_layers=[[8,8,4],[8,3,1]]", "agent.net.fc_hid_layers=[32]", "agent.net.gpu=false",
+             "agent.algorithm.training_start_step=64", "agent.memory.max_size=2000", "agent.memory.batch_size=16",
+             "agent.net.update_frequency=50", "agent.memory.checkpoint=true",
+             "agent.algorithm.explore_var_spec.start_step=0", "agent.algorithm.explore_var_spec.end_step=400",
+             "agent.algorithm.explore_var_spec.end_val=0.1"]
 CASES = {"dqn_cartpole": DQN, "ddqn_per_cartpole": [*DQN, "agent.algorithm.training_iter=2", "env.max_frame=512"],
-         "reinforce_cartpole": REINFORCE, "sac_pendulum": SAC, "ppo_atari": ATARI}
+         "reinforce_cartpole": REINFORCE, "sac_pendulum": SAC, "ppo_atari": ATARI, "dqn_atari": DQN_ATARI}
 
 
 def spec_of(name: str, overrides: list[str]) -> dict:
@@ -122,7 +129,7 @@ for _ in GroupRunner(spec, sys.argv[1], 0, [0, 1, 2], [5, 6, 7], resume=False).e
 PPO = ["env.max_frame=768", "env.num_envs=4", "meta.log_frequency=128", "agent.algorithm.training_epoch=3",
        "agent.algorithm.time_horizon=16", "meta.rigorous_eval=1", "meta.eval_frequency=512"]
 KILLED = {"ppo_cartpole": PPO, "dqn_cartpole": DQN, "reinforce_cartpole": REINFORCE, "sac_pendulum": SAC,
-          "ppo_atari": ATARI}
+          "ppo_atari": ATARI, "dqn_atari": DQN_ATARI}
 
 
 @pytest.mark.parametrize("name", list(KILLED))
