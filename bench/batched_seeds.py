@@ -105,19 +105,22 @@ torch.set_num_threads(1)
 from orchestrator.session.batched import SessionGroup
 from orchestrator.session.loop import Session
 from orchestrator.spec.load import load_spec
-spec_file, name, frames, seeds = sys.argv[1], sys.argv[2], int(sys.argv[3]), [int(x) for x in sys.argv[4:]]
-spec = load_spec(spec_file, name, ["meta.rigorous_eval=0", f"env.max_frame={frames}"])
+spec_file, name, frames = sys.argv[1], sys.argv[2], int(sys.argv[3])
+seeds, overrides = [int(x) for x in sys.argv[4].split(",")], sys.argv[5:]
+spec = load_spec(spec_file, name, ["meta.rigorous_eval=0", f"env.max_frame={frames}", *overrides])
 run = Session(spec, seeds[0]) if len(seeds) == 1 else SessionGroup(spec, seeds)
 run.run_rl()
 print(json.dumps({"seeds": len(seeds), "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
 
-def peak_rss(spec: str, seeds: list[int], frames: int) -> dict[str, Any]:
-    """Peak RSS (MB, ``ru_maxrss``) of a fresh process that runs one session (one seed) or a group (several)."""
+def peak_rss(spec: str, seeds: list[int], frames: int, overrides: list[str] = ()) -> dict[str, Any]:
+    """Peak RSS (MB, ``ru_maxrss``) of a fresh process that runs one session (one seed) or a group (several) of
+    ``spec`` with ``key=value`` ``overrides``."""
     import subprocess
 
-    out = subprocess.run([sys.executable, "-c", RSS_CHILD, str(spec_file(spec)), spec, str(frames), *map(str, seeds)],
+    out = subprocess.run([sys.executable, "-c", RSS_CHILD, str(spec_file(spec)), spec, str(frames),
+                          ",".join(map(str, seeds)), *overrides],
                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True, capture_output=True,
                          text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -137,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     seeds = list(range(args.seed, args.seed + args.seeds))
     if args.rss:
-        single, group = peak_rss(args.spec, seeds[:1], args.frames), peak_rss(args.spec, seeds, args.frames)
+        single = peak_rss(args.spec, seeds[:1], args.frames, args.override)
+        group = peak_rss(args.spec, seeds, args.frames, args.override)
         per_seed = group["max_rss_mb"] / len(seeds)
         print(f"peak RSS: one separate session {single['max_rss_mb']:.0f} MB; a group of {len(seeds)} "
               f"{group['max_rss_mb']:.0f} MB, {per_seed:.0f} MB per seed ({per_seed / single['max_rss_mb']:.2f}x)")
