@@ -28,8 +28,8 @@ batched/test_batched.py`` bounds it after an update); over a run the differences
 
 Supported (``BATCHED_LAB``): the lab's ``ActorCritic``, ``PPO`` and ``REINFORCE`` (``agents.batched.reinforce``)
 with ``OnPolicyBatchReplay``, the DQN family with its replays (``agents.batched.dqn``) and ``SoftActorCritic`` on
-Box actions (``agents.batched.sac``); plain ``MLPNet``s (``BATCHED_NETS``), for ``ActorCritic``, ``PPO`` and the DQN
-family also ``ConvNet``s (``CONV_NET_ALGORITHMS``), for the actor-critics shared nets (``SHARED_NET_ALGORITHMS``), no
+Box actions (``agents.batched.sac``); plain ``MLPNet``s (``BATCHED_NETS``), for all but SAC also ``ConvNet``s
+(``CONV_NET_ALGORITHMS``), for the actor-critics shared nets (``SHARED_NET_ALGORITHMS``), no
 layer or batch norm, no ``log_std_init``; Discrete actions (SAC: Box), an elementwise optimizer
 (``ELEMENTWISE_OPTIMIZERS``), and none of the stateful normalizers (``normalize_v_targets``,
 ``normalize_advantages: percentile``), whose running statistics are per session; ``batch_problem`` names what a spec
@@ -75,7 +75,7 @@ BATCHED_ALGORITHMS = tuple(BATCHED_LAB)  # agent.algorithm.name values that run 
 ON_POLICY = ("ActorCritic", "PPO", "REINFORCE", "Reinforce")  # batched with one group rollout (OnPolicyBatchReplay)
 BATCHED_NETS = ("MLPNet", "ConvNet")  # agent.net.type values that run batched (agents.batched.nets.seed_net)
 SHARED_NET_ALGORITHMS = ("ActorCritic", "PPO")  # the algorithms whose nets may also be shared (net.shared)
-CONV_NET_ALGORITHMS = (*SHARED_NET_ALGORITHMS, "DQN", "DoubleDQN", "VanillaDQN")  # ... whose nets may be ConvNets
+CONV_NET_ALGORITHMS = (*SHARED_NET_ALGORITHMS, "REINFORCE", "DQN", "DoubleDQN", "VanillaDQN")  # ... may be ConvNets
 
 
 def batch_problem(spec: AgentSpec) -> str | None:
@@ -106,8 +106,8 @@ def batch_problem(spec: AgentSpec) -> str | None:
 
 
 def _net_problem(spec: AgentSpec) -> str | None:
-    """Why ``agent.net`` (and SAC's critics) cannot run batched, None when it can: an ``MLPNet``, or for the
-    actor-critics and the DQN family also a ``ConvNet`` (``CONV_NET_ALGORITHMS``), for the actor-critics a shared
+    """Why ``agent.net`` (and SAC's critics) cannot run batched, None when it can: an ``MLPNet``, or for all but
+    SAC also a ``ConvNet`` (``CONV_NET_ALGORITHMS``), for the actor-critics a shared
     net (``net.shared``, ``SHARED_NET_ALGORITHMS``); no layer or
     batch norm, no ``log_std_init``."""
     net, critic, name = spec.net, spec.critic_net, spec.algorithm.name

@@ -161,6 +161,35 @@ def test_batched_shared_net_updates_equal_separate_updates(spec_file, name, cls,
     assert len({m.weights_sha256()["net"] for m in group.members}) == len(SEEDS)
 
 
+def test_batched_conv_reinforce_update_equals_separate_updates():
+    """REINFORCE with a ConvNet on uint8 frames (``OnPolicyBatchReplay``, 8-step rollouts): two updates of a group of
+    3 seeds against 3 separate lab algorithms on the same frames (losses, entropies, clipped grad norms, weights)."""
+    from agents.batched import BatchedReinforce
+
+    n, overrides = 2, [*TINY, "agent.net.type=ConvNet", "agent.memory.name=OnPolicyBatchReplay",
+                       "agent.algorithm.training_frequency=8", "agent.net.clip_grad_val=0.1"]
+    spec = agent_spec("reinforce_cartpole", overrides)
+    group = batched_algorithm(spec.algorithm.name)(spec, FRAMES, ACTIONS, n, SEEDS)
+    assert isinstance(group, BatchedReinforce) and isinstance(group.nets["net"], SeedNet)
+    separate = [make_algo("reinforce_cartpole", overrides, n, s, SPECS, FRAMES, ACTIONS) for s in SEEDS]
+    rng = np.random.default_rng(4)
+    obs = _frames(rng, (len(SEEDS) * n, 4, 36, 36))
+    for _ in range(2):
+        obs, clock, clocks = drive_pair(group, separate, n, 8, rng, obs, _frames)
+        assert group.train_ready(clock) and all(a.train_ready(c) for a, c in zip(separate, clocks))
+        stats = group.update(clock)
+        for k, (algo, c) in enumerate(zip(separate, clocks)):
+            ref = algo.update(c)
+            assert stats[k].loss == pytest.approx(ref.loss, rel=1e-4, abs=1e-6)
+            assert stats[k].entropy == pytest.approx(ref.entropy, rel=1e-5)
+            assert stats[k].grad_norm == pytest.approx(ref.grad_norm, rel=1e-4)
+            assert ref.grad_norm > 0.1  # clip_grad_val 0.1: each seed clipped to its own norm
+            theirs = algo.state_dict()["nets"]["net"]
+            for key, value in group.members[k].state_dict()["nets"]["net"].items():
+                torch.testing.assert_close(value, theirs[key], rtol=0, atol=1e-5)
+    assert len({m.weights_sha256()["net"] for m in group.members}) == len(SEEDS)
+
+
 class FrameStream:
     """Atari-like frame stacks (K*N, 4, 36, 36) uint8: each call shifts every stack by one new random frame, so the
     frame-stack replays store each frame once and rebuild stacks from earlier rows (``FrameStackReplay``)."""
@@ -236,10 +265,10 @@ def test_conv_and_shared_nets_refused_where_they_do_not_run_batched():
     assert "batch_norm do not run batched" in batch_problem(atari(["agent.net.batch_norm=true"]))
     assert "batch_norm do not run batched" in batch_problem(agent_spec("ppo_cartpole", ["agent.net.layer_norm=true"]))
     assert batch_problem(agent_spec("dqn_cartpole", ["agent.net.type=ConvNet"])) is None
-    problem = batch_problem(agent_spec("reinforce_cartpole", ["agent.memory.name=OnPolicyBatchReplay",
-                                                              "agent.net.type=ConvNet"]))
-    assert ("'ConvNet' runs batched only for ['ActorCritic', 'PPO', 'DQN', 'DoubleDQN', 'VanillaDQN'], not "
-            "agent.algorithm.name 'REINFORCE'") in problem
+    problem = batch_problem(build(load_spec(str(REPO / "specs" / "benchmark" / "pendulum.json"), "sac_pendulum",
+                                            ["agent.net.type=ConvNet"])).agent)
+    assert ("'ConvNet' runs batched only for ['ActorCritic', 'PPO', 'REINFORCE', 'DQN', 'DoubleDQN', 'VanillaDQN'], "
+            "not agent.algorithm.name 'SoftActorCritic'") in problem
     problem = batch_problem(agent_spec("reinforce_cartpole", ["agent.memory.name=OnPolicyBatchReplay",
                                                               "agent.net.shared=true"]))
     assert "with shared: true runs batched only for" in problem
