@@ -4,6 +4,8 @@ separate algorithms."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
+import torch
 
 from envs.clock import Clock
 from orchestrator.spec.load import build, load_spec
@@ -43,3 +45,44 @@ def drive_pair(group, separate, n: int, steps: int, rng: np.random.Generator, ob
             c.tick(term[cols])
         obs = nxt
     return obs, clock, clocks
+
+
+def more_steps(group, separate, n: int, steps: int, rng: np.random.Generator, obs: np.ndarray, clock, clocks,
+               draw=normal_obs) -> np.ndarray:
+    """``drive_pair`` for ``steps`` more vector steps, adding their frames to the running ``clock`` (the group's)
+    and ``clocks`` (the separate ones'); returns the last observations."""
+    obs, clock2, clocks2 = drive_pair(group, separate, n, steps, rng, obs, draw)
+    for c, c2 in zip([clock, *clocks], [clock2, *clocks2]):
+        c.frame += c2.frame
+    return obs
+
+
+def update_dqn_pair(group, separate, clock, clocks) -> list:
+    """One update of a batched DQN group and of each of its separate lab DQNs; asserts per seed what the update
+    must keep equal (optimizer step count; loss, grad norm, q_mean and td_error within 1e-4; the sampling RNG state;
+    the replay's length and head). Returns the separate algorithms' ``LossStats``."""
+    assert group.train_ready(clock) and all(a.train_ready(c) for a, c in zip(separate, clocks))
+    stats = group.update(clock)
+    refs = []
+    for k, (algo, c) in enumerate(zip(separate, clocks)):
+        ref = algo.update(c)
+        refs.append(ref)
+        assert clock.opt_step == c.opt_step
+        assert stats[k].loss == pytest.approx(ref.loss, rel=1e-4, abs=1e-7)
+        assert stats[k].grad_norm == pytest.approx(ref.grad_norm, rel=1e-4)
+        for metric in ("q_mean", "td_error"):
+            assert stats[k].metrics[metric] == pytest.approx(ref.metrics[metric], rel=1e-4, abs=1e-6), metric
+        member = group.members[k]  # its replay and sampling stream are its separate session's
+        assert member.rng.bit_generator.state == algo.rng.bit_generator.state
+        assert len(member.memory) == len(algo.memory) and member.memory.head == algo.memory.head
+    return refs
+
+
+def assert_nets_close(group, separate, atol: float = 1e-5) -> None:
+    """Every net of each group member equals its separate algorithm's, parameter by parameter, within ``atol``."""
+    for member, algo in zip(group.members, separate):
+        mine, theirs = member.state_dict()["nets"], algo.state_dict()["nets"]
+        assert set(mine) == set(theirs)
+        for net in theirs:
+            for key in theirs[net]:
+                torch.testing.assert_close(mine[net][key], theirs[net][key], rtol=0, atol=atol)

@@ -22,7 +22,14 @@ from agents.memory import PrioritizedReplay
 from envs.clock import Clock
 from orchestrator.spec.load import build, load_spec
 from tests.agents.algorithms.helpers import CARTPOLE_ACT, CARTPOLE_OBS, SPECS, make_algo
-from tests.agents.batched.helpers import SEEDS, agent_spec, drive_pair
+from tests.agents.batched.helpers import (
+    SEEDS,
+    agent_spec,
+    assert_nets_close,
+    drive_pair,
+    more_steps,
+    update_dqn_pair,
+)
 
 N = 2
 REINFORCE = ["agent.memory.name=OnPolicyBatchReplay", "agent.algorithm.training_frequency=8",
@@ -48,15 +55,6 @@ def _pair(name: str, overrides: list[str]):
     return group, separate
 
 
-def _assert_nets_close(group, separate, atol: float = 1e-5):
-    for member, algo in zip(group.members, separate):
-        mine, theirs = member.state_dict()["nets"], algo.state_dict()["nets"]
-        assert set(mine) == set(theirs)
-        for net in theirs:
-            for key in theirs[net]:
-                torch.testing.assert_close(mine[net][key], theirs[net][key], rtol=0, atol=atol)
-
-
 def test_batched_reinforce_update_equals_separate_updates():
     group, separate = _pair("reinforce_cartpole", REINFORCE)
     assert isinstance(group, BatchedReinforce)
@@ -74,7 +72,7 @@ def test_batched_reinforce_update_equals_separate_updates():
             assert stats[k].grad_norm == pytest.approx(ref.grad_norm, rel=1e-5)
             assert stats[k].metrics["policy_loss"] == pytest.approx(ref.metrics["policy_loss"], rel=1e-5, abs=1e-7)
             assert ref.grad_norm > 0.1  # clipped: each seed to its own norm
-        _assert_nets_close(group, separate)
+        assert_nets_close(group, separate)
     assert len({m.weights_sha256()["net"] for m in group.members}) == len(SEEDS)
 
 
@@ -94,29 +92,16 @@ def test_batched_dqn_update_equals_separate_updates(name, cls, extra):
     obs, clock, clocks = drive_pair(group, separate, N, 10, rng, obs)  # 20 transitions per seed: short
     assert not group.train_ready(clock) and not any(a.train_ready(c) for a, c in zip(separate, clocks))
     for _ in range(2):  # two rounds (6 gradient steps each), acting in between
-        obs, clock2, clocks2 = drive_pair(group, separate, N, 8, rng, obs)
-        for c, c2 in zip([clock, *clocks], [clock2, *clocks2]):
-            c.frame += c2.frame
-        assert group.train_ready(clock) and all(a.train_ready(c) for a, c in zip(separate, clocks))
-        stats = group.update(clock)
-        for k, (algo, c) in enumerate(zip(separate, clocks)):
-            ref = algo.update(c)
-            assert clock.opt_step == c.opt_step
-            assert stats[k].loss == pytest.approx(ref.loss, rel=1e-4, abs=1e-7)
-            assert stats[k].grad_norm == pytest.approx(ref.grad_norm, rel=1e-4)
+        obs = more_steps(group, separate, N, 8, rng, obs, clock, clocks)
+        refs = update_dqn_pair(group, separate, clock, clocks)
+        for k, (algo, ref) in enumerate(zip(separate, refs)):
             assert ref.grad_norm > 0.5  # clip_grad_val 0.5: each seed clipped to its own norm
-            for metric in ("q_mean", "td_error"):
-                assert stats[k].metrics[metric] == pytest.approx(ref.metrics[metric], rel=1e-4, abs=1e-6), metric
-            # the member's replay and sampling stream are its separate session's
-            assert group.members[k].rng.bit_generator.state == algo.rng.bit_generator.state
-            assert len(group.members[k].memory) == len(algo.memory)
-            assert group.members[k].memory.head == algo.memory.head
             if isinstance(algo.memory, PrioritizedReplay):
                 np.testing.assert_allclose(group.members[k].memory.sum_tree.tree, algo.memory.sum_tree.tree,
                                            rtol=1e-4)
         if group.use_target_net:  # the target updates were due: each seed's own, as its separate one's
             assert group.last_target_frame == separate[0].last_target_frame == clock.frame
-        _assert_nets_close(group, separate)
+        assert_nets_close(group, separate)
     assert len({m.weights_sha256()["net"] for m in group.members}) == len(SEEDS)
 
 
@@ -254,7 +239,7 @@ def test_batched_sac_update_equals_separate_updates(extra):
                 assert stats[k].metrics[metric] == pytest.approx(ref.metrics[metric], rel=1e-4, abs=1e-6), metric
             assert group.members[k].rng.bit_generator.state == algo.rng.bit_generator.state
             assert torch.equal(group.members[k].gen.get_state(), algo.gen.get_state())  # the same noise draws
-        _assert_nets_close(group, separate)
+        assert_nets_close(group, separate)
         for c in (clock, *clocks):
             c.frame += 4
     alphas = [m.nets["log_alpha"].value.item() for m in group.members]

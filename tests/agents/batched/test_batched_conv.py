@@ -23,7 +23,14 @@ from agents.batched.optim import clip_grads_per_seed
 from agents.nets import ConvNet, DuelingConvNet, MLPNet
 from orchestrator.spec.load import build, load_spec
 from tests.agents.algorithms.helpers import REPO, SPECS, make_algo
-from tests.agents.batched.helpers import SEEDS, agent_spec, drive_pair
+from tests.agents.batched.helpers import (
+    SEEDS,
+    agent_spec,
+    assert_nets_close,
+    drive_pair,
+    more_steps,
+    update_dqn_pair,
+)
 
 ATARI = str(REPO / "specs" / "benchmark" / "atari.json")
 FRAMES = gym.spaces.Box(0, 255, (4, 36, 36), np.uint8)
@@ -184,9 +191,7 @@ def test_batched_conv_reinforce_update_equals_separate_updates():
             assert stats[k].entropy == pytest.approx(ref.entropy, rel=1e-5)
             assert stats[k].grad_norm == pytest.approx(ref.grad_norm, rel=1e-4)
             assert ref.grad_norm > 0.1  # clip_grad_val 0.1: each seed clipped to its own norm
-            theirs = algo.state_dict()["nets"]["net"]
-            for key, value in group.members[k].state_dict()["nets"]["net"].items():
-                torch.testing.assert_close(value, theirs[key], rtol=0, atol=1e-5)
+        assert_nets_close(group, separate)
     assert len({m.weights_sha256()["net"] for m in group.members}) == len(SEEDS)
 
 
@@ -230,29 +235,14 @@ def test_batched_conv_dqn_updates_equal_separate_updates(name, cls):
     obs, clock, clocks = drive_pair(group, separate, n, 10, rng, stream.obs, stream)
     assert not group.train_ready(clock)
     for _ in range(2):
-        obs, clock2, clocks2 = drive_pair(group, separate, n, 8, rng, obs, stream)
-        for c, c2 in zip([clock, *clocks], [clock2, *clocks2]):
-            c.frame += c2.frame
-        assert group.train_ready(clock) and all(a.train_ready(c) for a, c in zip(separate, clocks))
-        stats = group.update(clock)
-        for k, (algo, c) in enumerate(zip(separate, clocks)):
-            ref = algo.update(c)
-            assert clock.opt_step == c.opt_step
-            assert stats[k].loss == pytest.approx(ref.loss, rel=1e-4, abs=1e-7)
-            assert stats[k].grad_norm == pytest.approx(ref.grad_norm, rel=1e-4)
-            for metric in ("q_mean", "td_error"):
-                assert stats[k].metrics[metric] == pytest.approx(ref.metrics[metric], rel=1e-4, abs=1e-6), metric
-            member = group.members[k]
-            assert member.rng.bit_generator.state == algo.rng.bit_generator.state
-            assert len(member.memory) == len(algo.memory) and member.memory.head == algo.memory.head
+        obs = more_steps(group, separate, n, 8, rng, obs, clock, clocks, stream)
+        refs = update_dqn_pair(group, separate, clock, clocks)
+        for member, algo in zip(group.members, separate):
             np.testing.assert_array_equal(member.memory.is_head, algo.memory.is_head)
             assert member.memory.is_head.sum() < len(member.memory) / 2  # most rows keep one frame, as alone
-            mine, theirs = member.state_dict()["nets"], algo.state_dict()["nets"]
-            for net in theirs:
-                for key in theirs[net]:
-                    torch.testing.assert_close(mine[net][key], theirs[net][key], rtol=0, atol=1e-5)
+        assert_nets_close(group, separate)
         assert group.last_target_frame == separate[0].last_target_frame == clock.frame
-    assert max(s.grad_norm for s in stats) > 0.5  # clip_grad_val 0.5: some seeds clipped to their own norm
+    assert max(r.grad_norm for r in refs) > 0.5  # clip_grad_val 0.5: some seeds clipped to their own norm
     assert len({m.weights_sha256()["net"] for m in group.members}) == len(SEEDS)
 
 
