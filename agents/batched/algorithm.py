@@ -29,11 +29,10 @@ batched/test_batched.py`` bounds it after an update); over a run the differences
 Supported (``BATCHED_LAB``): the lab's ``ActorCritic``, ``PPO`` and ``REINFORCE`` (``agents.batched.reinforce``)
 with ``OnPolicyBatchReplay``, the DQN family with its replays (``agents.batched.dqn``) and ``SoftActorCritic`` on
 Box actions (``agents.batched.sac``); plain ``MLPNet``s (``BATCHED_NETS``), for all but SAC also ``ConvNet``s
-(``CONV_NET_ALGORITHMS``), for the actor-critics shared nets (``SHARED_NET_ALGORITHMS``), no
-layer or batch norm, no ``log_std_init``; Discrete actions (SAC: Box), an elementwise optimizer
-(``ELEMENTWISE_OPTIMIZERS``), and none of the stateful normalizers (``normalize_v_targets``,
-``normalize_advantages: percentile``), whose running statistics are per session; ``batch_problem`` names what a spec
-asks beyond that.
+(``CONV_NET_ALGORITHMS``), for the actor-critics shared nets (``SHARED_NET_ALGORITHMS``), no layer or batch norm, no
+``log_std_init``; Discrete actions (SAC: Box), an elementwise optimizer (``ELEMENTWISE_OPTIMIZERS``), and none of
+the stateful normalizers (``normalize_v_targets``, ``normalize_advantages: percentile``), whose running statistics
+are per session; ``batch_problem`` names what a spec asks beyond that.
 """
 
 from __future__ import annotations
@@ -107,9 +106,8 @@ def batch_problem(spec: AgentSpec) -> str | None:
 
 def _net_problem(spec: AgentSpec) -> str | None:
     """Why ``agent.net`` (and SAC's critics) cannot run batched, None when it can: an ``MLPNet``, or for all but
-    SAC also a ``ConvNet`` (``CONV_NET_ALGORITHMS``), for the actor-critics a shared
-    net (``net.shared``, ``SHARED_NET_ALGORITHMS``); no layer or
-    batch norm, no ``log_std_init``."""
+    SAC also a ``ConvNet`` (``CONV_NET_ALGORITHMS``), for the actor-critics a shared net (``net.shared``,
+    ``SHARED_NET_ALGORITHMS``); no layer or batch norm, no ``log_std_init``."""
     net, critic, name = spec.net, spec.critic_net, spec.algorithm.name
     if net.type not in BATCHED_NETS:
         return (f"agent.net.type '{net.type}' does not run batched: {' and '.join(BATCHED_NETS)} do (dueling, "

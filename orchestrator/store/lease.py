@@ -18,8 +18,8 @@ sets ``lost`` (the trial then asks its sessions to stop at their next checkpoint
 ``LeaseLostError`` before a step that must not run twice, such as a PBT exploit). A store that ignores preconditions
 (some emulators) is detected at acquisition; there the lease falls back to a confirming re-read after
 ``CONFIRM_DELAY_S`` and a read before each heartbeat, which leaves a race window (two drivers whose writes land
-more than ``CONFIRM_DELAY_S`` apart after both read no record). A driver whose record is gone when it reads it back
-lost the race: it exits 2, or with ``wait=True`` waits for the winner as below.
+more than ``CONFIRM_DELAY_S`` apart after both read no record). A driver that does not read back its own record after
+writing it lost the race: it exits 2, or with ``wait=True`` waits for the winner as below.
 
 Heartbeat deadline: a heartbeat slowed or failed by storage retries is tried again at once; once no heartbeat was
 written for ``fence_s()`` (the stale time less two heartbeats), the holder counts the lease as lost and stops at its
