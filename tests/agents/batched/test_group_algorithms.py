@@ -43,7 +43,8 @@ DQN_ATARI = ["env.max_frame=768", "env.num_envs=2", "env.image_downsize=[36,36]"
              "agent.algorithm.explore_var_spec.start_step=0", "agent.algorithm.explore_var_spec.end_step=400",
              "agent.algorithm.explore_var_spec.end_val=0.1"]
 CASES = {"dqn_cartpole": DQN, "ddqn_per_cartpole": [*DQN, "agent.algorithm.training_iter=2", "env.max_frame=512"],
-         "reinforce_cartpole": REINFORCE, "sac_pendulum": SAC, "ppo_atari": ATARI, "dqn_atari": DQN_ATARI}
+         "reinforce_cartpole": REINFORCE, "sac_pendulum": SAC, "ppo_atari": ATARI,
+         "dqn_atari": [*DQN_ATARI, "env.max_frame=512"]}
 
 
 def spec_of(name: str, overrides: list[str]) -> dict:
