@@ -36,7 +36,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -114,7 +114,7 @@ print(json.dumps({"seeds": len(seeds), "max_rss_mb": resource.getrusage(resource
 """
 
 
-def peak_rss(spec: str, seeds: list[int], frames: int, overrides: list[str] = ()) -> dict[str, Any]:
+def peak_rss(spec: str, seeds: list[int], frames: int, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Peak RSS (MB, ``ru_maxrss``) of a fresh process that runs one session (one seed) or a group (several) of
     ``spec`` with ``key=value`` ``overrides``."""
     import subprocess

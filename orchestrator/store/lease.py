@@ -200,7 +200,7 @@ class Lease:
         new = conditional.write(self.uri, data, version)
         if new is None:
             current = conditional.read(self.uri)
-            if current is None or (self._parse(current) or {}).get("driver_id") != self.driver_id:
+            if not self._mine(current):
                 return False
             new = current.version
         self._version, self._last_ok = new, built
@@ -230,27 +230,33 @@ class Lease:
         self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
         self._thread.start()
 
+    def _mine(self, current: conditional.Versioned | None) -> bool:
+        """Whether the read object ``current`` is this driver's record."""
+        return current is not None and (self._parse(current) or {}).get("driver_id") == self.driver_id
+
     def _confirmed(self) -> bool:
         """Whether the record this driver just wrote is still its own when read back: False when another driver's
         write replaced it (two writes at once on a store that does not apply preconditions atomically; some
         emulators), which ``acquire`` treats as a lost race. On a store that ignores preconditions
-        (``conditional.ignores_preconditions``): warn once, wait ``CONFIRM_DELAY_S`` and read it back again.
+        (``conditional.ignores_preconditions``, probed once per driver): warn once, wait ``CONFIRM_DELAY_S`` and
+        read it back again.
 
         Raises:
             storage.StorageError: the store cannot be read or written.
         """
         written = conditional.read(self.uri)
-        if written is None or (self._parse(written) or {}).get("driver_id") != self.driver_id:
+        if not self._mine(written):
             return False
-        new = conditional.ignores_preconditions(self.uri, written)
-        if new is None:
-            return True
-        self.unconditional, self._version = True, new
-        print(f"warning: the store of {self.uri} ignores write preconditions: two drivers starting at once may both "
-              f"write the lease; it is confirmed by a re-read after {CONFIRM_DELAY_S:g} s", file=sys.stderr)
+        if not self.unconditional:
+            new = conditional.ignores_preconditions(self.uri, written)
+            if new is None:
+                return True
+            self.unconditional, self._version = True, new
+            print(f"warning: the store of {self.uri} ignores write preconditions: two drivers starting at once may "
+                  f"both write the lease; it is confirmed by a re-read after {CONFIRM_DELAY_S:g} s", file=sys.stderr)
         time.sleep(CONFIRM_DELAY_S)
         confirmed = conditional.read(self.uri)
-        if confirmed is None or (self._parse(confirmed) or {}).get("driver_id") != self.driver_id:
+        if not self._mine(confirmed):
             return False
         self._version = confirmed.version
         return True
@@ -356,7 +362,7 @@ class Lease:
             self._thread.join(timeout=10)
         try:
             current = conditional.read(self.uri)
-            if current is not None and (self._parse(current) or {}).get("driver_id") == self.driver_id:
+            if self._mine(current):
                 conditional.remove(self.uri, current.version)
         except (storage.StorageError, OSError) as err:
             print(f"warning: cannot release the lease {self.uri}: {err}", file=sys.stderr)
